@@ -1,0 +1,22 @@
+-- release.lua: delete the lock and the shadow where they hold our lease; announce the release.
+-- KEYS[1]: lock key    (<prefix>lock:<resource>)
+-- KEYS[2]: shadow key  (<prefix>shadow:<resource>)
+-- ARGV[1]: lease id    (32 lowercase hex digits)
+-- ARGV[2]: channel     (<prefix>released:<resource>), published to only when something was deleted
+-- Returns: number of keys deleted (0, 1 or 2); 0 means this master held nothing of ours.
+local lease_id = ARGV[1]
+if string.len(lease_id) ~= 32 then
+  return redis.error_reply('ERR redlease: lease id must be 32 hex digits')
+end
+local prefix = lease_id .. '|'
+local deleted = 0
+for _, key in ipairs({KEYS[1], KEYS[2]}) do
+  local current = redis.call('GET', key)
+  if current and string.sub(current, 1, 33) == prefix then
+    deleted = deleted + redis.call('DEL', key)
+  end
+end
+if deleted > 0 then
+  redis.call('PUBLISH', ARGV[2], lease_id)
+end
+return deleted

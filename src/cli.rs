@@ -1,0 +1,75 @@
+//! The `redlease` command line: argument parsing, logging set-up and exit codes.
+//!
+//! Exit codes: 0 success, 3 held by another / not ours, 4 no quorum, 64 invalid input.
+
+mod lock;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Success.
+pub const EXIT_OK: u8 = 0;
+/// The lock is held by another lease, or the lease is not ours.
+pub const EXIT_HELD: u8 = 3;
+/// Too few masters answered.
+pub const EXIT_NO_QUORUM: u8 = 4;
+/// Invalid arguments or configuration (sysexits EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
+
+/// Redlock coordinator over independent Redis masters.
+#[derive(Debug, Parser)]
+#[command(name = "redlease", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Acquire, extend or release a lock directly on the masters (no sidecar).
+    #[command(subcommand)]
+    Lock(lock::LockCommand),
+}
+
+/// Parses the arguments, runs the command and returns its exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() {
+                EXIT_USAGE
+            } else {
+                EXIT_OK
+            });
+        }
+    };
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("redlease: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Lock(command) => lock::run(command).await,
+        }
+    });
+    ExitCode::from(code)
+}
+
+/// Logs go to stderr (stdout carries the JSON answers); `RUST_LOG` overrides the filter.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("redlease=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,249 @@
+//! `redlease lock acquire|extend|release`: one operation straight against the masters,
+//! answered as one JSON object on stdout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use super::{EXIT_HELD, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
+use crate::keys::Keyspace;
+use crate::redlock::{AcquireOutcome, EngineOptions, ExtendOutcome, Redlock};
+use crate::{Error, Fleet, FleetOptions, LeaseId};
+
+/// Default TTL of `lock acquire`.
+pub const DEFAULT_CLI_TTL_MS: u64 = 10_000;
+
+#[derive(Debug, Subcommand)]
+pub enum LockCommand {
+    /// Take a lock; prints the lease with its fencing token.
+    Acquire {
+        resource: String,
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// Lease time-to-live in milliseconds.
+        #[arg(long, default_value_t = DEFAULT_CLI_TTL_MS)]
+        ttl_ms: u64,
+        /// Who holds the lock (shown by inspection); defaults to `cli:<pid>@<host>`.
+        #[arg(long)]
+        owner: Option<String>,
+        /// Keep trying for this long while the lock is held or the fleet has no quorum.
+        #[arg(long, default_value_t = 0)]
+        wait_ms: u64,
+    },
+    /// Extend a lease to a new TTL from now.
+    Extend {
+        resource: String,
+        /// The lease id printed by `acquire`.
+        #[arg(long)]
+        lease: String,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
+    /// Release a lease; a lease that is not ours changes nothing.
+    Release {
+        resource: String,
+        #[arg(long)]
+        lease: String,
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
+}
+
+/// Where the masters are and how keys are named.
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// Comma-separated redis:// URLs of the independent masters.
+    #[arg(
+        long,
+        env = "REDLEASE__MASTERS",
+        value_delimiter = ',',
+        required = true
+    )]
+    masters: Vec<String>,
+    /// Prefix of every key redlease writes.
+    #[arg(long, env = "REDLEASE__KEY_PREFIX", default_value = crate::keys::DEFAULT_PREFIX)]
+    key_prefix: String,
+    /// How long to wait for each master's connection.
+    #[arg(long, default_value_t = 2_000)]
+    connect_timeout_ms: u64,
+}
+
+#[derive(Serialize)]
+struct AcquiredJson<'a> {
+    acquired: bool,
+    lease_id: String,
+    resource: &'a str,
+    owner: &'a str,
+    fencing_token: u64,
+    ttl_ms: u64,
+    validity_ms: u64,
+}
+
+#[derive(Serialize)]
+struct ExtendedJson<'a> {
+    extended: bool,
+    lease_id: String,
+    resource: &'a str,
+    ttl_ms: u64,
+    validity_ms: u64,
+}
+
+/// Runs one lock command and returns the exit code.
+pub async fn run(command: LockCommand) -> u8 {
+    match execute(command).await {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            EXIT_USAGE
+        }
+    }
+}
+
+async fn execute(command: LockCommand) -> Result<u8, Error> {
+    match command {
+        LockCommand::Acquire {
+            resource,
+            fleet,
+            ttl_ms,
+            owner,
+            wait_ms,
+        } => {
+            let owner = owner.unwrap_or_else(default_owner);
+            let engine = connect(&fleet).await?;
+            let ttl = Duration::from_millis(ttl_ms);
+            let wait = Duration::from_millis(wait_ms);
+            let outcome = engine.acquire_with_wait(&resource, &owner, ttl, wait).await;
+            finish(&engine, outcome.map(|o| print_acquire(&o))).await
+        }
+        LockCommand::Extend {
+            resource,
+            lease,
+            ttl_ms,
+            fleet,
+        } => {
+            let id: LeaseId = lease.parse()?;
+            let engine = connect(&fleet).await?;
+            let outcome = engine
+                .extend(&resource, id, Duration::from_millis(ttl_ms))
+                .await;
+            finish(&engine, outcome.map(|o| print_extend(&o, id, &resource))).await
+        }
+        LockCommand::Release {
+            resource,
+            lease,
+            fleet,
+        } => {
+            let id: LeaseId = lease.parse()?;
+            let engine = connect(&fleet).await?;
+            let outcome = engine.release(&resource, id).await;
+            let quorum = engine.fleet().quorum();
+            finish(
+                &engine,
+                outcome.map(|o| print_release(o.released(), o.answered >= quorum)),
+            )
+            .await
+        }
+    }
+}
+
+async fn connect(args: &FleetArgs) -> Result<Redlock, Error> {
+    let options = FleetOptions {
+        connect_timeout: Duration::from_millis(args.connect_timeout_ms),
+        ..FleetOptions::default()
+    };
+    let fleet = Fleet::connect(&args.masters, &options).await?;
+    let engine_options = EngineOptions {
+        keyspace: Keyspace::new(args.key_prefix.clone()),
+        ..EngineOptions::default()
+    };
+    Ok(Redlock::new(Arc::new(fleet), engine_options))
+}
+
+/// Closes the connections once every write and release in flight has been answered.
+async fn finish(engine: &Redlock, code: Result<u8, Error>) -> Result<u8, Error> {
+    engine.settle(Duration::from_secs(2)).await;
+    engine.fleet().quit(Duration::from_secs(1)).await;
+    code
+}
+
+fn print_acquire(outcome: &AcquireOutcome) -> u8 {
+    match outcome {
+        AcquireOutcome::Acquired(lease) => {
+            print_json(&AcquiredJson {
+                acquired: true,
+                lease_id: lease.id.to_string(),
+                resource: &lease.resource,
+                owner: &lease.owner,
+                fencing_token: lease.fencing_token,
+                ttl_ms: lease.ttl.as_millis() as u64,
+                validity_ms: lease.validity.as_millis() as u64,
+            });
+            EXIT_OK
+        }
+        AcquireOutcome::Contended(_) => {
+            print_json(&serde_json::json!({"acquired": false, "reason": "held"}));
+            EXIT_HELD
+        }
+        AcquireOutcome::NoQuorum(_) => {
+            print_json(&serde_json::json!({"acquired": false, "reason": "no_quorum"}));
+            EXIT_NO_QUORUM
+        }
+    }
+}
+
+fn print_extend(outcome: &ExtendOutcome, id: LeaseId, resource: &str) -> u8 {
+    match outcome {
+        ExtendOutcome::Extended(renewal) => {
+            print_json(&ExtendedJson {
+                extended: true,
+                lease_id: id.to_string(),
+                resource,
+                ttl_ms: renewal.ttl.as_millis() as u64,
+                validity_ms: renewal.validity.as_millis() as u64,
+            });
+            EXIT_OK
+        }
+        ExtendOutcome::Lost(_) => {
+            print_json(&serde_json::json!({"extended": false, "reason": "lease_lost"}));
+            EXIT_HELD
+        }
+        ExtendOutcome::NoQuorum(_) => {
+            print_json(&serde_json::json!({"extended": false, "reason": "no_quorum"}));
+            EXIT_NO_QUORUM
+        }
+    }
+}
+
+fn print_release(released: bool, quorum_answered: bool) -> u8 {
+    if released {
+        print_json(&serde_json::json!({"released": true}));
+        EXIT_OK
+    } else if quorum_answered {
+        print_json(&serde_json::json!({"released": false}));
+        EXIT_HELD
+    } else {
+        print_json(&serde_json::json!({"released": false, "reason": "no_quorum"}));
+        EXIT_NO_QUORUM
+    }
+}
+
+fn print_json(value: &impl Serialize) {
+    match serde_json::to_string(value) {
+        Ok(line) => println!("{line}"),
+        Err(error) => eprintln!("redlease: cannot encode the answer: {error}"),
+    }
+}
+
+/// `cli:<pid>@<host>`, so inspection can tell which cron run holds a lock.
+fn default_owner() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string());
+    format!("cli:{}@{host}", std::process::id())
+}

@@ -1,0 +1,113 @@
+//! Key and channel names on each master, and validation of resource names and owners.
+
+use crate::Error;
+
+/// Default prefix of every key redlease writes.
+pub const DEFAULT_PREFIX: &str = "redlease:";
+/// Longest resource name accepted, in bytes.
+pub const MAX_RESOURCE_BYTES: usize = 512;
+/// Longest owner accepted, in bytes.
+pub const MAX_OWNER_BYTES: usize = 256;
+
+/// The names of everything one resource touches on a master.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceKeys {
+    /// `<prefix>lock:<resource>`: holds the lease value.
+    pub lock: String,
+    /// `<prefix>shadow:<resource>`: the degraded-mode reservation.
+    pub shadow: String,
+    /// `<prefix>fence`: the master's fencing counter (one per master, no TTL).
+    pub fence: String,
+    /// `<prefix>released:<resource>`: pub/sub channel announcing releases.
+    pub released_channel: String,
+}
+
+/// Builds key names under one prefix.
+#[derive(Clone, Debug)]
+pub struct Keyspace {
+    prefix: String,
+}
+
+// === impl Keyspace ===
+
+impl Keyspace {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The keys of `resource`, which must already be validated.
+    pub fn resource(&self, resource: &str) -> ResourceKeys {
+        let p = &self.prefix;
+        ResourceKeys {
+            lock: format!("{p}lock:{resource}"),
+            shadow: format!("{p}shadow:{resource}"),
+            fence: self.fence(),
+            released_channel: format!("{p}released:{resource}"),
+        }
+    }
+
+    pub fn fence(&self) -> String {
+        format!("{}fence", self.prefix)
+    }
+}
+
+impl Default for Keyspace {
+    fn default() -> Self {
+        Self::new(DEFAULT_PREFIX)
+    }
+}
+
+/// A resource name is 1–512 bytes of UTF-8 without control characters.
+pub fn validate_resource(resource: &str) -> Result<(), Error> {
+    validate_text(resource, MAX_RESOURCE_BYTES).map_err(Error::InvalidResource)
+}
+
+/// An owner is 1–256 bytes of UTF-8 without control characters.
+pub fn validate_owner(owner: &str) -> Result<(), Error> {
+    validate_text(owner, MAX_OWNER_BYTES).map_err(Error::InvalidOwner)
+}
+
+fn validate_text(text: &str, max_bytes: usize) -> Result<(), &'static str> {
+    if text.is_empty() {
+        return Err("must not be empty");
+    }
+    if text.len() > max_bytes {
+        return Err("too long");
+    }
+    if text.chars().any(char::is_control) {
+        return Err("must not contain control characters");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resource names follow the documented bounds exactly.
+    #[test]
+    fn resource_names_are_bounded_and_printable() {
+        assert!(validate_resource("payments:close").is_ok());
+        assert!(validate_resource(&"é".repeat(256)).is_ok());
+        assert!(validate_resource(&"x".repeat(513)).is_err());
+        assert!(validate_resource("").is_err());
+        assert!(validate_resource("a\nb").is_err());
+        assert!(validate_resource("a\u{7f}b").is_err());
+    }
+
+    /// Every key of a resource lives under the prefix.
+    #[test]
+    fn keys_live_under_the_prefix() {
+        let keys = Keyspace::new("p:").resource("r");
+        assert_eq!(keys.lock, "p:lock:r");
+        assert_eq!(keys.shadow, "p:shadow:r");
+        assert_eq!(keys.fence, "p:fence");
+        assert_eq!(keys.released_channel, "p:released:r");
+    }
+}

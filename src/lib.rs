@@ -1,0 +1,51 @@
+//! redlease: a Redlock coordinator over N independent Redis masters, with fencing tokens.
+//!
+//! # Layout
+//!
+//! - [`keys`]: key and channel names, and validation of resource names and owners.
+//! - [`lease_id`]: the 128-bit random lease id and the value stored in the lock key.
+//! - [`rtt`]: a pure sliding-window RTT estimator (takes `now`).
+//! - [`fleet`]: the N masters, one fred client each, with per-node timeout, RTT record and a
+//!   circuit breaker ([`fleet::health`]).
+//! - [`scripts`]: the Lua scripts of `lua/`, loaded with `include_str!` and called with EVALSHA
+//!   that reloads on NOSCRIPT.
+//! - [`redlock`]: the engine: acquire, extend and release fanned out to all masters, with the
+//!   pure quorum and validity arithmetic in [`redlock::quorum`].
+//! - [`fencing`]: fencing-token computation and the raise plan.
+//! - [`cli`]: the `redlease` command line (the binary in `main.rs` only calls it).
+//!
+//! Expected outcomes ("held by someone else", "no quorum") are values
+//! ([`redlock::AcquireOutcome`]); `Err` means bad input or broken infrastructure.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+pub mod cli;
+pub mod fencing;
+pub mod fleet;
+pub mod keys;
+pub mod lease_id;
+pub mod redlock;
+pub mod rtt;
+pub mod scripts;
+
+pub use fleet::{Fleet, FleetOptions};
+pub use lease_id::LeaseId;
+pub use redlock::{AcquireOutcome, EngineOptions, ExtendOutcome, Lease, Redlock, ReleaseOutcome};
+
+/// Errors of the library: invalid input or configuration. Infrastructure trouble on single
+/// masters is reported per node inside the outcomes, never as an `Err` of the whole call.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid resource: {0}")]
+    InvalidResource(&'static str),
+    #[error("invalid owner: {0}")]
+    InvalidOwner(&'static str),
+    #[error("invalid ttl: {0}")]
+    InvalidTtl(String),
+    #[error("invalid lease id: expected 32 lowercase hex digits")]
+    InvalidLeaseId,
+    #[error("invalid master url {url}: {reason}")]
+    InvalidMaster { url: String, reason: String },
+    #[error("no masters configured")]
+    NoMasters,
+}

@@ -1,0 +1,628 @@
+//! The Redlock engine: acquire, extend and release, each fanned out to every master at once.
+//!
+//! The pure arithmetic (quorum, validity, per-node timeout) is in [`quorum`], the fencing plan
+//! in [`crate::fencing`]; this module only sends and collects.
+
+mod fanout;
+pub mod lease;
+pub mod quorum;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::scripts::Script;
+use fred::types::{Key, Value};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use self::fanout::{spawn_each, Reply};
+use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
+use crate::fleet::{Admission, CallError, Fleet, Node};
+use crate::keys::{validate_owner, validate_resource, Keyspace, ResourceKeys};
+use crate::scripts::{AcquireReply, ExtendReply, SCRIPTS};
+use crate::{fencing, Error, LeaseId};
+pub use lease::{
+    AcquireOutcome, ExtendOutcome, Lease, NodeVote, Refusal, ReleaseOutcome, Renewal, Shortfall,
+};
+
+/// Shortest TTL accepted.
+pub const DEFAULT_MIN_TTL: Duration = Duration::from_millis(10);
+/// Longest TTL accepted: the longest a lease can outlive its holder.
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(30);
+/// Blocking acquire waits a random delay between these two before trying again.
+pub const DEFAULT_RETRY_DELAY_MIN: Duration = Duration::from_millis(10);
+pub const DEFAULT_RETRY_DELAY_MAX: Duration = Duration::from_millis(100);
+
+/// Settings of the engine.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub keyspace: Keyspace,
+    pub drift: DriftPolicy,
+    /// A grant or renewal must leave more validity than this.
+    pub min_validity: Duration,
+    pub min_ttl: Duration,
+    pub max_ttl: Duration,
+    pub node_timeout: NodeTimeoutPolicy,
+    pub retry_delay_min: Duration,
+    pub retry_delay_max: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            keyspace: Keyspace::default(),
+            drift: DriftPolicy::default(),
+            min_validity: quorum::DEFAULT_MIN_VALIDITY,
+            min_ttl: DEFAULT_MIN_TTL,
+            max_ttl: DEFAULT_MAX_TTL,
+            node_timeout: NodeTimeoutPolicy::default(),
+            retry_delay_min: DEFAULT_RETRY_DELAY_MIN,
+            retry_delay_max: DEFAULT_RETRY_DELAY_MAX,
+        }
+    }
+}
+
+/// What the engine decided about a grant, told to every master's task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    Pending,
+    Keep,
+    Release,
+}
+
+/// What a master's acquire task reports.
+#[derive(Debug)]
+enum AcquireEvent {
+    Vote(NodeVote),
+    Released,
+}
+
+/// The payload of one script call, built once and cloned per master (cheap: shared bytes).
+#[derive(Clone)]
+struct ScriptCall {
+    keys: Vec<Key>,
+    args: Vec<Value>,
+}
+
+/// Redlock over a fleet of independent masters.
+pub struct Redlock {
+    fleet: Arc<Fleet>,
+    options: EngineOptions,
+    /// Every per-master task, so `settle` can wait for writes and releases still in flight.
+    tasks: TaskTracker,
+}
+
+// === impl Redlock ===
+
+impl Redlock {
+    pub fn new(fleet: Arc<Fleet>, options: EngineOptions) -> Self {
+        let tasks = TaskTracker::new();
+        Self {
+            fleet,
+            options,
+            tasks,
+        }
+    }
+
+    /// Waits (at most `timeout`) until no per-master call of this engine is in flight: the
+    /// writes that went out after a quorum answered, and the releases of abandoned grants.
+    /// Call it before closing the connections or exiting the process.
+    pub async fn settle(&self, timeout: Duration) -> bool {
+        self.tasks.close();
+        let settled = tokio::time::timeout(timeout, self.tasks.wait())
+            .await
+            .is_ok();
+        self.tasks.reopen();
+        settled
+    }
+
+    pub fn fleet(&self) -> &Arc<Fleet> {
+        &self.fleet
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
+    /// The per-node timeout for a lock write with `ttl`, from the fleet's current RTT.
+    pub fn node_timeout(&self, ttl: Duration, now: Instant) -> Duration {
+        let p99 = self.fleet.quorum_rtt_p99(now);
+        self.options.node_timeout.timeout(ttl, p99)
+    }
+
+    /// One attempt to take `resource` for `owner` for `ttl`.
+    #[tracing::instrument(skip(self), fields(ttl_ms = ttl.as_millis() as u64))]
+    pub async fn acquire(
+        &self,
+        resource: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome, Error> {
+        validate_resource(resource)?;
+        validate_owner(owner)?;
+        self.check_ttl(ttl)?;
+        let id = LeaseId::random();
+        let keys = self.options.keyspace.resource(resource);
+        let start = Instant::now();
+        let timeout = self.node_timeout(ttl, start);
+        let (decision, decided) = watch::channel(Decision::Pending);
+        let call = acquire_call(&keys, id, owner, ttl);
+        let release = release_call(&keys, id);
+        let mut events = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
+            acquire_on(
+                node,
+                call.clone(),
+                release.clone(),
+                timeout,
+                decided.clone(),
+                reply,
+            )
+        });
+        let (tally, votes) = collect_votes(&mut events, self.fleet.len()).await;
+        let attempt = Attempt {
+            start,
+            timeout,
+            ttl,
+            decision,
+            events,
+        };
+        Ok(match tally.verdict() {
+            Verdict::Yes => self.confirm(attempt, votes, id, resource, owner).await,
+            verdict => {
+                let held = verdict == Verdict::No || tally.answered() >= self.fleet.quorum();
+                let cause = if held {
+                    Shortfall::Held
+                } else {
+                    Shortfall::TooFewAnswers
+                };
+                let refusal = abandon(attempt, votes, cause).await;
+                if held {
+                    AcquireOutcome::Contended(refusal)
+                } else {
+                    AcquireOutcome::NoQuorum(refusal)
+                }
+            }
+        })
+    }
+
+    /// Tries to acquire until granted or `wait` has passed, sleeping a random delay between
+    /// attempts (never past the holder's expiry or the deadline).
+    pub async fn acquire_with_wait(
+        &self,
+        resource: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<AcquireOutcome, Error> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let outcome = self.acquire(resource, owner, ttl).await?;
+            let now = Instant::now();
+            let Some(refusal) = outcome.refusal().filter(|_| now < deadline) else {
+                return Ok(outcome);
+            };
+            let jitter = rand::random::<f64>();
+            let delay = retry_delay(&self.options, refusal.holder_remaining(), jitter);
+            tokio::time::sleep(delay.min(deadline - now)).await;
+        }
+    }
+
+    /// Extends lease `id` on `resource` to `ttl` from now on every master that holds it.
+    #[tracing::instrument(skip(self), fields(lease = %id, ttl_ms = ttl.as_millis() as u64))]
+    pub async fn extend(
+        &self,
+        resource: &str,
+        id: LeaseId,
+        ttl: Duration,
+    ) -> Result<ExtendOutcome, Error> {
+        validate_resource(resource)?;
+        self.check_ttl(ttl)?;
+        let keys = self.options.keyspace.resource(resource);
+        let start = Instant::now();
+        let timeout = self.node_timeout(ttl, start);
+        let call = extend_call(&keys, id, ttl);
+        let mut replies = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
+            extend_on(node, call.clone(), timeout, reply)
+        });
+        let (tally, votes) = collect_votes(&mut replies, self.fleet.len()).await;
+        Ok(self.judge_extension(tally, votes, start, ttl))
+    }
+
+    /// Deletes lease `id` on `resource` everywhere it stands. Waits for every master that is
+    /// up; the release to a master that is down is still sent, in the background.
+    #[tracing::instrument(skip(self), fields(lease = %id))]
+    pub async fn release(&self, resource: &str, id: LeaseId) -> Result<ReleaseOutcome, Error> {
+        validate_resource(resource)?;
+        let keys = self.options.keyspace.resource(resource);
+        let now = Instant::now();
+        let timeout = self.node_timeout(self.options.max_ttl, now);
+        let call = release_call(&keys, id);
+        let awaited: Vec<bool> = self.fleet.nodes().iter().map(|n| n.is_up()).collect();
+        let mut replies = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
+            let script = &SCRIPTS.release;
+            eval_on(
+                node,
+                script,
+                call.clone(),
+                timeout,
+                Admission::Always,
+                reply,
+            )
+        });
+        let mut outcome = ReleaseOutcome {
+            deleted_on: 0,
+            answered: 0,
+        };
+        let mut waiting = awaited.iter().filter(|up| **up).count();
+        while waiting > 0 {
+            let Some((index, result)) = replies.recv().await else {
+                break;
+            };
+            waiting -= usize::from(awaited[index]);
+            if let Ok(deleted) = result {
+                outcome.answered += 1;
+                outcome.deleted_on += usize::from(deleted > 0);
+            }
+        }
+        Ok(outcome)
+    }
+
+    fn check_ttl(&self, ttl: Duration) -> Result<(), Error> {
+        let (min, max) = (self.options.min_ttl, self.options.max_ttl);
+        if ttl < min || ttl > max {
+            return Err(Error::InvalidTtl(format!(
+                "ttl must be between {} and {} ms",
+                min.as_millis(),
+                max.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The fencing step and the validity check of a quorum grant.
+    async fn confirm(
+        &self,
+        attempt: Attempt,
+        votes: Vec<NodeVote>,
+        id: LeaseId,
+        resource: &str,
+        owner: &str,
+    ) -> AcquireOutcome {
+        let granted: Vec<(usize, u64)> = votes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, vote)| match vote {
+                NodeVote::Granted { counter } => Some((i, *counter)),
+                _ => None,
+            })
+            .collect();
+        let Some(plan) = fencing::plan(&granted) else {
+            // Unreachable after a Yes verdict (a quorum is at least one grant); kept total.
+            return AcquireOutcome::NoQuorum(
+                abandon(attempt, votes, Shortfall::TooFewAnswers).await,
+            );
+        };
+        let confirmed = plan.at_token.len() + self.raise_fence(&plan, attempt.timeout).await;
+        if confirmed < self.fleet.quorum() {
+            tracing::warn!(
+                token = plan.token,
+                confirmed,
+                "fencing token not confirmed by a quorum"
+            );
+            let refusal = abandon(attempt, votes, Shortfall::FenceNotConfirmed).await;
+            return AcquireOutcome::NoQuorum(refusal);
+        }
+        let (start, ttl, now) = (attempt.start, attempt.ttl, Instant::now());
+        let opts = &self.options;
+        let Some(validity) = quorum::validity(&opts.drift, start, now, ttl, opts.min_validity)
+        else {
+            let refusal = abandon(attempt, votes, Shortfall::ValidityExpired).await;
+            return AcquireOutcome::NoQuorum(refusal);
+        };
+        let _ = attempt.decision.send(Decision::Keep);
+        AcquireOutcome::Acquired(Lease {
+            id,
+            resource: resource.to_string(),
+            owner: owner.to_string(),
+            fencing_token: plan.token,
+            ttl,
+            validity,
+            valid_until: now + validity,
+        })
+    }
+
+    /// Raises the lagging granted masters to the token; returns how many now hold it.
+    async fn raise_fence(&self, plan: &fencing::FencePlan, timeout: Duration) -> usize {
+        if plan.to_raise.is_empty() {
+            return 0;
+        }
+        let call = ScriptCall {
+            keys: vec![Key::from(self.options.keyspace.fence())],
+            args: vec![Value::from(plan.token.to_string())],
+        };
+        let nodes = plan.to_raise.iter().map(|&i| &self.fleet.nodes()[i]);
+        let mut replies = spawn_each(&self.tasks, nodes, |node, reply| {
+            let script = &SCRIPTS.raise_fence;
+            eval_on(
+                node,
+                script,
+                call.clone(),
+                timeout,
+                Admission::Always,
+                reply,
+            )
+        });
+        let mut raised = 0;
+        while let Some((_, result)) = replies.recv().await {
+            raised += usize::from(matches!(result, Ok(counter) if counter as u64 >= plan.token));
+        }
+        raised
+    }
+
+    fn judge_extension(
+        &self,
+        tally: Tally,
+        votes: Vec<NodeVote>,
+        start: Instant,
+        ttl: Duration,
+    ) -> ExtendOutcome {
+        let refusal = |cause| Refusal {
+            cause,
+            votes: votes.clone(),
+        };
+        match tally.verdict() {
+            Verdict::Yes => {
+                let opts = &self.options;
+                let now = Instant::now();
+                match quorum::validity(&opts.drift, start, now, ttl, opts.min_validity) {
+                    Some(validity) => ExtendOutcome::Extended(Renewal {
+                        ttl,
+                        validity,
+                        valid_until: now + validity,
+                        restored: count_restored(&votes),
+                    }),
+                    None => ExtendOutcome::NoQuorum(refusal(Shortfall::ValidityExpired)),
+                }
+            }
+            Verdict::No => ExtendOutcome::Lost(refusal(Shortfall::NotOurs)),
+            Verdict::Pending | Verdict::Split => {
+                ExtendOutcome::NoQuorum(refusal(Shortfall::TooFewAnswers))
+            }
+        }
+    }
+}
+
+/// An acquisition in flight: what `confirm` and `abandon` need to finish it.
+struct Attempt {
+    start: Instant,
+    timeout: Duration,
+    ttl: Duration,
+    decision: watch::Sender<Decision>,
+    events: mpsc::UnboundedReceiver<(usize, AcquireEvent)>,
+}
+
+/// Reads votes until the verdict is no longer pending (or every master has answered).
+async fn collect_votes<E: Into<Option<NodeVote>>>(
+    events: &mut mpsc::UnboundedReceiver<(usize, E)>,
+    n: usize,
+) -> (Tally, Vec<NodeVote>) {
+    let mut tally = Tally::new(n);
+    let mut votes = vec![NodeVote::NoAnswer; n];
+    while tally.verdict() == Verdict::Pending {
+        let Some((index, event)) = events.recv().await else {
+            break;
+        };
+        if let Some(vote) = event.into() {
+            count_vote(&mut tally, &vote);
+            votes[index] = vote;
+        }
+    }
+    (tally, votes)
+}
+
+fn count_vote(tally: &mut Tally, vote: &NodeVote) {
+    match vote {
+        NodeVote::Granted { .. } => tally.yes += 1,
+        NodeVote::Extend(reply) if reply.is_ours() => tally.yes += 1,
+        NodeVote::Refused { .. } | NodeVote::Extend(_) => tally.no += 1,
+        NodeVote::Failed(_) => tally.failed += 1,
+        NodeVote::NoAnswer => {}
+    }
+}
+
+fn count_restored(votes: &[NodeVote]) -> usize {
+    let restored = NodeVote::Extend(ExtendReply::Restored);
+    votes.iter().filter(|vote| **vote == restored).count()
+}
+
+/// Tells every master's task to release, then waits (at most one node timeout past the
+/// acquisition's own) until every master has voted and each one that answered with a write
+/// has confirmed its release. Masters that timed out release in the background.
+async fn abandon(mut attempt: Attempt, mut votes: Vec<NodeVote>, cause: Shortfall) -> Refusal {
+    let _ = attempt.decision.send(Decision::Release);
+    let mut releasing: Vec<bool> = votes.iter().map(answered_with_write).collect();
+    let deadline = Instant::now().max(attempt.start + attempt.timeout) + attempt.timeout;
+    let settled = |votes: &[NodeVote], releasing: &[bool]| {
+        !votes.contains(&NodeVote::NoAnswer) && !releasing.contains(&true)
+    };
+    while !settled(&votes, &releasing) {
+        let event = tokio::time::timeout_at(deadline, attempt.events.recv()).await;
+        match event {
+            Ok(Some((index, AcquireEvent::Vote(vote)))) => {
+                releasing[index] = answered_with_write(&vote);
+                votes[index] = vote;
+            }
+            Ok(Some((index, AcquireEvent::Released))) => releasing[index] = false,
+            Ok(None) | Err(_) => break,
+        }
+    }
+    tracing::debug!(?cause, "acquisition abandoned and released");
+    Refusal { cause, votes }
+}
+
+/// The master answered and may have written our lease: its release is worth waiting for.
+fn answered_with_write(vote: &NodeVote) -> bool {
+    matches!(
+        vote,
+        NodeVote::Granted { .. } | NodeVote::Failed(CallError::Reply(_))
+    )
+}
+
+/// One master's part of an acquisition: the write, then — if the engine abandons the grant or
+/// is dropped — the release, sent on the same connection after the write.
+async fn acquire_on(
+    node: Arc<Node>,
+    call: ScriptCall,
+    release: ScriptCall,
+    timeout: Duration,
+    mut decided: watch::Receiver<Decision>,
+    reply: Reply<AcquireEvent>,
+) {
+    let script = &SCRIPTS.acquire;
+    let result = node
+        .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
+        .await;
+    let vote = acquire_vote(result);
+    let may_hold = !matches!(
+        vote,
+        NodeVote::Refused { .. } | NodeVote::Failed(CallError::Down)
+    );
+    reply.send(AcquireEvent::Vote(vote));
+    if !may_hold {
+        return;
+    }
+    let keep = match decided.wait_for(|d| *d != Decision::Pending).await {
+        Ok(decision) => *decision == Decision::Keep,
+        Err(_engine_dropped) => false,
+    };
+    if !keep {
+        let script = &SCRIPTS.release;
+        let _ = node
+            .eval(
+                script,
+                release.keys,
+                release.args,
+                timeout,
+                Admission::Always,
+            )
+            .await;
+        reply.send(AcquireEvent::Released);
+    }
+}
+
+fn acquire_vote(result: Result<i64, CallError>) -> NodeVote {
+    match result.map(AcquireReply::from_script) {
+        Ok(AcquireReply::Granted { counter }) => NodeVote::Granted { counter },
+        Ok(AcquireReply::Refused { holder_remaining }) => NodeVote::Refused { holder_remaining },
+        Err(error) => NodeVote::Failed(error),
+    }
+}
+
+async fn extend_on(node: Arc<Node>, call: ScriptCall, timeout: Duration, reply: Reply<NodeVote>) {
+    let script = &SCRIPTS.extend;
+    let result = node
+        .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
+        .await;
+    reply.send(match result {
+        Ok(answer) => NodeVote::Extend(ExtendReply::from_script(answer)),
+        Err(error) => NodeVote::Failed(error),
+    });
+}
+
+async fn eval_on(
+    node: Arc<Node>,
+    script: &'static Script,
+    call: ScriptCall,
+    timeout: Duration,
+    admission: Admission,
+    reply: Reply<Result<i64, CallError>>,
+) {
+    let result = node
+        .eval(script, call.keys, call.args, timeout, admission)
+        .await;
+    reply.send(result);
+}
+
+impl From<AcquireEvent> for Option<NodeVote> {
+    fn from(event: AcquireEvent) -> Self {
+        match event {
+            AcquireEvent::Vote(vote) => Some(vote),
+            AcquireEvent::Released => None,
+        }
+    }
+}
+
+fn acquire_call(keys: &ResourceKeys, id: LeaseId, owner: &str, ttl: Duration) -> ScriptCall {
+    ScriptCall {
+        keys: vec![
+            Key::from(keys.lock.as_str()),
+            Key::from(keys.shadow.as_str()),
+            Key::from(keys.fence.as_str()),
+        ],
+        args: vec![
+            Value::from(id.to_string()),
+            Value::from(id.value_for(owner)),
+            Value::from(ttl.as_millis().to_string()),
+        ],
+    }
+}
+
+fn extend_call(keys: &ResourceKeys, id: LeaseId, ttl: Duration) -> ScriptCall {
+    ScriptCall {
+        keys: lock_and_shadow(keys),
+        args: vec![
+            Value::from(id.to_string()),
+            Value::from(ttl.as_millis().to_string()),
+        ],
+    }
+}
+
+fn release_call(keys: &ResourceKeys, id: LeaseId) -> ScriptCall {
+    ScriptCall {
+        keys: lock_and_shadow(keys),
+        args: vec![
+            Value::from(id.to_string()),
+            Value::from(keys.released_channel.as_str()),
+        ],
+    }
+}
+
+fn lock_and_shadow(keys: &ResourceKeys) -> Vec<Key> {
+    vec![
+        Key::from(keys.lock.as_str()),
+        Key::from(keys.shadow.as_str()),
+    ]
+}
+
+/// A random delay in `[retry_delay_min, retry_delay_max]` (`jitter` in 0..1 picks where),
+/// cut short to just past the holder's expiry when that comes sooner.
+pub fn retry_delay(
+    options: &EngineOptions,
+    holder_remaining: Option<Duration>,
+    jitter: f64,
+) -> Duration {
+    let (min, max) = (options.retry_delay_min, options.retry_delay_max);
+    let span = max.saturating_sub(min);
+    let delay = min + span.mul_f64(jitter.clamp(0.0, 1.0));
+    match holder_remaining {
+        Some(remaining) => delay.min(remaining + Duration::from_millis(1)),
+        None => delay,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Retry delays spread between their bounds and never sleep past the holder's expiry.
+    #[test]
+    fn retry_delay_is_jittered_and_bounded_by_holder_expiry() {
+        let options = EngineOptions::default();
+        assert_eq!(retry_delay(&options, None, 0.0), Duration::from_millis(10));
+        assert_eq!(retry_delay(&options, None, 1.0), Duration::from_millis(100));
+        assert_eq!(retry_delay(&options, None, 0.5), Duration::from_millis(55));
+        let soon = Some(Duration::from_millis(3));
+        assert_eq!(retry_delay(&options, soon, 1.0), Duration::from_millis(4));
+    }
+}
