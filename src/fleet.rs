@@ -10,16 +10,17 @@ pub mod node;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, TcpConfig};
+use fred::prelude::{Builder, ClientLike, Config, EventInterface, ReconnectPolicy, TcpConfig};
 use tokio::time::Instant;
 
 use crate::redlock::quorum::quorum_of;
 use crate::rtt::{RttWindow, DEFAULT_RTT_WINDOW};
-use crate::scripts::SCRIPTS;
 use crate::Error;
 pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_PROBE_INTERVAL};
 pub use node::{Admission, CallError, Node};
 
+/// How often a long-running fleet PINGs every master.
+pub const DEFAULT_PROBE_PERIOD: Duration = Duration::from_millis(500);
 /// How long start-up waits for each master's first connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Upper bound fred puts on any command (our per-node timeouts are far shorter).
@@ -78,6 +79,7 @@ impl Fleet {
             ));
         }
         let waits = nodes.iter().map(|node| {
+            reload_scripts_on_reconnect(node);
             node.client().connect();
             tokio::time::timeout(options.connect_timeout, node.client().wait_for_connect())
         });
@@ -93,7 +95,10 @@ impl Fleet {
                 );
             }
         }
-        Ok(Self { nodes })
+        let fleet = Self { nodes };
+        let loaded = fleet.load_scripts(options.connect_timeout).await;
+        tracing::debug!(loaded, masters = fleet.len(), "scripts loaded");
+        Ok(fleet)
     }
 
     pub fn nodes(&self) -> &[Arc<Node>] {
@@ -125,12 +130,29 @@ impl Fleet {
         p99s.get(self.quorum() - 1).copied()
     }
 
-    /// Loads every script on every master in parallel; returns how many masters took them.
+    /// Loads every script on every connected master in parallel; returns how many took them.
     pub async fn load_scripts(&self, timeout: Duration) -> usize {
-        let scripts = SCRIPTS.all();
-        let loads = self.nodes.iter().map(|n| n.load_scripts(&scripts, timeout));
+        let connected = self.nodes.iter().filter(|n| n.client().is_connected());
+        let loads = connected.map(|n| n.load_scripts(timeout));
         let loaded = futures_util::future::join_all(loads).await;
         loaded.into_iter().filter(|ok| *ok).count()
+    }
+
+    /// PINGs every master every `interval` in the background, so RTT windows stay fresh and a
+    /// master whose breaker opened is let back in as soon as it answers again. The probe stops
+    /// when the returned guard is dropped.
+    pub fn spawn_probe(self: &Arc<Self>, interval: Duration) -> ProbeGuard {
+        let fleet = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(interval);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let pings = fleet.nodes.iter().map(|node| node.ping(interval));
+                futures_util::future::join_all(pings).await;
+            }
+        });
+        ProbeGuard(task)
     }
 
     /// Closes every connection (best effort, each bounded by `timeout`).
@@ -140,6 +162,36 @@ impl Fleet {
             .iter()
             .map(|n| tokio::time::timeout(timeout, n.client().quit()));
         futures_util::future::join_all(quits).await;
+    }
+}
+
+/// A restarted master comes back with an empty script cache: load the scripts on every
+/// (re)connection, before lock writes are let through again.
+fn reload_scripts_on_reconnect(node: &Arc<Node>) {
+    let weak = Arc::downgrade(node);
+    node.client().on_reconnect(move |_server| {
+        let weak = weak.clone();
+        async move {
+            if let Some(node) = weak.upgrade() {
+                let loaded = node.load_scripts(node::SCRIPT_LOAD_TIMEOUT).await;
+                tracing::info!(
+                    node = node.index(),
+                    url = node.url(),
+                    loaded,
+                    "master (re)connected"
+                );
+            }
+            Ok(())
+        }
+    });
+}
+
+/// Stops the fleet's background PINGs when dropped.
+pub struct ProbeGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for ProbeGuard {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

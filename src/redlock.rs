@@ -8,6 +8,7 @@ pub mod lease;
 pub mod quorum;
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
@@ -74,6 +75,8 @@ enum Decision {
 /// What a master's acquire task reports.
 #[derive(Debug)]
 enum AcquireEvent {
+    /// The write is on its way (enqueued on the master's connection).
+    Sent,
     Vote(NodeVote),
     Released,
 }
@@ -159,13 +162,23 @@ impl Redlock {
                 reply,
             )
         });
-        let (tally, votes) = collect_votes(&mut events, self.fleet.len()).await;
+        let mut sent = 0;
+        let (tally, votes) = collect_votes(&mut events, self.fleet.len(), |event| match event {
+            AcquireEvent::Vote(vote) => Some(vote),
+            AcquireEvent::Sent => {
+                sent += 1;
+                None
+            }
+            AcquireEvent::Released => None,
+        })
+        .await;
         let attempt = Attempt {
             start,
             timeout,
             ttl,
             decision,
             events,
+            sent,
         };
         Ok(match tally.verdict() {
             Verdict::Yes => self.confirm(attempt, votes, id, resource, owner).await,
@@ -225,7 +238,7 @@ impl Redlock {
         let mut replies = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
             extend_on(node, call.clone(), timeout, reply)
         });
-        let (tally, votes) = collect_votes(&mut replies, self.fleet.len()).await;
+        let (tally, votes) = collect_votes(&mut replies, self.fleet.len(), Some).await;
         Ok(self.judge_extension(tally, votes, start, ttl))
     }
 
@@ -283,7 +296,7 @@ impl Redlock {
     /// The fencing step and the validity check of a quorum grant.
     async fn confirm(
         &self,
-        attempt: Attempt,
+        mut attempt: Attempt,
         votes: Vec<NodeVote>,
         id: LeaseId,
         resource: &str,
@@ -320,6 +333,7 @@ impl Redlock {
             let refusal = abandon(attempt, votes, Shortfall::ValidityExpired).await;
             return AcquireOutcome::NoQuorum(refusal);
         };
+        attempt.wait_until_all_sent(self.fleet.len()).await;
         let _ = attempt.decision.send(Decision::Keep);
         AcquireOutcome::Acquired(Lease {
             id,
@@ -400,12 +414,35 @@ struct Attempt {
     ttl: Duration,
     decision: watch::Sender<Decision>,
     events: mpsc::UnboundedReceiver<(usize, AcquireEvent)>,
+    /// Masters whose write is already enqueued on their connection.
+    sent: usize,
 }
 
-/// Reads votes until the verdict is no longer pending (or every master has answered).
-async fn collect_votes<E: Into<Option<NodeVote>>>(
+impl Attempt {
+    /// A grant returns at quorum while slower masters' writes may not have left yet; a later
+    /// release of this lease must queue behind them on each connection, so wait until every
+    /// write is enqueued (microseconds: each task enqueues on its first poll).
+    async fn wait_until_all_sent(&mut self, n: usize) {
+        let deadline = Instant::now() + self.timeout;
+        while self.sent < n {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some((_, AcquireEvent::Sent))) => self.sent += 1,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    tracing::warn!(sent = self.sent, n, "not every write was enqueued in time");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Reads answers until the verdict is no longer pending (or every master has answered);
+/// `to_vote` picks the votes out of the events.
+async fn collect_votes<E>(
     events: &mut mpsc::UnboundedReceiver<(usize, E)>,
     n: usize,
+    mut to_vote: impl FnMut(E) -> Option<NodeVote>,
 ) -> (Tally, Vec<NodeVote>) {
     let mut tally = Tally::new(n);
     let mut votes = vec![NodeVote::NoAnswer; n];
@@ -413,7 +450,7 @@ async fn collect_votes<E: Into<Option<NodeVote>>>(
         let Some((index, event)) = events.recv().await else {
             break;
         };
-        if let Some(vote) = event.into() {
+        if let Some(vote) = to_vote(event) {
             count_vote(&mut tally, &vote);
             votes[index] = vote;
         }
@@ -454,6 +491,7 @@ async fn abandon(mut attempt: Attempt, mut votes: Vec<NodeVote>, cause: Shortfal
                 votes[index] = vote;
             }
             Ok(Some((index, AcquireEvent::Released))) => releasing[index] = false,
+            Ok(Some((_, AcquireEvent::Sent))) => {}
             Ok(None) | Err(_) => break,
         }
     }
@@ -480,9 +518,14 @@ async fn acquire_on(
     reply: Reply<AcquireEvent>,
 ) {
     let script = &SCRIPTS.acquire;
-    let result = node
-        .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
-        .await;
+    let write = node.eval(script, call.keys, call.args, timeout, Admission::WhenUp);
+    tokio::pin!(write);
+    let first_poll = futures_util::poll!(&mut write);
+    reply.send(AcquireEvent::Sent);
+    let result = match first_poll {
+        Poll::Ready(result) => result,
+        Poll::Pending => write.await,
+    };
     let vote = acquire_vote(result);
     let may_hold = !matches!(
         vote,
@@ -542,15 +585,6 @@ async fn eval_on(
         .eval(script, call.keys, call.args, timeout, admission)
         .await;
     reply.send(result);
-}
-
-impl From<AcquireEvent> for Option<NodeVote> {
-    fn from(event: AcquireEvent) -> Self {
-        match event {
-            AcquireEvent::Vote(vote) => Some(vote),
-            AcquireEvent::Released => None,
-        }
-    }
 }
 
 fn acquire_call(keys: &ResourceKeys, id: LeaseId, owner: &str, ttl: Duration) -> ScriptCall {

@@ -1,15 +1,20 @@
 //! One Redis master: its fred client, the per-call timeout, its RTT record and its breaker.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, ErrorKind};
+use fred::prelude::{ClientLike, ErrorKind, LuaInterface};
 use fred::types::scripts::Script;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use super::health::Breaker;
 use crate::rtt::RttWindow;
+use crate::scripts::SCRIPTS;
+
+/// How long a background script reload may take.
+pub const SCRIPT_LOAD_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why a call to one master produced no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +48,9 @@ pub struct Node {
     /// The URL with its password masked, fit for logs and the fleet view.
     url: String,
     client: fred::clients::Client,
+    /// Every script is in this master's cache (set after each (re)connect's SCRIPT LOAD,
+    /// cleared by a NOSCRIPT). Lock writes wait for it, since they are never re-sent.
+    scripts_ready: Arc<AtomicBool>,
     state: Mutex<NodeState>,
 }
 
@@ -66,6 +74,7 @@ impl Node {
             index,
             url,
             client,
+            scripts_ready: Arc::new(AtomicBool::new(false)),
             state,
         })
     }
@@ -84,9 +93,13 @@ impl Node {
         &self.client
     }
 
-    /// Connected and not shunned by the breaker.
+    /// Connected, scripts loaded, and not shunned by the breaker.
     pub fn is_up(&self) -> bool {
-        self.client.is_connected() && !self.state().breaker.is_open()
+        self.ready_for_writes() && !self.state().breaker.is_open()
+    }
+
+    fn ready_for_writes(&self) -> bool {
+        self.client.is_connected() && self.scripts_ready.load(Ordering::Acquire)
     }
 
     /// The `q`-quantile of recent round trips.
@@ -107,20 +120,50 @@ impl Node {
             return Err(CallError::Down);
         }
         let start = Instant::now();
-        let call = script.evalsha_with_reload::<i64, _, _>(&self.client, keys, args);
+        let call = self.evalsha(script, keys, args, admission);
         let result = tokio::time::timeout(timeout, call).await;
         self.settle(result, start)
     }
 
+    /// Lock writes are sent exactly once: on NOSCRIPT (a restarted master) the write did not
+    /// run, and re-sending it later could put it behind a release of the same lease. The
+    /// scripts are reloaded in the background for the next attempt. Releases and fence raises
+    /// reload and retry at once: running them late is harmless.
+    async fn evalsha(
+        &self,
+        script: &Script,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+        admission: Admission,
+    ) -> Result<i64, fred::error::Error> {
+        if admission == Admission::Always {
+            return script.evalsha_with_reload(&self.client, keys, args).await;
+        }
+        let result = self.client.evalsha(script.sha1().clone(), keys, args).await;
+        if matches!(&result, Err(e) if e.details().starts_with("NOSCRIPT")) {
+            self.scripts_ready.store(false, Ordering::Release);
+            let (client, ready) = (self.client.clone(), Arc::clone(&self.scripts_ready));
+            tokio::spawn(async move {
+                let loaded = load_all(&client, SCRIPT_LOAD_TIMEOUT).await;
+                ready.store(loaded, Ordering::Release);
+            });
+        }
+        result
+    }
+
     /// Loads every script into this master's cache; `false` when it did not answer in time.
-    pub async fn load_scripts(&self, scripts: &[&Script], timeout: Duration) -> bool {
-        let load_all = async {
-            for script in scripts {
-                script.load(&self.client).await?;
-            }
-            Ok::<_, fred::error::Error>(())
-        };
-        matches!(tokio::time::timeout(timeout, load_all).await, Ok(Ok(())))
+    pub async fn load_scripts(&self, timeout: Duration) -> bool {
+        let loaded = load_all(&self.client, timeout).await;
+        self.scripts_ready.store(loaded, Ordering::Release);
+        loaded
+    }
+
+    /// PINGs this master within `timeout`, feeding the RTT window and the breaker.
+    pub async fn ping(&self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        let ping = self.client.ping::<String>(None);
+        let result = tokio::time::timeout(timeout, ping).await;
+        self.settle(result.map(|r| r.map(|_pong| 0)), start).is_ok()
     }
 
     /// Records a round trip measured elsewhere (a PING, a batch).
@@ -131,7 +174,7 @@ impl Node {
     }
 
     fn admit(&self) -> bool {
-        self.client.is_connected() && self.state().breaker.admit(Instant::now())
+        self.ready_for_writes() && self.state().breaker.admit(Instant::now())
     }
 
     fn settle(
@@ -167,6 +210,16 @@ impl Node {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+async fn load_all(client: &fred::clients::Client, timeout: Duration) -> bool {
+    let load = async {
+        for script in SCRIPTS.all() {
+            script.load(client).await?;
+        }
+        Ok::<_, fred::error::Error>(())
+    };
+    matches!(tokio::time::timeout(timeout, load).await, Ok(Ok(())))
 }
 
 fn is_connection_error(error: &fred::error::Error) -> bool {

@@ -1,0 +1,168 @@
+//! The `redlease lock` command line contract, exactly as scripts will call it.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::support::TestFleet;
+
+fn redlease(args: &[&str], masters: &str) -> (i32, String) {
+    let output: Output = Command::new(env!("CARGO_BIN_EXE_redlease"))
+        .args(args)
+        .env("REDLEASE__MASTERS", masters)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    (output.status.code().unwrap(), stdout.trim().to_string())
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"))
+}
+
+/// acquire prints the documented fields; held → exit 3; release → true/0, then false/3.
+#[test]
+fn acquire_release_contract() {
+    let fleet = TestFleet::start(3);
+    let masters = fleet.urls().join(",");
+    let (code, out) = redlease(
+        &[
+            "lock", "acquire", "nightly", "--owner", "cron-1", "--ttl-ms", "5000",
+        ],
+        &masters,
+    );
+    assert_eq!(code, 0, "{out}");
+    let lease = json(&out);
+    let keys: Vec<&str> = lease
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut expected = [
+        "acquired",
+        "lease_id",
+        "resource",
+        "owner",
+        "fencing_token",
+        "ttl_ms",
+        "validity_ms",
+    ];
+    expected.sort_unstable();
+    let mut sorted = keys.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, expected);
+    assert_eq!(lease["acquired"], true);
+    assert_eq!(lease["resource"], "nightly");
+    assert_eq!(lease["owner"], "cron-1");
+    assert_eq!(lease["ttl_ms"], 5000);
+    assert!(lease["fencing_token"].as_u64().unwrap() >= 1);
+    assert!(lease["validity_ms"].as_u64().unwrap() < 5000);
+    let id = lease["lease_id"].as_str().unwrap().to_string();
+
+    let (code, out) = redlease(&["lock", "acquire", "nightly"], &masters);
+    assert_eq!(
+        (code, out.as_str()),
+        (3, r#"{"acquired":false,"reason":"held"}"#)
+    );
+
+    let (code, out) = redlease(
+        &[
+            "lock", "extend", "nightly", "--lease", &id, "--ttl-ms", "8000",
+        ],
+        &masters,
+    );
+    assert_eq!(code, 0, "{out}");
+    let extended = json(&out);
+    assert_eq!(
+        (extended["extended"].clone(), extended["ttl_ms"].clone()),
+        (Value::Bool(true), Value::from(8000))
+    );
+
+    let (code, out) = redlease(&["lock", "release", "nightly", "--lease", &id], &masters);
+    assert_eq!((code, out.as_str()), (0, r#"{"released":true}"#));
+    let (code, out) = redlease(&["lock", "release", "nightly", "--lease", &id], &masters);
+    assert_eq!((code, out.as_str()), (3, r#"{"released":false}"#));
+    let (code, out) = redlease(
+        &[
+            "lock", "extend", "nightly", "--lease", &id, "--ttl-ms", "8000",
+        ],
+        &masters,
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (3, r#"{"extended":false,"reason":"lease_lost"}"#)
+    );
+    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+}
+
+/// Without a quorum, acquire answers no_quorum with exit 4.
+#[test]
+fn no_quorum_exits_4() {
+    let mut fleet = TestFleet::start(3);
+    let masters = fleet.urls().join(",");
+    fleet.servers[0].stop();
+    fleet.servers[1].stop();
+    let (code, out) = redlease(
+        &["lock", "acquire", "nightly", "--connect-timeout-ms", "200"],
+        &masters,
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (4, r#"{"acquired":false,"reason":"no_quorum"}"#)
+    );
+    assert_eq!(fleet.lock_keys(2), Vec::<String>::new());
+}
+
+/// --masters on the command line wins over REDLEASE__MASTERS.
+#[test]
+fn masters_flag_overrides_the_environment() {
+    let fleet = TestFleet::start(1);
+    let args = [
+        "lock",
+        "acquire",
+        "job",
+        "--masters",
+        &fleet.servers[0].url(),
+    ];
+    let (code, out) = redlease(&args, "redis://127.0.0.1:1");
+    assert_eq!(code, 0, "{out}");
+}
+
+/// --wait-ms keeps trying until the holder's lease expires.
+#[test]
+fn wait_ms_outlasts_a_short_lease() {
+    let fleet = TestFleet::start(3);
+    let masters = fleet.urls().join(",");
+    let (code, _) = redlease(&["lock", "acquire", "job", "--ttl-ms", "300"], &masters);
+    assert_eq!(code, 0);
+    let (code, out) = redlease(&["lock", "acquire", "job", "--wait-ms", "3000"], &masters);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// Invalid input exits 64 with nothing on stdout and nothing written.
+#[test]
+fn invalid_input_exits_64() {
+    let fleet = TestFleet::start(1);
+    let masters = fleet.urls().join(",");
+    let cases: [&[&str]; 6] = [
+        &["lock", "acquire", ""],
+        &["lock", "acquire", "job", "--ttl-ms", "0"],
+        &["lock", "acquire", "job", "--ttl-ms", "ten"],
+        &["lock", "release", "job", "--lease", "not-a-lease"],
+        &[
+            "lock",
+            "extend",
+            "job",
+            "--lease",
+            "00000000000000000000000000000000",
+        ],
+        &["lock", "acquire", "job", "--masters", "http://example"],
+    ];
+    for args in cases {
+        let (code, out) = redlease(args, &masters);
+        assert_eq!((code, out.as_str()), (64, ""), "{args:?}");
+    }
+    assert_eq!(fleet.command(0, &["DBSIZE"]).int(), 0);
+}

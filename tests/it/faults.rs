@@ -1,0 +1,165 @@
+//! The engine while masters are stopped, frozen (SIGSTOP) or restarted.
+
+use std::time::Duration;
+
+use redlease::redlock::quorum::NodeTimeoutPolicy;
+use redlease::redlock::{EngineOptions, Shortfall};
+use redlease::AcquireOutcome;
+use tokio::time::Instant;
+
+use crate::assert_eventually;
+use crate::support::TestFleet;
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn fixed_timeout(timeout: Duration) -> EngineOptions {
+    EngineOptions {
+        node_timeout: NodeTimeoutPolicy {
+            fixed: Some(timeout),
+            ..NodeTimeoutPolicy::default()
+        },
+        ..EngineOptions::default()
+    }
+}
+
+/// With 2 of 5 masters stopped, the remaining 3 still grant, and release cleans them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stopped_masters_of_five_still_grant() {
+    let mut fleet = TestFleet::start(5);
+    let engine = fleet.engine().await;
+    fleet.servers[0].stop();
+    fleet.servers[1].stop();
+    let outcome = engine.acquire("job", "a", TTL).await.unwrap();
+    let lease = outcome.lease().expect("3 of 5 masters are a quorum");
+    assert!(engine.release("job", lease.id).await.unwrap().released());
+    assert_eq!(fleet.lock_keys_on(&[2, 3, 4]), Vec::<String>::new());
+}
+
+/// With 3 of 5 masters stopped there is no quorum, and the live masters keep nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_stopped_masters_of_five_mean_no_quorum_and_nothing_left() {
+    let mut fleet = TestFleet::start(5);
+    let engine = fleet.engine().await;
+    for i in 0..3 {
+        fleet.servers[i].stop();
+    }
+    let outcome = engine.acquire("job", "a", TTL).await.unwrap();
+    let AcquireOutcome::NoQuorum(refusal) = outcome else {
+        panic!("granted without a quorum: {outcome:?}");
+    };
+    assert_eq!(refusal.cause, Shortfall::TooFewAnswers);
+    assert_eq!(fleet.lock_keys_on(&[3, 4]), Vec::<String>::new());
+}
+
+/// A frozen master does not hold up a grant the others can give: the engine returns at
+/// quorum, long before that master's (here deliberately long) timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_does_not_delay_a_quorum_grant() {
+    let mut fleet = TestFleet::start(3);
+    let engine = fleet
+        .engine_with(fixed_timeout(Duration::from_secs(5)))
+        .await;
+    engine.all_up().await;
+    fleet.servers[0].pause();
+    let start = Instant::now();
+    let outcome = engine.acquire("job", "a", TTL).await.unwrap();
+    let elapsed = start.elapsed();
+    assert!(outcome.lease().is_some(), "{outcome:?}");
+    assert!(
+        elapsed < Duration::from_secs(2),
+        "waited {elapsed:?} for a frozen master"
+    );
+    fleet.servers[0].resume();
+}
+
+/// When the quorum needs frozen masters, the acquisition ends at the per-node timeout with
+/// no quorum — it is never stalled by them — and their late writes are released once they wake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_masters_cost_at_most_the_node_timeout() {
+    let mut fleet = TestFleet::start(3);
+    let timeout = Duration::from_millis(300);
+    let engine = fleet.engine_with(fixed_timeout(timeout)).await;
+    engine.all_up().await;
+    fleet.servers[0].pause();
+    fleet.servers[1].pause();
+    let start = Instant::now();
+    let outcome = engine.acquire("job", "a", TTL).await.unwrap();
+    let elapsed = start.elapsed();
+    assert!(
+        matches!(outcome, AcquireOutcome::NoQuorum(_)),
+        "{outcome:?}"
+    );
+    assert!(
+        elapsed >= timeout,
+        "gave up before the timeout: {elapsed:?}"
+    );
+    assert!(
+        elapsed < timeout * 4,
+        "stalled past the node timeout: {elapsed:?}"
+    );
+    assert_eq!(fleet.lock_keys(2), Vec::<String>::new());
+
+    fleet.servers[0].resume();
+    fleet.servers[1].resume();
+    let all = [0, 1, 2];
+    assert_eventually!(
+        fleet.lock_keys_on(&all).is_empty(),
+        5,
+        "late writes were not released"
+    );
+}
+
+/// A master restarted with empty memory rejoins; tokens keep increasing across it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_master_rejoins_and_tokens_keep_increasing() {
+    let mut fleet = TestFleet::start(3);
+    let engine = fleet.engine().await;
+    let mut last = 0;
+    for round in 0..6 {
+        fleet.servers[round % 3].restart();
+        engine.all_up().await;
+        let outcome = engine
+            .acquire_with_wait("job", "a", TTL, Duration::from_secs(5))
+            .await;
+        let lease = outcome
+            .unwrap()
+            .lease()
+            .cloned()
+            .expect("granted after restart");
+        assert!(
+            lease.fencing_token > last,
+            "token went from {last} to {}",
+            lease.fencing_token
+        );
+        last = lease.fencing_token;
+        engine.release("job", lease.id).await.unwrap();
+    }
+}
+
+/// A blocking acquisition is granted once the holder lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_acquisition_waits_for_the_holder() {
+    let fleet = TestFleet::start(3);
+    let engine = std::sync::Arc::new(fleet.engine().await);
+    let held = engine
+        .acquire("job", "a", TTL)
+        .await
+        .unwrap()
+        .lease()
+        .cloned()
+        .unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine
+                .acquire_with_wait("job", "b", TTL, Duration::from_secs(5))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    engine.release("job", held.id).await.unwrap();
+    let outcome = waiter.await.unwrap().unwrap();
+    let lease = outcome.lease().expect("granted after release");
+    assert_eq!(lease.owner, "b");
+    assert!(lease.fencing_token > held.fencing_token);
+}

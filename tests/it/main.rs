@@ -1,0 +1,9 @@
+//! Integration tests against real redis-server processes (no mocks), on loopback only.
+
+mod support;
+
+mod cli;
+mod engine;
+mod faults;
+mod fencing;
+mod scripts;

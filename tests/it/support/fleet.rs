@@ -1,0 +1,107 @@
+//! A fleet of real masters for one test, with an engine on it and inspection helpers.
+//! When a test panics, every master's log is printed next to the panic.
+
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlease::fleet::ProbeGuard;
+use redlease::redlock::EngineOptions;
+use redlease::{Fleet, FleetOptions, Redlock};
+
+use super::resp;
+use super::RedisServer;
+
+pub struct TestFleet {
+    pub servers: Vec<RedisServer>,
+}
+
+impl TestFleet {
+    /// Starts `n` masters.
+    pub fn start(n: usize) -> Self {
+        Self {
+            servers: (0..n).map(|_| RedisServer::start()).collect(),
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// An engine with default options, connected to every master.
+    pub async fn engine(&self) -> TestEngine {
+        self.engine_with(EngineOptions::default()).await
+    }
+
+    /// An engine whose fleet PINGs every master every 50 ms (so breakers close promptly).
+    pub async fn engine_with(&self, options: EngineOptions) -> TestEngine {
+        let fleet = Fleet::connect(&self.urls(), &FleetOptions::default())
+            .await
+            .unwrap();
+        let fleet = Arc::new(fleet);
+        let probe = fleet.spawn_probe(Duration::from_millis(50));
+        TestEngine {
+            engine: Redlock::new(fleet, options),
+            _probe: probe,
+        }
+    }
+
+    /// Every `redlease:` lock or shadow key on master `i`.
+    pub fn lock_keys(&self, i: usize) -> Vec<String> {
+        let port = self.servers[i].port();
+        let mut keys = resp::command(port, &["KEYS", "redlease:lock:*"]).strings();
+        keys.extend(resp::command(port, &["KEYS", "redlease:shadow:*"]).strings());
+        keys
+    }
+
+    /// Lock and shadow keys on every running master listed in `live`.
+    pub fn lock_keys_on(&self, live: &[usize]) -> Vec<String> {
+        live.iter().flat_map(|&i| self.lock_keys(i)).collect()
+    }
+
+    /// Runs one command on master `i`.
+    pub fn command(&self, i: usize, args: &[&str]) -> resp::Resp {
+        resp::command(self.servers[i].port(), args)
+    }
+
+    pub fn fence(&self, i: usize) -> u64 {
+        let value = self.command(i, &["GET", "redlease:fence"]).bulk();
+        value.map_or(0, |v| v.parse().unwrap())
+    }
+}
+
+/// The engine under test, with the fleet's background probe.
+pub struct TestEngine {
+    engine: Redlock,
+    _probe: ProbeGuard,
+}
+
+impl TestEngine {
+    /// Waits until every master is connected and its breaker closed.
+    pub async fn all_up(&self) {
+        let nodes = self.engine.fleet().nodes();
+        crate::assert_eventually!(nodes.iter().all(|n| n.is_up()), 10, "masters not back up");
+    }
+}
+
+impl Deref for TestEngine {
+    type Target = Redlock;
+
+    fn deref(&self) -> &Redlock {
+        &self.engine
+    }
+}
+
+impl Drop for TestFleet {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (i, server) in self.servers.iter().enumerate() {
+                eprintln!(
+                    "----- master {i} ({}) log -----\n{}",
+                    server.url(),
+                    server.log()
+                );
+            }
+        }
+    }
+}
