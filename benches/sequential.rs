@@ -1,0 +1,112 @@
+//! Sequential acquire+release latency against 5 local masters: the engine, and in the same run
+//! a raw-quorum baseline (SET NX PX to all 5 in parallel, wait for the 3rd reply, then a
+//! compare-and-delete script to all 5). Prints p50/p90/p99/p99.9 per path and the p50 ratio.
+//!
+//! `cargo bench --bench sequential` (CYCLES=N to change the number of measured cycles).
+
+#[path = "../tests/it/support/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::{ClientLike, Expiration, KeysInterface, SetOptions};
+use fred::types::scripts::Script;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
+use redis_server::RedisServer;
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(10);
+const WARMUP: usize = 500;
+
+const COMPARE_AND_DELETE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0"#;
+
+#[tokio::main]
+async fn main() {
+    let cycles: usize = std::env::var("CYCLES").ok().and_then(|c| c.parse().ok()).unwrap_or(5_000);
+    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let fleet = Arc::new(Fleet::connect(&urls, &FleetOptions::default()).await.unwrap());
+    let engine = Redlock::new(fleet.clone(), Default::default());
+    let clients: Vec<_> = fleet.nodes().iter().map(|n| n.client().clone()).collect();
+    let script = Script::from_lua(COMPARE_AND_DELETE);
+    for client in &clients {
+        script.load(client).await.unwrap();
+    }
+
+    let engine_samples = measure(cycles, || engine_cycle(&engine)).await;
+    let baseline_samples = measure(cycles, || baseline_cycle(&clients, &script)).await;
+    let engine_p50 = report("engine (acquire+release)", engine_samples);
+    let baseline_p50 = report("raw quorum baseline", baseline_samples);
+    println!("p50 ratio engine/baseline: {:.2}", engine_p50 / baseline_p50);
+}
+
+async fn engine_cycle(engine: &Redlock) {
+    let outcome = engine.acquire("bench", "bench", TTL).await.unwrap();
+    let lease = outcome.lease().expect("uncontended acquire");
+    engine.release("bench", lease.id).await.unwrap();
+}
+
+async fn baseline_cycle(clients: &[fred::clients::Client], script: &Script) {
+    let value = LeaseId::random().to_string();
+    let mut sets: FuturesUnordered<_> = clients
+        .iter()
+        .map(|c| {
+            let expiry = Some(Expiration::PX(TTL.as_millis() as i64));
+            c.set::<Option<String>, _, _>("baseline", value.as_str(), expiry, Some(SetOptions::NX), false)
+        })
+        .collect();
+    let mut granted = 0;
+    while let Some(reply) = sets.next().await {
+        granted += usize::from(matches!(reply, Ok(Some(_))));
+        if granted == 3 {
+            break;
+        }
+    }
+    assert_eq!(granted, 3, "baseline lost its quorum");
+    let releases = clients
+        .iter()
+        .map(|c| script.evalsha_with_reload::<i64, _, _>(c, "baseline", value.as_str()));
+    futures_util::future::join_all(releases).await;
+    drop(sets);
+}
+
+async fn measure<F, Fut>(cycles: usize, mut cycle: F) -> Vec<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for _ in 0..WARMUP {
+        cycle().await;
+    }
+    let mut samples = Vec::with_capacity(cycles);
+    for _ in 0..cycles {
+        let start = Instant::now();
+        cycle().await;
+        samples.push(start.elapsed());
+    }
+    samples
+}
+
+/// Prints the percentiles; returns p50 in microseconds.
+fn report(name: &str, mut samples: Vec<Duration>) -> f64 {
+    samples.sort_unstable();
+    let at = |q: f64| {
+        let index = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
+        samples[index].as_secs_f64() * 1e6
+    };
+    println!(
+        "{name:<26} n={:<6} p50={:>7.1}us p90={:>7.1}us p99={:>7.1}us p99.9={:>7.1}us max={:>8.1}us",
+        samples.len(),
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(0.999),
+        at(1.0)
+    );
+    at(0.5)
+}
