@@ -8,14 +8,13 @@
 #[allow(dead_code)]
 mod redis_server;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::{ClientLike, Expiration, KeysInterface, SetOptions};
 use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
 use redis_server::RedisServer;
+use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -27,10 +26,15 @@ return 0"#;
 
 #[tokio::main]
 async fn main() {
-    let cycles: usize = std::env::var("CYCLES").ok().and_then(|c| c.parse().ok()).unwrap_or(5_000);
+    let cycles: usize = std::env::var("CYCLES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(5_000);
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let fleet = Arc::new(Fleet::connect(&urls, &FleetOptions::default()).await.unwrap());
+    let fleet = Fleet::connect(&urls, &FleetOptions::default())
+        .await
+        .unwrap();
     let engine = Redlock::new(fleet.clone(), Default::default());
     let clients: Vec<_> = fleet.nodes().iter().map(|n| n.client().clone()).collect();
     let script = Script::from_lua(COMPARE_AND_DELETE);
@@ -42,7 +46,10 @@ async fn main() {
     let baseline_samples = measure(cycles, || baseline_cycle(&clients, &script)).await;
     let engine_p50 = report("engine (acquire+release)", engine_samples);
     let baseline_p50 = report("raw quorum baseline", baseline_samples);
-    println!("p50 ratio engine/baseline: {:.2}", engine_p50 / baseline_p50);
+    println!(
+        "p50 ratio engine/baseline: {:.2}",
+        engine_p50 / baseline_p50
+    );
 }
 
 async fn engine_cycle(engine: &Redlock) {
@@ -57,7 +64,13 @@ async fn baseline_cycle(clients: &[fred::clients::Client], script: &Script) {
         .iter()
         .map(|c| {
             let expiry = Some(Expiration::PX(TTL.as_millis() as i64));
-            c.set::<Option<String>, _, _>("baseline", value.as_str(), expiry, Some(SetOptions::NX), false)
+            c.set::<Option<String>, _, _>(
+                "baseline",
+                value.as_str(),
+                expiry,
+                Some(SetOptions::NX),
+                false,
+            )
         })
         .collect();
     let mut granted = 0;

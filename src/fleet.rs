@@ -1,34 +1,43 @@
-//! The N independent Redis masters: connecting them in parallel and reading their health.
+//! The N independent Redis masters: connecting them in parallel, preparing each before it
+//! takes lock writes (scripts, restart quarantine, fence sync: [`membership`]), and reading
+//! their health.
 //!
 //! Each master gets its own fred client with `max_command_attempts = 1` (a lock write is never
 //! re-sent after a reconnect) and `fail_fast = false` (a master that is down at start-up is
 //! reconnected in the background while the others serve).
 
 pub mod health;
+mod membership;
 pub mod node;
+pub mod quarantine;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config, EventInterface, ReconnectPolicy, TcpConfig};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::keys::Keyspace;
 use crate::redlock::quorum::quorum_of;
 use crate::rtt::{RttWindow, DEFAULT_RTT_WINDOW};
 use crate::Error;
 pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_PROBE_INTERVAL};
 pub use node::{Admission, CallError, Node};
+pub use quarantine::DEFAULT_QUARANTINE;
 
+/// How long start-up waits for each master's first connection and preparation.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a long-running fleet PINGs every master.
 pub const DEFAULT_PROBE_PERIOD: Duration = Duration::from_millis(500);
-/// How long start-up waits for each master's first connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Upper bound fred puts on any command (our per-node timeouts are far shorter).
 const CLIENT_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Settings of the fleet connections.
+/// Settings of the fleet.
 #[derive(Clone, Debug)]
 pub struct FleetOptions {
+    /// Names of every key redlease writes.
+    pub keyspace: Keyspace,
     /// How long `connect` waits for each master before going on without it.
     pub connect_timeout: Duration,
     /// Consecutive failures that open a master's breaker.
@@ -37,15 +46,20 @@ pub struct FleetOptions {
     pub probe_interval: Duration,
     /// Length of the RTT window each master keeps.
     pub rtt_window: Duration,
+    /// How long a restarted master takes no votes, counted from its restart. Must be at least
+    /// the longest lease a key can carry (max TTL, and max shadow TTL once shadows are used).
+    pub quarantine: Duration,
 }
 
 impl Default for FleetOptions {
     fn default() -> Self {
         Self {
+            keyspace: Keyspace::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
             probe_interval: DEFAULT_PROBE_INTERVAL,
             rtt_window: DEFAULT_RTT_WINDOW,
+            quarantine: DEFAULT_QUARANTINE,
         }
     }
 }
@@ -53,51 +67,47 @@ impl Default for FleetOptions {
 /// The masters, in the configured order.
 pub struct Fleet {
     nodes: Vec<Arc<Node>>,
+    options: FleetOptions,
+    /// Whether the fleet was adopted before this process came (some master held the marker);
+    /// `None` until the start-up survey ran.
+    history: watch::Sender<Option<History>>,
 }
 
 // === impl Fleet ===
 
 impl Fleet {
-    /// Connects to every master in parallel, waiting at most `connect_timeout` for each.
-    /// Only an invalid URL is an error; an unreachable master keeps reconnecting by itself.
-    pub async fn connect(urls: &[String], options: &FleetOptions) -> Result<Self, Error> {
+    /// Connects to every master in parallel and prepares each, waiting at most
+    /// `connect_timeout` for each. Only an invalid URL is an error; an unreachable master keeps
+    /// reconnecting by itself and is prepared when it comes.
+    pub async fn connect(urls: &[String], options: &FleetOptions) -> Result<Arc<Self>, Error> {
         if urls.is_empty() {
             return Err(Error::NoMasters);
         }
         let now = Instant::now();
+        let (prepare_tx, prepare_rx) = mpsc::unbounded_channel();
         let mut nodes = Vec::with_capacity(urls.len());
         for (index, url) in urls.iter().enumerate() {
             let client = build_client(url, options)?;
             let rtt = RttWindow::new(options.rtt_window, now);
             let breaker = Breaker::new(options.breaker_threshold, options.probe_interval);
+            let url = mask_credentials(url);
             nodes.push(Node::new(
                 index,
-                mask_credentials(url),
+                url,
                 client,
-                rtt,
-                breaker,
+                (rtt, breaker),
+                prepare_tx.clone(),
             ));
         }
-        let waits = nodes.iter().map(|node| {
-            reload_scripts_on_reconnect(node);
-            node.client().connect();
-            tokio::time::timeout(options.connect_timeout, node.client().wait_for_connect())
+        let fleet = Arc::new(Self {
+            nodes,
+            options: options.clone(),
+            history: watch::channel(None).0,
         });
-        for (node, result) in nodes
-            .iter()
-            .zip(futures_util::future::join_all(waits).await)
-        {
-            if !matches!(result, Ok(Ok(()))) {
-                tracing::warn!(
-                    node = node.index(),
-                    url = node.url(),
-                    "master not reachable at start-up; reconnecting in the background"
-                );
-            }
-        }
-        let fleet = Self { nodes };
-        let loaded = fleet.load_scripts(options.connect_timeout).await;
-        tracing::debug!(loaded, masters = fleet.len(), "scripts loaded");
+        tokio::spawn(membership::supervise(Arc::downgrade(&fleet), prepare_rx));
+        fleet.connect_all().await;
+        fleet.survey().await;
+        fleet.wait_until_prepared().await;
         Ok(fleet)
     }
 
@@ -111,6 +121,14 @@ impl Fleet {
 
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
+    }
+
+    pub fn options(&self) -> &FleetOptions {
+        &self.options
+    }
+
+    pub fn keyspace(&self) -> &Keyspace {
+        &self.options.keyspace
     }
 
     /// Votes needed for a grant: ⌊N/2⌋+1.
@@ -130,26 +148,20 @@ impl Fleet {
         p99s.get(self.quorum() - 1).copied()
     }
 
-    /// Loads every script on every connected master in parallel; returns how many took them.
-    pub async fn load_scripts(&self, timeout: Duration) -> usize {
-        let connected = self.nodes.iter().filter(|n| n.client().is_connected());
-        let loads = connected.map(|n| n.load_scripts(timeout));
-        let loaded = futures_util::future::join_all(loads).await;
-        loaded.into_iter().filter(|ok| *ok).count()
-    }
-
-    /// PINGs every master every `interval` in the background, so RTT windows stay fresh and a
-    /// master whose breaker opened is let back in as soon as it answers again. The probe stops
-    /// when the returned guard is dropped.
+    /// PINGs every master every `interval` in the background, so RTT windows stay fresh, an
+    /// open breaker closes as soon as its master answers again, and a master whose
+    /// preparation failed is prepared again. Stops when the returned guard is dropped.
     pub fn spawn_probe(self: &Arc<Self>, interval: Duration) -> ProbeGuard {
-        let fleet = Arc::clone(self);
+        let fleet = Arc::downgrade(self);
         let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
+                let Some(fleet) = fleet.upgrade() else { return };
                 let pings = fleet.nodes.iter().map(|node| node.ping(interval));
                 futures_util::future::join_all(pings).await;
+                fleet.nodes.iter().for_each(|node| node.prepare_if_needed());
             }
         });
         ProbeGuard(task)
@@ -163,27 +175,101 @@ impl Fleet {
             .map(|n| tokio::time::timeout(timeout, n.client().quit()));
         futures_util::future::join_all(quits).await;
     }
-}
 
-/// A restarted master comes back with an empty script cache: load the scripts on every
-/// (re)connection, before lock writes are let through again.
-fn reload_scripts_on_reconnect(node: &Arc<Node>) {
-    let weak = Arc::downgrade(node);
-    node.client().on_reconnect(move |_server| {
-        let weak = weak.clone();
-        async move {
-            if let Some(node) = weak.upgrade() {
-                let loaded = node.load_scripts(node::SCRIPT_LOAD_TIMEOUT).await;
-                tracing::info!(
+    /// Whether the fleet had been adopted before this process came, for a master met for the
+    /// first time. Waits for the start-up survey; when that was inconclusive (fewer than a
+    /// quorum answered), asks the other masters now.
+    pub(crate) async fn was_marked(&self, newcomer: &Node) -> bool {
+        let mut history = self.history.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we wait on it.
+        let survey = history.wait_for(Option::is_some).await.map(|h| *h);
+        match survey {
+            Ok(Some(History::Marked)) => true,
+            Ok(Some(History::Fresh)) => false,
+            _ => self.others_hold_marker(newcomer).await,
+        }
+    }
+
+    async fn others_hold_marker(&self, newcomer: &Node) -> bool {
+        let marker = self.keyspace().marker();
+        let others = self.nodes.iter().filter(|n| n.index() != newcomer.index());
+        let checks = others.map(|n| n.identify(&marker, self.options.connect_timeout));
+        let answers = futures_util::future::join_all(checks).await;
+        answers
+            .into_iter()
+            .flatten()
+            .any(|(_, has_marker)| has_marker)
+    }
+
+    async fn connect_all(&self) {
+        let waits = self.nodes.iter().map(|node| {
+            prepare_on_every_connection(node);
+            node.client().connect();
+            let timeout = self.options.connect_timeout;
+            tokio::time::timeout(timeout, node.client().wait_for_connect())
+        });
+        let results = futures_util::future::join_all(waits).await;
+        for (node, result) in self.nodes.iter().zip(results) {
+            if !matches!(result, Ok(Ok(()))) {
+                tracing::warn!(
                     node = node.index(),
                     url = node.url(),
-                    loaded,
-                    "master (re)connected"
+                    "master not reachable at start-up; reconnecting in the background"
                 );
             }
-            Ok(())
         }
-    });
+    }
+
+    /// Finds out whether this fleet was adopted before (some master holds the marker). "Fresh"
+    /// needs a quorum of answers; then every master that answered gets the marker, so later
+    /// processes see a marked fleet.
+    async fn survey(&self) {
+        let marker = self.keyspace().marker();
+        let timeout = self.options.connect_timeout;
+        let connected: Vec<&Arc<Node>> = self
+            .nodes
+            .iter()
+            .filter(|n| n.client().is_connected())
+            .collect();
+        let checks = connected.iter().map(|n| n.identify(&marker, timeout));
+        let answers = futures_util::future::join_all(checks).await;
+        let answered = answers.iter().flatten().count();
+        let history = if answers.iter().flatten().any(|(_, has_marker)| *has_marker) {
+            History::Marked
+        } else if answered >= self.quorum() {
+            let adopt = connected.iter().map(|n| n.set_flag(&marker, timeout));
+            futures_util::future::join_all(adopt).await;
+            tracing::info!(masters = answered, "fresh fleet adopted");
+            History::Fresh
+        } else {
+            History::Unknown
+        };
+        self.history.send_replace(Some(history));
+    }
+
+    async fn wait_until_prepared(&self) {
+        let deadline = Instant::now() + self.options.connect_timeout;
+        let connected: Vec<&Arc<Node>> = self
+            .nodes
+            .iter()
+            .filter(|n| n.client().is_connected())
+            .collect();
+        let settled = |n: &&Arc<Node>| n.is_up() || n.is_quarantined(Instant::now());
+        while Instant::now() < deadline && !connected.iter().all(settled) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// What the start-up survey found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum History {
+    /// Some master held the marker: the fleet has lock history.
+    Marked,
+    /// A quorum answered and none held the marker: no history; adopted now.
+    Fresh,
+    /// Too few masters answered to tell.
+    Unknown,
 }
 
 /// Stops the fleet's background PINGs when dropped.
@@ -193,6 +279,18 @@ impl Drop for ProbeGuard {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// fred reports the first connection and every reconnection; each one may be a restarted
+/// master (empty script cache, lost locks), so it is prepared again before taking writes.
+fn prepare_on_every_connection(node: &Arc<Node>) {
+    let weak = Arc::downgrade(node);
+    node.client().on_reconnect(move |_server| {
+        if let Some(node) = weak.upgrade() {
+            node.set_ready_false_and_prepare();
+        }
+        async { Ok(()) }
+    });
 }
 
 fn build_client(url: &str, options: &FleetOptions) -> Result<fred::clients::Client, Error> {

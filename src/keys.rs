@@ -55,6 +55,12 @@ impl Keyspace {
     pub fn fence(&self) -> String {
         format!("{}fence", self.prefix)
     }
+
+    /// `<prefix>fleet`: set (no TTL) on every master adopted into the fleet; a master that
+    /// lacks it while others have it has lost its memory (restart quarantine).
+    pub fn marker(&self) -> String {
+        format!("{}fleet", self.prefix)
+    }
 }
 
 impl Default for Keyspace {

@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 use self::fanout::{spawn_each, Reply};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
 use crate::fleet::{Admission, CallError, Fleet, Node};
-use crate::keys::{validate_owner, validate_resource, Keyspace, ResourceKeys};
+use crate::keys::{validate_owner, validate_resource, ResourceKeys};
 use crate::scripts::{AcquireReply, ExtendReply, SCRIPTS};
 use crate::{fencing, Error, LeaseId};
 pub use lease::{
@@ -38,7 +38,6 @@ pub const DEFAULT_RETRY_DELAY_MAX: Duration = Duration::from_millis(100);
 /// Settings of the engine.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
-    pub keyspace: Keyspace,
     pub drift: DriftPolicy,
     /// A grant or renewal must leave more validity than this.
     pub min_validity: Duration,
@@ -52,7 +51,6 @@ pub struct EngineOptions {
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
-            keyspace: Keyspace::default(),
             drift: DriftPolicy::default(),
             min_validity: quorum::DEFAULT_MIN_VALIDITY,
             min_ttl: DEFAULT_MIN_TTL,
@@ -100,6 +98,9 @@ pub struct Redlock {
 
 impl Redlock {
     pub fn new(fleet: Arc<Fleet>, options: EngineOptions) -> Self {
+        if options.max_ttl > fleet.options().quarantine {
+            tracing::warn!(max_ttl_ms = options.max_ttl.as_millis() as u64, quarantine_ms = fleet.options().quarantine.as_millis() as u64, "max TTL exceeds the restart quarantine: a restarted master may vote while a lease it forgot still stands");
+        }
         let tasks = TaskTracker::new();
         Self {
             fleet,
@@ -146,7 +147,7 @@ impl Redlock {
         validate_owner(owner)?;
         self.check_ttl(ttl)?;
         let id = LeaseId::random();
-        let keys = self.options.keyspace.resource(resource);
+        let keys = self.fleet.keyspace().resource(resource);
         let start = Instant::now();
         let timeout = self.node_timeout(ttl, start);
         let (decision, decided) = watch::channel(Decision::Pending);
@@ -231,7 +232,7 @@ impl Redlock {
     ) -> Result<ExtendOutcome, Error> {
         validate_resource(resource)?;
         self.check_ttl(ttl)?;
-        let keys = self.options.keyspace.resource(resource);
+        let keys = self.fleet.keyspace().resource(resource);
         let start = Instant::now();
         let timeout = self.node_timeout(ttl, start);
         let call = extend_call(&keys, id, ttl);
@@ -247,7 +248,7 @@ impl Redlock {
     #[tracing::instrument(skip(self), fields(lease = %id))]
     pub async fn release(&self, resource: &str, id: LeaseId) -> Result<ReleaseOutcome, Error> {
         validate_resource(resource)?;
-        let keys = self.options.keyspace.resource(resource);
+        let keys = self.fleet.keyspace().resource(resource);
         let now = Instant::now();
         let timeout = self.node_timeout(self.options.max_ttl, now);
         let call = release_call(&keys, id);
@@ -352,7 +353,7 @@ impl Redlock {
             return 0;
         }
         let call = ScriptCall {
-            keys: vec![Key::from(self.options.keyspace.fence())],
+            keys: vec![Key::from(self.fleet.keyspace().fence())],
             args: vec![Value::from(plan.token.to_string())],
         };
         let nodes = plan.to_raise.iter().map(|&i| &self.fleet.nodes()[i]);

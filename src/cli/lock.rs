@@ -1,7 +1,6 @@
 //! `redlease lock acquire|extend|release`: one operation straight against the masters,
 //! answered as one JSON object on stdout.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -152,15 +151,12 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
 
 async fn connect(args: &FleetArgs) -> Result<Redlock, Error> {
     let options = FleetOptions {
+        keyspace: Keyspace::new(args.key_prefix.clone()),
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         ..FleetOptions::default()
     };
     let fleet = Fleet::connect(&args.masters, &options).await?;
-    let engine_options = EngineOptions {
-        keyspace: Keyspace::new(args.key_prefix.clone()),
-        ..EngineOptions::default()
-    };
-    Ok(Redlock::new(Arc::new(fleet), engine_options))
+    Ok(Redlock::new(fleet, EngineOptions::default()))
 }
 
 /// Closes the connections once every write and release in flight has been answered.

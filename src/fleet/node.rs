@@ -1,20 +1,20 @@
-//! One Redis master: its fred client, the per-call timeout, its RTT record and its breaker.
+//! One Redis master: its fred client, the per-call timeout, its RTT record, its breaker and
+//! whether it may take lock writes (`ready`, maintained by `membership`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, ErrorKind, LuaInterface};
+use fred::prelude::{ClientLike, ErrorKind, KeysInterface, LuaInterface};
 use fred::types::scripts::Script;
-use fred::types::{Key, Value};
+use fred::types::{CustomCommand, Key, Value};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::health::Breaker;
+use super::quarantine::{parse_info, Identity};
 use crate::rtt::RttWindow;
 use crate::scripts::SCRIPTS;
-
-/// How long a background script reload may take.
-pub const SCRIPT_LOAD_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why a call to one master produced no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -22,7 +22,7 @@ pub enum CallError {
     /// No reply within the per-node timeout. The command may still run later on the master.
     #[error("timed out")]
     Timeout,
-    /// Not sent: the connection is down or the breaker is open.
+    /// Not sent: disconnected, breaker open, quarantined or not yet prepared.
     #[error("down")]
     Down,
     /// The connection failed while the command was in flight.
@@ -33,10 +33,10 @@ pub enum CallError {
     Reply(String),
 }
 
-/// Whether a call goes out while the master looks down.
+/// Whether a call goes out while the master may not take lock writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {
-    /// Lock writes (acquire, extend, shadow): skipped while the master is down.
+    /// Lock writes (acquire, extend, shadow): only to a ready master.
     WhenUp,
     /// Releases and fence raises: always sent, so they queue behind any write still in flight.
     Always,
@@ -48,15 +48,22 @@ pub struct Node {
     /// The URL with its password masked, fit for logs and the fleet view.
     url: String,
     client: fred::clients::Client,
-    /// Every script is in this master's cache (set after each (re)connect's SCRIPT LOAD,
-    /// cleared by a NOSCRIPT). Lock writes wait for it, since they are never re-sent.
-    scripts_ready: Arc<AtomicBool>,
+    /// Scripts loaded, identity checked, quarantine over, fence synced: lock writes may go here.
+    ready: AtomicBool,
+    /// A preparation (see `membership`) is running; at most one at a time.
+    preparing: AtomicBool,
+    /// Asks the fleet's membership task to prepare this master (again).
+    prepare_tx: mpsc::UnboundedSender<usize>,
     state: Mutex<NodeState>,
 }
 
 struct NodeState {
     rtt: RttWindow,
     breaker: Breaker,
+    /// The server's `run_id` when this process last identified it.
+    run_id: Option<String>,
+    /// Set while the master must not vote before this instant and then needs a fence sync.
+    quarantine: Option<Instant>,
 }
 
 // === impl Node ===
@@ -66,16 +73,23 @@ impl Node {
         index: usize,
         url: String,
         client: fred::clients::Client,
-        rtt: RttWindow,
-        breaker: Breaker,
+        (rtt, breaker): (RttWindow, Breaker),
+        prepare_tx: mpsc::UnboundedSender<usize>,
     ) -> Arc<Self> {
-        let state = Mutex::new(NodeState { rtt, breaker });
+        let state = NodeState {
+            rtt,
+            breaker,
+            run_id: None,
+            quarantine: None,
+        };
         Arc::new(Self {
             index,
             url,
             client,
-            scripts_ready: Arc::new(AtomicBool::new(false)),
-            state,
+            ready: AtomicBool::new(false),
+            preparing: AtomicBool::new(false),
+            prepare_tx,
+            state: Mutex::new(state),
         })
     }
 
@@ -93,13 +107,19 @@ impl Node {
         &self.client
     }
 
-    /// Connected, scripts loaded, and not shunned by the breaker.
+    /// Takes lock writes: connected, prepared, not quarantined, breaker closed.
     pub fn is_up(&self) -> bool {
-        self.ready_for_writes() && !self.state().breaker.is_open()
+        self.takes_writes() && !self.state().breaker.is_open()
     }
 
-    fn ready_for_writes(&self) -> bool {
-        self.client.is_connected() && self.scripts_ready.load(Ordering::Acquire)
+    /// Restarted recently: takes no votes until its quarantine ends.
+    pub fn is_quarantined(&self, now: Instant) -> bool {
+        self.state().quarantine.is_some_and(|until| now < until)
+    }
+
+    /// The server's `run_id` as this process last identified it.
+    pub fn run_id(&self) -> Option<String> {
+        self.state().run_id.clone()
     }
 
     /// The `q`-quantile of recent round trips.
@@ -125,10 +145,120 @@ impl Node {
         self.settle(result, start)
     }
 
+    /// PINGs this master within `timeout`, feeding the RTT window and the breaker.
+    pub async fn ping(&self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        let ping = self.client.ping::<String>(None);
+        let result = tokio::time::timeout(timeout, ping).await;
+        self.settle(result.map(|r| r.map(|_pong| 0)), start).is_ok()
+    }
+
+    /// Asks for this master to be prepared unless that is already under way or done.
+    pub fn prepare_if_needed(&self) {
+        let idle = !self.preparing.load(Ordering::Acquire);
+        if idle && self.client.is_connected() && !self.ready.load(Ordering::Acquire) {
+            self.request_prepare();
+        }
+    }
+
+    /// Records a round trip measured elsewhere (a PING, a batch).
+    pub fn record_rtt(&self, rtt: Duration, now: Instant) {
+        let mut state = self.state();
+        state.rtt.record(rtt, now);
+        state.breaker.record_success();
+    }
+
+    /// A new connection may lead to a restarted master: no writes until it is prepared again.
+    pub(super) fn set_ready_false_and_prepare(&self) {
+        self.set_ready(false);
+        self.request_prepare();
+    }
+
+    pub(super) fn request_prepare(&self) {
+        let _ = self.prepare_tx.send(self.index);
+    }
+
+    /// Claims the single preparation slot; `false` when one is already running.
+    pub(super) fn begin_prepare(&self) -> bool {
+        let claimed =
+            self.preparing
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire);
+        claimed.is_ok()
+    }
+
+    pub(super) fn end_prepare(&self) {
+        self.preparing.store(false, Ordering::Release);
+    }
+
+    pub(super) fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Remembers `run_id`, returning the one seen before.
+    pub(super) fn swap_run_id(&self, run_id: String) -> Option<String> {
+        self.state().run_id.replace(run_id)
+    }
+
+    pub(super) fn quarantine(&self) -> Option<Instant> {
+        self.state().quarantine
+    }
+
+    pub(super) fn set_quarantine(&self, until: Option<Instant>) {
+        self.state().quarantine = until;
+    }
+
+    /// Loads every script into this master's cache; `false` when it did not answer in time.
+    pub(super) async fn load_scripts(&self, timeout: Duration) -> bool {
+        let load = async {
+            for script in SCRIPTS.all() {
+                script.load(&self.client).await?;
+            }
+            Ok::<_, fred::error::Error>(())
+        };
+        matches!(tokio::time::timeout(timeout, load).await, Ok(Ok(())))
+    }
+
+    /// `INFO server` and whether `marker` exists, within `timeout`.
+    pub(super) async fn identify(
+        &self,
+        marker: &str,
+        timeout: Duration,
+    ) -> Option<(Identity, bool)> {
+        let query = async {
+            let info_cmd = CustomCommand::new_static("INFO", None, false);
+            let info: String = self.client.custom(info_cmd, vec!["server"]).await?;
+            let marked: i64 = self.client.exists(marker).await?;
+            Ok::<_, fred::error::Error>((info, marked > 0))
+        };
+        let (info, marked) = tokio::time::timeout(timeout, query).await.ok()?.ok()?;
+        Some((parse_info(&info)?, marked))
+    }
+
+    /// The value of an integer key (0 when absent), within `timeout`.
+    pub(super) async fn get_counter(&self, key: &str, timeout: Duration) -> Option<u64> {
+        let get = self.client.get::<Option<u64>, _>(key);
+        let value = tokio::time::timeout(timeout, get).await.ok()?.ok()?;
+        Some(value.unwrap_or(0))
+    }
+
+    /// Sets `key` with no expiry, within `timeout`.
+    pub(super) async fn set_flag(&self, key: &str, timeout: Duration) -> bool {
+        let set = self.client.set::<(), _, _>(key, "1", None, None, false);
+        matches!(tokio::time::timeout(timeout, set).await, Ok(Ok(())))
+    }
+
+    fn takes_writes(&self) -> bool {
+        self.client.is_connected() && self.ready.load(Ordering::Acquire)
+    }
+
+    fn admit(&self) -> bool {
+        self.takes_writes() && self.state().breaker.admit(Instant::now())
+    }
+
     /// Lock writes are sent exactly once: on NOSCRIPT (a restarted master) the write did not
     /// run, and re-sending it later could put it behind a release of the same lease. The
-    /// scripts are reloaded in the background for the next attempt. Releases and fence raises
-    /// reload and retry at once: running them late is harmless.
+    /// master is prepared again (scripts, identity, quarantine) before it takes writes.
+    /// Releases and fence raises reload and retry at once: running them late is harmless.
     async fn evalsha(
         &self,
         script: &Script,
@@ -141,40 +271,9 @@ impl Node {
         }
         let result = self.client.evalsha(script.sha1().clone(), keys, args).await;
         if matches!(&result, Err(e) if e.details().starts_with("NOSCRIPT")) {
-            self.scripts_ready.store(false, Ordering::Release);
-            let (client, ready) = (self.client.clone(), Arc::clone(&self.scripts_ready));
-            tokio::spawn(async move {
-                let loaded = load_all(&client, SCRIPT_LOAD_TIMEOUT).await;
-                ready.store(loaded, Ordering::Release);
-            });
+            self.set_ready_false_and_prepare();
         }
         result
-    }
-
-    /// Loads every script into this master's cache; `false` when it did not answer in time.
-    pub async fn load_scripts(&self, timeout: Duration) -> bool {
-        let loaded = load_all(&self.client, timeout).await;
-        self.scripts_ready.store(loaded, Ordering::Release);
-        loaded
-    }
-
-    /// PINGs this master within `timeout`, feeding the RTT window and the breaker.
-    pub async fn ping(&self, timeout: Duration) -> bool {
-        let start = Instant::now();
-        let ping = self.client.ping::<String>(None);
-        let result = tokio::time::timeout(timeout, ping).await;
-        self.settle(result.map(|r| r.map(|_pong| 0)), start).is_ok()
-    }
-
-    /// Records a round trip measured elsewhere (a PING, a batch).
-    pub fn record_rtt(&self, rtt: Duration, now: Instant) {
-        let mut state = self.state();
-        state.rtt.record(rtt, now);
-        state.breaker.record_success();
-    }
-
-    fn admit(&self) -> bool {
-        self.ready_for_writes() && self.state().breaker.admit(Instant::now())
     }
 
     fn settle(
@@ -204,22 +303,12 @@ impl Node {
     }
 
     fn state(&self) -> MutexGuard<'_, NodeState> {
-        // A panic while holding this lock cannot leave the RTT window or the breaker
-        // half-updated in a way that matters, so a poisoned lock is used as it is.
+        // A panic while holding this lock cannot leave the RTT window, the breaker or the
+        // membership fields half-updated in a way that matters, so a poisoned lock is used.
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-}
-
-async fn load_all(client: &fred::clients::Client, timeout: Duration) -> bool {
-    let load = async {
-        for script in SCRIPTS.all() {
-            script.load(client).await?;
-        }
-        Ok::<_, fred::error::Error>(())
-    };
-    matches!(tokio::time::timeout(timeout, load).await, Ok(Ok(())))
 }
 
 fn is_connection_error(error: &fred::error::Error) -> bool {

@@ -8,9 +8,19 @@ use redlease::AcquireOutcome;
 use tokio::time::Instant;
 
 use crate::assert_eventually;
+use crate::support::fleet::QUARANTINE;
 use crate::support::TestFleet;
 
 const TTL: Duration = Duration::from_secs(10);
+/// Leases that fit in the test fleets' restart quarantine.
+const SHORT_TTL: Duration = Duration::from_millis(800);
+
+fn short_leases() -> EngineOptions {
+    EngineOptions {
+        max_ttl: QUARANTINE,
+        ..EngineOptions::default()
+    }
+}
 
 fn fixed_timeout(timeout: Duration) -> EngineOptions {
     EngineOptions {
@@ -109,17 +119,17 @@ async fn frozen_masters_cost_at_most_the_node_timeout() {
     );
 }
 
-/// A master restarted with empty memory rejoins; tokens keep increasing across it.
+/// Masters restarted with empty memory, one after another, are quarantined and rejoin with
+/// their fence raised; tokens keep increasing across every restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_master_rejoins_and_tokens_keep_increasing() {
+async fn restarted_masters_rejoin_and_tokens_keep_increasing() {
     let mut fleet = TestFleet::start(3);
-    let engine = fleet.engine().await;
+    let engine = fleet.engine_with(short_leases()).await;
     let mut last = 0;
     for round in 0..6 {
         fleet.servers[round % 3].restart();
-        engine.all_up().await;
         let outcome = engine
-            .acquire_with_wait("job", "a", TTL, Duration::from_secs(5))
+            .acquire_with_wait("job", "a", SHORT_TTL, Duration::from_secs(5))
             .await;
         let lease = outcome
             .unwrap()
@@ -162,4 +172,54 @@ async fn a_blocking_acquisition_waits_for_the_holder() {
     let lease = outcome.lease().expect("granted after release");
     assert_eq!(lease.owner, "b");
     assert!(lease.fencing_token > held.fencing_token);
+}
+
+/// A restarted master takes no votes during its quarantine (it forgot the lock), then rejoins
+/// with its fence counter raised to the fleet's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_master_takes_no_votes_during_quarantine() {
+    let mut fleet = TestFleet::start(3);
+    let engine = fleet.engine_with(short_leases()).await;
+    let held = engine.acquire("job", "a", SHORT_TTL).await.unwrap();
+    let token = held.lease().unwrap().fencing_token;
+    fleet.servers[0].restart();
+    let node = &engine.fleet().nodes()[0];
+    assert_eventually!(
+        node.is_quarantined(Instant::now()),
+        5,
+        "restart not noticed"
+    );
+    assert!(!node.is_up());
+
+    let contender = engine.acquire("job", "b", SHORT_TTL).await.unwrap();
+    assert!(
+        matches!(contender, AcquireOutcome::Contended(_)),
+        "{contender:?}"
+    );
+    assert_eq!(
+        fleet.lock_keys(0),
+        Vec::<String>::new(),
+        "a quarantined master voted"
+    );
+
+    engine.all_up().await;
+    assert!(!node.is_quarantined(Instant::now()));
+    assert!(fleet.fence(0) >= token, "rejoined without its fence raised");
+}
+
+/// A process that first meets a master lacking the fleet marker, while the others have it,
+/// treats it as restarted `uptime` ago and quarantines it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_missing_the_fleet_marker_is_quarantined_on_first_contact() {
+    let mut fleet = TestFleet::start(3);
+    drop(fleet.engine().await);
+    fleet.servers[2].restart();
+    let engine = fleet.engine_with(short_leases()).await;
+    let node = &engine.fleet().nodes()[2];
+    let run_id = fleet.run_id(2);
+    assert_eventually!(node.run_id() == Some(run_id.clone()), 5, "never identified");
+    assert!(node.is_quarantined(Instant::now()));
+    assert!(engine.fleet().nodes()[0].is_up());
+    engine.all_up().await;
+    assert_eq!(fleet.command(2, &["EXISTS", "redlease:fleet"]).int(), 1);
 }

@@ -16,7 +16,7 @@ const CHANNEL: &str = "redlease:released:r";
 
 struct Master {
     server: RedisServer,
-    fleet: Fleet,
+    fleet: std::sync::Arc<Fleet>,
 }
 
 impl Master {
@@ -136,7 +136,12 @@ async fn acquire_rejects_malformed_arguments_without_writing() {
         let error = m.acquire(LeaseId::random(), ttl).await.unwrap_err();
         assert!(error.contains("ttl"), "{ttl}: {error}");
     }
-    assert_eq!(m.cmd(&["DBSIZE"]).int(), 0);
+    let keys = m.cmd(&["KEYS", "*"]).strings();
+    assert_eq!(
+        keys,
+        ["redlease:fleet"],
+        "only the fleet marker, no lock or fence"
+    );
 }
 
 /// raise_fence.lua only ever raises the counter, and refuses non-integers.

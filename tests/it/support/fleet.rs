@@ -2,7 +2,6 @@
 //! When a test panics, every master's log is printed next to the panic.
 
 use std::ops::Deref;
-use std::sync::Arc;
 use std::time::Duration;
 
 use redlease::fleet::ProbeGuard;
@@ -35,10 +34,15 @@ impl TestFleet {
 
     /// An engine whose fleet PINGs every master every 50 ms (so breakers close promptly).
     pub async fn engine_with(&self, options: EngineOptions) -> TestEngine {
-        let fleet = Fleet::connect(&self.urls(), &FleetOptions::default())
-            .await
-            .unwrap();
-        let fleet = Arc::new(fleet);
+        self.engine_custom(options, test_fleet_options()).await
+    }
+
+    pub async fn engine_custom(&self, options: EngineOptions, fleet: FleetOptions) -> TestEngine {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let fleet = Fleet::connect(&self.urls(), &fleet).await.unwrap();
         let probe = fleet.spawn_probe(Duration::from_millis(50));
         TestEngine {
             engine: Redlock::new(fleet, options),
@@ -59,9 +63,26 @@ impl TestFleet {
         live.iter().flat_map(|&i| self.lock_keys(i)).collect()
     }
 
+    /// Every key on master `i` except the fleet marker and the fence counter: what lock
+    /// operations may leave behind.
+    pub fn data_keys(&self, i: usize) -> Vec<String> {
+        let keys = self.command(i, &["KEYS", "*"]).strings();
+        let bookkeeping = ["redlease:fleet", "redlease:fence"];
+        keys.into_iter()
+            .filter(|k| !bookkeeping.contains(&k.as_str()))
+            .collect()
+    }
+
     /// Runs one command on master `i`.
     pub fn command(&self, i: usize, args: &[&str]) -> resp::Resp {
         resp::command(self.servers[i].port(), args)
+    }
+
+    /// The `run_id` of master `i`'s current process.
+    pub fn run_id(&self, i: usize) -> String {
+        let info = self.command(i, &["INFO", "server"]).bulk().unwrap();
+        let line = info.lines().find(|l| l.starts_with("run_id:")).unwrap();
+        line.trim_end()["run_id:".len()..].to_string()
     }
 
     pub fn fence(&self, i: usize) -> u64 {
@@ -77,7 +98,7 @@ pub struct TestEngine {
 }
 
 impl TestEngine {
-    /// Waits until every master is connected and its breaker closed.
+    /// Waits until every master takes lock writes again.
     pub async fn all_up(&self) {
         let nodes = self.engine.fleet().nodes();
         crate::assert_eventually!(nodes.iter().all(|n| n.is_up()), 10, "masters not back up");
@@ -91,6 +112,17 @@ impl Deref for TestEngine {
         &self.engine
     }
 }
+
+/// Fleet settings for tests: a restarted master is quarantined for 1 s (tests that restart
+/// masters keep their TTLs below that, as production settings must).
+pub fn test_fleet_options() -> FleetOptions {
+    FleetOptions {
+        quarantine: QUARANTINE,
+        ..FleetOptions::default()
+    }
+}
+
+pub const QUARANTINE: Duration = Duration::from_secs(1);
 
 impl Drop for TestFleet {
     fn drop(&mut self) {

@@ -1,0 +1,143 @@
+//! Preparing a master before it takes lock writes, on every (re)connection or NOSCRIPT:
+//! load the scripts, identify the server, apply restart quarantine, sync its fence counter
+//! from a quorum of the others, mark it as a fleet member.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::quarantine::{assess, Standing};
+use super::{Admission, Fleet, Node};
+use crate::redlock::quorum::quorum_of;
+use crate::scripts::SCRIPTS;
+
+/// Bound on each step of a preparation (script load, INFO, fence reads and raise).
+pub const PREPARE_STEP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Runs the preparations the masters ask for, one at a time per master. Ends with the fleet.
+pub(super) async fn supervise(fleet: Weak<Fleet>, mut requests: mpsc::UnboundedReceiver<usize>) {
+    while let Some(index) = requests.recv().await {
+        let Some(node) = fleet.upgrade().map(|f| Arc::clone(&f.nodes()[index])) else {
+            return;
+        };
+        if node.begin_prepare() {
+            let fleet = fleet.clone();
+            tokio::spawn(async move {
+                prepare(&fleet, &node).await;
+                node.end_prepare();
+            });
+        }
+    }
+}
+
+/// Leaves `node` ready, quarantined (then ready), or not ready when a step failed (the
+/// fleet's probe asks again).
+async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
+    node.set_ready(false);
+    let Some(standing) = identify(fleet, node).await else {
+        return;
+    };
+    if let Standing::Quarantined { until } = standing {
+        tracing::warn!(
+            node = node.index(),
+            url = node.url(),
+            quarantine_ms = until.saturating_duration_since(Instant::now()).as_millis() as u64,
+            "master restarted: quarantined"
+        );
+        tokio::time::sleep_until(until).await;
+    }
+    let Some(fleet) = fleet.upgrade() else {
+        return;
+    };
+    if standing != Standing::Member && !sync_fence(&fleet, node).await {
+        tracing::warn!(node = node.index(), "fence sync failed; master stays out");
+        return;
+    }
+    if !node
+        .set_flag(&fleet.keyspace().marker(), PREPARE_STEP_TIMEOUT)
+        .await
+    {
+        return;
+    }
+    node.set_quarantine(None);
+    node.set_ready(true);
+    tracing::info!(
+        node = node.index(),
+        url = node.url(),
+        "master takes lock writes"
+    );
+}
+
+/// Loads the scripts and decides the master's standing.
+async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<Standing> {
+    let fleet = fleet.upgrade()?;
+    if !node.load_scripts(PREPARE_STEP_TIMEOUT).await {
+        return None;
+    }
+    let fleet_marked = fleet.was_marked(node).await;
+    let marker = fleet.keyspace().marker();
+    let (identity, has_marker) = node.identify(&marker, PREPARE_STEP_TIMEOUT).await?;
+    let previous = node.swap_run_id(identity.run_id.clone());
+    let now = Instant::now();
+    let standing = match node.quarantine() {
+        // A retry after a failed step: the quarantine already decided still stands.
+        Some(until) if previous.as_deref() == Some(&identity.run_id) => {
+            if until > now {
+                Standing::Quarantined { until }
+            } else {
+                Standing::Rejoining
+            }
+        }
+        _ => {
+            let period = fleet.options().quarantine;
+            assess(
+                previous.as_deref(),
+                &identity,
+                has_marker,
+                fleet_marked,
+                period,
+                now,
+            )
+        }
+    };
+    if let Standing::Quarantined { until } = standing {
+        node.set_quarantine(Some(until));
+    } else if standing == Standing::Rejoining {
+        node.set_quarantine(Some(now));
+    }
+    Some(standing)
+}
+
+/// Raises the master's fence counter to the largest counter among the others. Needs answers
+/// from a quorum of the fleet among the others (all others when N ≤ 3), so the read meets
+/// every majority that could have issued the latest token.
+async fn sync_fence(fleet: &Fleet, node: &Node) -> bool {
+    let fence = fleet.keyspace().fence();
+    let others: Vec<&Arc<Node>> = fleet
+        .nodes()
+        .iter()
+        .filter(|n| n.index() != node.index())
+        .collect();
+    let needed = quorum_of(fleet.len()).min(others.len());
+    let reads = others
+        .iter()
+        .map(|n| n.get_counter(&fence, PREPARE_STEP_TIMEOUT));
+    let counters: Vec<u64> = futures_util::future::join_all(reads)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    if counters.len() < needed {
+        return false;
+    }
+    let target = counters.into_iter().max().unwrap_or(0);
+    let keys = vec![fence.as_str().into()];
+    let args = vec![target.to_string().into()];
+    let script = &SCRIPTS.raise_fence;
+    let raised = node
+        .eval(script, keys, args, PREPARE_STEP_TIMEOUT, Admission::Always)
+        .await;
+    matches!(raised, Ok(counter) if counter as u64 >= target)
+}

@@ -1,0 +1,87 @@
+//! Restart quarantine policy (pure; takes `now`): may a master that (re)connected vote?
+//!
+//! A master restarted without persistence has forgotten every lock and its fence counter.
+//! Letting it vote at once could grant a lock still held elsewhere, or a fencing token below
+//! one already issued. So a restarted master takes no votes until the longest possible lease
+//! (TTL or shadow) has passed since its restart, and its fence counter is raised to the fleet
+//! maximum before it votes again (Redlock's "delayed restart", automated).
+//!
+//! A restart is seen as a changed `run_id`, or — on first contact, when no earlier `run_id` is
+//! known — as a master lacking the fleet marker key while the fleet is marked. A fresh fleet
+//! (no marker anywhere) is adopted at once.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Default quarantine: the longest lease (30 s max TTL) times the shadow multiplier (10).
+pub const DEFAULT_QUARANTINE: Duration = Duration::from_secs(300);
+
+/// `uptime_in_seconds` is a difference of two whole-second clocks: a server 10 ms old can
+/// report 1 s. Uptimes are shortened by this much, so a restart is never dated too early.
+pub const UPTIME_RESOLUTION: Duration = Duration::from_secs(1);
+
+/// Who a master says it is (`INFO server`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub run_id: String,
+    pub uptime: Duration,
+}
+
+/// What a master may do after (re)connecting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// The same server as before, or a member of a fresh fleet: votes at once.
+    Member,
+    /// Lost its memory: no votes until `until`, then its fence is synced.
+    Quarantined { until: Instant },
+    /// Lost its memory longer than a quarantine ago: sync its fence, then vote.
+    Rejoining,
+}
+
+/// Decides the standing of a master that just (re)connected.
+///
+/// `previous_run_id` is the run id this process saw before (`None` on first contact),
+/// `has_marker` whether the master holds the fleet marker, `fleet_marked` whether the fleet
+/// has been adopted (some master holds the marker).
+pub fn assess(
+    previous_run_id: Option<&str>,
+    identity: &Identity,
+    has_marker: bool,
+    fleet_marked: bool,
+    period: Duration,
+    now: Instant,
+) -> Standing {
+    let run_id_changed = previous_run_id.is_some_and(|prev| prev != identity.run_id);
+    let forgot_marker = fleet_marked && !has_marker;
+    let lost_memory_at = if run_id_changed || (previous_run_id.is_none() && forgot_marker) {
+        let uptime = identity.uptime.saturating_sub(UPTIME_RESOLUTION);
+        now.checked_sub(uptime).unwrap_or(now)
+    } else if forgot_marker {
+        // Same process, data gone (FLUSHALL): when it happened is unknown, so count from now.
+        now
+    } else {
+        return Standing::Member;
+    };
+    let until = lost_memory_at + period;
+    if until > now {
+        Standing::Quarantined { until }
+    } else {
+        Standing::Rejoining
+    }
+}
+
+/// Reads `run_id` and `uptime_in_seconds` from an `INFO server` reply.
+pub fn parse_info(info: &str) -> Option<Identity> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
+    };
+    Some(Identity {
+        run_id: field("run_id")?.to_string(),
+        uptime: Duration::from_secs(field("uptime_in_seconds")?.parse().ok()?),
+    })
+}
+
+#[cfg(test)]
+mod tests;
