@@ -10,7 +10,7 @@ mod redis_server;
 
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, Expiration, KeysInterface, SetOptions};
+use fred::prelude::{Expiration, KeysInterface, SetOptions};
 use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis_server::RedisServer;

@@ -14,6 +14,29 @@
 //! - [`fencing`]: fencing-token computation and the raise plan.
 //! - [`cli`]: the `redlease` command line (the binary in `main.rs` only calls it).
 //!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redlease::{AcquireOutcome, EngineOptions, Fleet, FleetOptions, Redlock};
+//!
+//! async fn close_the_books(masters: &[String]) -> Result<(), redlease::Error> {
+//!     let fleet = Fleet::connect(masters, &FleetOptions::default()).await?;
+//!     let _probe = fleet.spawn_probe(Duration::from_millis(500)); // RTT, breakers, rejoins
+//!     let engine = Redlock::new(fleet, EngineOptions::default());
+//!     match engine.acquire("nightly-billing", "worker-7", Duration::from_secs(10)).await? {
+//!         AcquireOutcome::Acquired(lease) => {
+//!             // act only while lease.is_valid(now); pass lease.fencing_token along
+//!             engine.release(&lease.resource, lease.id).await?;
+//!         }
+//!         AcquireOutcome::Contended(_) => { /* held by someone else */ }
+//!         AcquireOutcome::NoQuorum(refusal) => { /* refusal.votes says what each master did */ }
+//!     }
+//!     engine.settle(Duration::from_secs(2)).await; // before exiting: let in-flight releases finish
+//!     Ok(())
+//! }
+//! ```
+//!
 //! Expected outcomes ("held by someone else", "no quorum") are values
 //! ([`redlock::AcquireOutcome`]); `Err` means bad input or broken infrastructure.
 #![forbid(unsafe_code)]
