@@ -253,17 +253,7 @@ impl Redlock {
         let timeout = self.node_timeout(self.options.max_ttl, now);
         let call = release_call(&keys, id);
         let awaited: Vec<bool> = self.fleet.nodes().iter().map(|n| n.is_up()).collect();
-        let mut replies = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
-            let script = &SCRIPTS.release;
-            eval_on(
-                node,
-                script,
-                call.clone(),
-                timeout,
-                Admission::Always,
-                reply,
-            )
-        });
+        let mut replies = self.send_ungated(self.fleet.nodes(), &SCRIPTS.release, call, timeout);
         let mut outcome = ReleaseOutcome {
             deleted_on: 0,
             answered: 0,
@@ -280,6 +270,20 @@ impl Redlock {
             }
         }
         Ok(outcome)
+    }
+
+    /// Sends `call` to `nodes`, down or not (releases and fence raises: running them late is
+    /// harmless, and a release must follow any write still queued on that connection).
+    fn send_ungated<'a>(
+        &self,
+        nodes: impl IntoIterator<Item = &'a Arc<Node>>,
+        script: &'static Script,
+        call: ScriptCall,
+        timeout: Duration,
+    ) -> mpsc::UnboundedReceiver<(usize, Result<i64, CallError>)> {
+        spawn_each(&self.tasks, nodes, |node, reply| {
+            eval_on(node, script, call.clone(), timeout, reply)
+        })
     }
 
     fn check_ttl(&self, ttl: Duration) -> Result<(), Error> {
@@ -357,17 +361,7 @@ impl Redlock {
             args: vec![Value::from(plan.token.to_string())],
         };
         let nodes = plan.to_raise.iter().map(|&i| &self.fleet.nodes()[i]);
-        let mut replies = spawn_each(&self.tasks, nodes, |node, reply| {
-            let script = &SCRIPTS.raise_fence;
-            eval_on(
-                node,
-                script,
-                call.clone(),
-                timeout,
-                Admission::Always,
-                reply,
-            )
-        });
+        let mut replies = self.send_ungated(nodes, &SCRIPTS.raise_fence, call, timeout);
         let mut raised = 0;
         while let Some((_, result)) = replies.recv().await {
             raised += usize::from(matches!(result, Ok(counter) if counter as u64 >= plan.token));
@@ -579,11 +573,10 @@ async fn eval_on(
     script: &'static Script,
     call: ScriptCall,
     timeout: Duration,
-    admission: Admission,
     reply: Reply<Result<i64, CallError>>,
 ) {
     let result = node
-        .eval(script, call.keys, call.args, timeout, admission)
+        .eval(script, call.keys, call.args, timeout, Admission::Always)
         .await;
     reply.send(result);
 }

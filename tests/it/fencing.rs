@@ -3,13 +3,23 @@
 use std::time::Duration;
 
 use redlease::redlock::EngineOptions;
-use redlease::FleetOptions;
+use redlease::{AcquireOutcome, FleetOptions, Lease};
 
 use crate::assert_eventually;
 use crate::support::fleet::test_fleet_options;
 use crate::support::TestFleet;
 
 const TTL: Duration = Duration::from_secs(2);
+
+/// The lease of a grant whose token exceeds `last`, which then becomes that token.
+fn granted_above(outcome: &AcquireOutcome, last: &mut u64, round: usize) -> Lease {
+    let lease = outcome.lease().cloned();
+    let lease = lease.unwrap_or_else(|| panic!("round {round}: {outcome:?}"));
+    let token = lease.fencing_token;
+    assert!(token > *last, "round {round}: token {token} after {last}");
+    *last = token;
+    lease
+}
 
 /// Tokens strictly increase across 50 acquisitions while a different pair of the 5 masters is
 /// frozen (SIGSTOP) each time, so each grant comes from a different majority with diverging
@@ -26,16 +36,7 @@ async fn tokens_strictly_increase_while_frozen_masters_rotate() {
             fleet.servers[i].pause();
         }
         let outcome = engine.acquire("payments", "job", TTL).await.unwrap();
-        let lease = outcome
-            .lease()
-            .cloned()
-            .unwrap_or_else(|| panic!("round {round}: {outcome:?}"));
-        assert!(
-            lease.fencing_token > last,
-            "round {round}: {} after {last}",
-            lease.fencing_token
-        );
-        last = lease.fencing_token;
+        let lease = granted_above(&outcome, &mut last, round);
         let live: Vec<usize> = (0..5).filter(|i| !frozen.contains(i)).collect();
         let at_token = live.iter().filter(|&&i| fleet.fence(i) >= last).count();
         assert_eq!(
@@ -83,16 +84,7 @@ async fn tokens_strictly_increase_while_masters_restart_empty() {
             .acquire_with_wait("payments", "job", ttl, wait)
             .await
             .unwrap();
-        let lease = outcome
-            .lease()
-            .cloned()
-            .unwrap_or_else(|| panic!("round {round}: {outcome:?}"));
-        assert!(
-            lease.fencing_token > last,
-            "round {round}: {} after {last}",
-            lease.fencing_token
-        );
-        last = lease.fencing_token;
+        let lease = granted_above(&outcome, &mut last, round);
         for &i in &restarted {
             assert_eq!(
                 fleet.lock_keys(i),
