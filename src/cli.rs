@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 3 held by another / not ours, 4 no quorum, 64 invalid input.
 
 mod lock;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -30,6 +31,10 @@ enum Command {
     /// Acquire, extend or release a lock directly on the masters (no sidecar).
     #[command(subcommand)]
     Lock(lock::LockCommand),
+    /// Run the sidecar: the HTTP API on loopback, leases on the configured masters.
+    Serve(serve::ServeArgs),
+    /// Run the sidecar on a throwaway fleet of local redis-server masters.
+    Dev(serve::DevArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -45,7 +50,10 @@ pub fn main() -> ExitCode {
             });
         }
     };
-    init_tracing();
+    init_tracing(match cli.command {
+        Command::Lock(_) => "redlease=warn",
+        Command::Serve(_) | Command::Dev(_) => "redlease=info",
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -59,15 +67,17 @@ pub fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match cli.command {
             Command::Lock(command) => lock::run(command).await,
+            Command::Serve(args) => serve::serve(args).await,
+            Command::Dev(args) => serve::dev(args).await,
         }
     });
     ExitCode::from(code)
 }
 
-/// Logs go to stderr (stdout carries the JSON answers); `RUST_LOG` overrides the filter.
-fn init_tracing() {
+/// Logs go to stderr (stdout carries the answers); `RUST_LOG` overrides `default_filter`.
+fn init_tracing(default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("redlease=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

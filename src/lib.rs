@@ -42,14 +42,21 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod api;
 pub mod cli;
+pub mod config;
+pub mod dev;
 pub mod fencing;
 pub mod fleet;
 pub mod keys;
+pub mod lease;
 pub mod lease_id;
 pub mod redlock;
 pub mod rtt;
 pub mod scripts;
+pub mod server;
+pub mod shutdown;
+pub mod ttl;
 
 pub use fleet::{Fleet, FleetOptions};
 pub use lease_id::LeaseId;

@@ -7,3 +7,4 @@ mod engine;
 mod faults;
 mod fencing;
 mod scripts;
+mod sidecar;

@@ -3,6 +3,7 @@
 pub mod fleet;
 pub mod redis_server;
 pub mod resp;
+pub mod sidecar;
 
 pub use fleet::TestFleet;
 pub use redis_server::RedisServer;

@@ -1,0 +1,58 @@
+//! The sidecar's HTTP/JSON API (v1) on loopback:
+//!
+//! - `POST /v1/locks/{resource}/acquire`, `GET /v1/leases/{id}`, `POST /v1/leases/{id}/renew`,
+//!   `POST /v1/leases/{id}/keepalive`, `DELETE /v1/leases/{id}`,
+//!   `GET /v1/leases/{id}/events` (Server-Sent Events)
+//! - `GET /v1/fleet`, `GET /livez`, `GET /readyz`
+//!
+//! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Bodies over
+//! 64 KiB are refused. Every route but the event stream has a request timeout.
+
+pub mod error;
+mod handlers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::lease::LeaseManager;
+
+/// Largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Request timeout beyond the longest blocking wait a caller may ask for.
+const TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
+
+/// What every handler reaches.
+#[derive(Clone)]
+pub struct AppState {
+    pub manager: Arc<LeaseManager>,
+}
+
+/// The API router (tests call it directly or serve it on port 0).
+pub fn app(manager: Arc<LeaseManager>) -> Router {
+    let timeout = manager.policy().max_wait + TIMEOUT_MARGIN;
+    let state = AppState { manager };
+    let bounded = Router::new()
+        .route("/v1/locks/{resource}/acquire", post(handlers::acquire))
+        .route("/v1/leases/{id}", get(handlers::get_lease))
+        .route("/v1/leases/{id}", delete(handlers::release))
+        .route("/v1/leases/{id}/renew", post(handlers::renew))
+        .route("/v1/leases/{id}/keepalive", post(handlers::keepalive))
+        .route("/v1/fleet", get(handlers::fleet))
+        .route("/livez", get(handlers::livez))
+        .route("/readyz", get(handlers::readyz))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            timeout,
+        ));
+    let streams = Router::new().route("/v1/leases/{id}/events", get(handlers::events));
+    bounded
+        .merge(streams)
+        .fallback(handlers::not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}

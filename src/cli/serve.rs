@@ -1,0 +1,123 @@
+//! `redlease serve` (the sidecar) and `redlease dev` (the sidecar on a throwaway local fleet).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use tokio::net::TcpListener;
+
+use super::{EXIT_OK, EXIT_USAGE};
+use crate::config::{Overrides, Settings};
+use crate::dev::LocalFleet;
+use crate::server::Sidecar;
+
+/// Could not bind the listener or serve (sysexits EX_UNAVAILABLE).
+pub const EXIT_UNAVAILABLE: u8 = 69;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file (keys as in the README); env REDLEASE__* and flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Comma-separated redis:// URLs of the independent masters.
+    #[arg(long, value_delimiter = ',')]
+    masters: Option<Vec<String>>,
+    /// Address of the HTTP API (default 127.0.0.1:7600).
+    #[arg(long)]
+    listen: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// How many local masters to start.
+    #[arg(long, default_value_t = 5)]
+    count: usize,
+    /// Address of the HTTP API (default 127.0.0.1:7600).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Optional TOML configuration for everything but the masters.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+/// Loads and validates the configuration (exit 64 on any invalid key), then serves.
+pub async fn serve(args: ServeArgs) -> u8 {
+    let overrides = Overrides {
+        masters: args.masters,
+        listen: args.listen,
+    };
+    match Settings::load(args.config.as_deref(), std::env::vars(), overrides) {
+        Ok(settings) => run(settings).await,
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            EXIT_USAGE
+        }
+    }
+}
+
+/// Starts `count` local masters and serves the sidecar on them until SIGINT/SIGTERM.
+pub async fn dev(args: DevArgs) -> u8 {
+    if args.count == 0 {
+        eprintln!("redlease: --count must be at least 1");
+        return EXIT_USAGE;
+    }
+    let binary = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+    let fleet = match LocalFleet::start(args.count, &binary).await {
+        Ok(fleet) => fleet,
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    let overrides = Overrides {
+        masters: Some(fleet.urls()),
+        listen: args.listen,
+    };
+    let env = std::env::vars().filter(|(key, _)| key != "REDLEASE__MASTERS");
+    let code = match Settings::load(args.config.as_deref(), env, overrides) {
+        Ok(settings) => run(settings).await,
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            EXIT_USAGE
+        }
+    };
+    fleet.stop().await;
+    code
+}
+
+async fn run(settings: Settings) -> u8 {
+    let listener = match TcpListener::bind(settings.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("redlease: cannot listen on {}: {error}", settings.listen);
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    let sidecar = match Sidecar::start(&settings).await {
+        Ok(sidecar) => sidecar,
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            return EXIT_USAGE;
+        }
+    };
+    announce(&settings, &listener);
+    match sidecar.run(listener, crate::shutdown::signal()).await {
+        Ok(()) => EXIT_OK,
+        Err(error) => {
+            eprintln!("redlease: serving failed: {error}");
+            EXIT_UNAVAILABLE
+        }
+    }
+}
+
+/// Tells the newcomer where the API is, with a first request to try.
+fn announce(settings: &Settings, listener: &TcpListener) {
+    let addr = listener.local_addr().map_or(settings.listen, |a| a);
+    tracing::info!(listen = %addr, masters = settings.masters.len(), "redlease sidecar serving");
+    println!(
+        "redlease sidecar on http://{addr} with {} masters",
+        settings.masters.len()
+    );
+    println!(
+        "try: curl -s -X POST http://{addr}/v1/locks/demo/acquire -H 'content-type: application/json' -d '{{\"owner\":\"me\"}}'"
+    );
+}

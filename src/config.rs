@@ -1,0 +1,399 @@
+//! Settings of the sidecar: DEFAULT_* constants, layering (defaults → TOML file → REDLEASE__ env → CLI flags) and validation that reports every invalid key at once.
+//!
+//! Durations are integer milliseconds under `_ms` keys. The raw layers are read into a private
+//! struct of primitives that refuses unknown keys (a misspelled key is an error, not a silently
+//! ignored default); [`Settings`] only exists once every key is valid.
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::Path;
+use std::time::Duration;
+
+use ::config::builder::DefaultState;
+use ::config::{Config, ConfigBuilder, Environment, File, FileFormat};
+use serde::Deserialize;
+
+use crate::fleet::mask_credentials;
+pub use crate::fleet::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PROBE_PERIOD, DEFAULT_QUARANTINE};
+use crate::keys::Keyspace;
+pub use crate::keys::DEFAULT_PREFIX;
+use crate::{EngineOptions, FleetOptions};
+
+/// Address the HTTP API binds.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), 7600));
+/// Shortest lease a caller may ask for (the engine's own floor is [`MIN_TTL_FLOOR`]).
+pub const DEFAULT_MIN_TTL: Duration = Duration::from_millis(500);
+/// Longest lease a caller may ask for (same as the engine's default).
+pub const DEFAULT_MAX_TTL: Duration = crate::redlock::DEFAULT_MAX_TTL;
+/// Adaptive TTL: the lease TTL covers at least this many quorum RTTs.
+pub const DEFAULT_RTT_MULTIPLIER: f64 = 3.0;
+/// Adaptive TTL: added on top of the RTT term.
+pub const DEFAULT_SAFETY_MARGIN: Duration = Duration::from_millis(200);
+/// A lease is renewed once this fraction of its TTL has elapsed.
+pub const DEFAULT_RENEW_FRACTION: f64 = 0.5;
+/// Up to this much random delay is added to each renewal.
+pub const DEFAULT_RENEW_JITTER: Duration = Duration::from_millis(100);
+/// A lease whose holder has not been heard from for this long is released.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Upper bound on the `wait_ms` a caller may ask for.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(60);
+/// Shadow TTL = lease TTL × this, capped at the quarantine.
+pub const DEFAULT_SHADOW_MULTIPLIER: u32 = 10;
+/// How long shutdown waits for held leases to be released.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// The lowest `lease.min_ttl_ms` accepted: the engine's own minimum TTL.
+pub const MIN_TTL_FLOOR: Duration = crate::redlock::DEFAULT_MIN_TTL;
+
+/// Validated settings of the sidecar.
+#[derive(Clone, PartialEq)]
+pub struct Settings {
+    /// Address of the HTTP API.
+    pub listen: SocketAddr,
+    /// `redis://` URLs of the independent masters (at least one, no duplicates).
+    pub masters: Vec<String>,
+    /// Prefix of every key redlease writes.
+    pub key_prefix: String,
+    pub lease: LeaseSettings,
+    pub fleet: FleetSettings,
+    /// Key `shutdown.grace_ms`.
+    pub shutdown_grace: Duration,
+}
+
+/// Lease policy: TTL bounds, adaptive TTL, renewal and shadows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseSettings {
+    pub min_ttl: Duration,
+    /// At least `min_ttl` and at most `fleet.quarantine`.
+    pub max_ttl: Duration,
+    /// Adaptive TTL: quorum RTT × this + `safety_margin`.
+    pub rtt_multiplier: f64,
+    pub safety_margin: Duration,
+    /// Renew once this fraction of the TTL has elapsed, in (0, 1).
+    pub renew_fraction: f64,
+    /// Random delay added to each renewal; less than `min_ttl × renew_fraction`.
+    pub renew_jitter: Duration,
+    /// Release a lease whose holder has been silent this long.
+    pub idle_timeout: Duration,
+    /// Upper bound on a caller's `wait_ms`.
+    pub max_wait: Duration,
+    /// Shadow TTL = TTL × this, capped at `fleet.quarantine`.
+    pub shadow_multiplier: u32,
+}
+
+/// The masters: start-up, health probing and restart quarantine.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FleetSettings {
+    /// How long start-up waits for each master.
+    pub connect_timeout: Duration,
+    /// How often every master is PINGed.
+    pub probe_interval: Duration,
+    /// How long a restarted master takes no votes.
+    pub quarantine: Duration,
+}
+
+/// CLI flags, the last layer; None = not given.
+#[derive(Clone, Default)]
+pub struct Overrides {
+    pub masters: Option<Vec<String>>,
+    pub listen: Option<String>,
+}
+
+/// Why settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration: {0}")]
+    Load(String),
+    #[error("invalid configuration:\n{}", .0.join("\n"))]
+    Invalid(Vec<String>),
+}
+
+/// The layers merged, before validation: primitives only, unknown keys refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    listen: String,
+    masters: Vec<String>,
+    key_prefix: String,
+    lease: RawLease,
+    fleet: RawFleet,
+    shutdown: RawShutdown,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLease {
+    min_ttl_ms: u64,
+    max_ttl_ms: u64,
+    rtt_multiplier: f64,
+    safety_margin_ms: u64,
+    renew_fraction: f64,
+    renew_jitter_ms: u64,
+    idle_timeout_ms: u64,
+    max_wait_ms: u64,
+    shadow_multiplier: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFleet {
+    connect_timeout_ms: u64,
+    probe_interval_ms: u64,
+    quarantine_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawShutdown {
+    grace_ms: u64,
+}
+
+// === impl Settings ===
+
+impl Settings {
+    /// Layers: defaults → optional TOML file → env vars (REDLEASE__SECTION__KEY) → overrides.
+    /// `env` is passed in (tests never call env::set_var; the binary passes std::env::vars()).
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: Overrides,
+    ) -> Result<Settings, ConfigError> {
+        let raw = layers(file, env, overrides)
+            .and_then(Config::try_deserialize::<Raw>)
+            .map_err(|e| ConfigError::Load(e.to_string()))?;
+        raw.validate()
+    }
+
+    /// Fleet options from these settings: keyspace, connect timeout and quarantine; the rest
+    /// (breaker threshold and trial interval, RTT window) stay at the library defaults.
+    pub fn fleet_options(&self) -> FleetOptions {
+        FleetOptions {
+            keyspace: Keyspace::new(self.key_prefix.clone()),
+            connect_timeout: self.fleet.connect_timeout,
+            quarantine: self.fleet.quarantine,
+            ..FleetOptions::default()
+        }
+    }
+
+    /// Engine options from these settings: `max_ttl`; the rest (including the engine's own
+    /// `min_ttl` floor) stay at the library defaults.
+    pub fn engine_options(&self) -> EngineOptions {
+        EngineOptions {
+            max_ttl: self.lease.max_ttl,
+            ..EngineOptions::default()
+        }
+    }
+}
+
+/// Masters are shown without their passwords.
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let masters: Vec<String> = self.masters.iter().map(|m| mask_credentials(m)).collect();
+        f.debug_struct("Settings")
+            .field("listen", &self.listen)
+            .field("masters", &masters)
+            .field("key_prefix", &self.key_prefix)
+            .field("lease", &self.lease)
+            .field("fleet", &self.fleet)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+// === layering ===
+
+/// Every layer merged into one `Config`, not yet deserialized.
+fn layers(
+    file: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+    overrides: Overrides,
+) -> Result<Config, ::config::ConfigError> {
+    let mut builder = defaults(Config::builder())?;
+    if let Some(path) = file {
+        builder = builder.add_source(File::from(path).format(FileFormat::Toml).required(true));
+    }
+    let (lists, verbatim) = env_sources(env);
+    builder = builder.add_source(verbatim).add_source(lists);
+    builder
+        .set_override_option("listen", overrides.listen)?
+        .set_override_option("masters", overrides.masters)?
+        .build()
+}
+
+/// Every key with its default, durations in milliseconds. `masters` defaults to empty so that
+/// its absence is reported together with every other problem.
+fn defaults(
+    b: ConfigBuilder<DefaultState>,
+) -> Result<ConfigBuilder<DefaultState>, ::config::ConfigError> {
+    b.set_default("listen", DEFAULT_LISTEN.to_string())?
+        .set_default("masters", Vec::<String>::new())?
+        .set_default("key_prefix", DEFAULT_PREFIX)?
+        .set_default("lease.min_ttl_ms", ms(DEFAULT_MIN_TTL))?
+        .set_default("lease.max_ttl_ms", ms(DEFAULT_MAX_TTL))?
+        .set_default("lease.rtt_multiplier", DEFAULT_RTT_MULTIPLIER)?
+        .set_default("lease.safety_margin_ms", ms(DEFAULT_SAFETY_MARGIN))?
+        .set_default("lease.renew_fraction", DEFAULT_RENEW_FRACTION)?
+        .set_default("lease.renew_jitter_ms", ms(DEFAULT_RENEW_JITTER))?
+        .set_default("lease.idle_timeout_ms", ms(DEFAULT_IDLE_TIMEOUT))?
+        .set_default("lease.max_wait_ms", ms(DEFAULT_MAX_WAIT))?
+        .set_default("lease.shadow_multiplier", DEFAULT_SHADOW_MULTIPLIER)?
+        .set_default("fleet.connect_timeout_ms", ms(DEFAULT_CONNECT_TIMEOUT))?
+        .set_default("fleet.probe_interval_ms", ms(DEFAULT_PROBE_PERIOD))?
+        .set_default("fleet.quarantine_ms", ms(DEFAULT_QUARANTINE))?
+        .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))
+}
+
+/// The `REDLEASE__*` variables as two sources. `REDLEASE__MASTERS` goes to a parsing source
+/// that splits it on commas (one URL without a comma still becomes a one-element list); every
+/// other variable is kept verbatim, because `try_parsing` would turn a `key_prefix` of `0123`
+/// into `123` (numbers are parsed from strings when the raw struct is deserialized anyway).
+fn env_sources(env: impl IntoIterator<Item = (String, String)>) -> (Environment, Environment) {
+    let (lists, verbatim): (::config::Map<_, _>, ::config::Map<_, _>) = env
+        .into_iter()
+        .filter(|(key, _)| key.starts_with("REDLEASE__"))
+        .partition(|(key, _)| key == "REDLEASE__MASTERS");
+    let base = || {
+        Environment::with_prefix("REDLEASE")
+            .prefix_separator("__")
+            .separator("__")
+    };
+    let lists = base()
+        .list_separator(",")
+        .with_list_parse_key("masters")
+        .try_parsing(true)
+        .source(Some(lists));
+    (lists, base().source(Some(verbatim)))
+}
+
+/// A duration in whole milliseconds, as the `_ms` keys hold it.
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+// === validation ===
+
+impl Raw {
+    /// Converts to [`Settings`], reporting every invalid key at once ("key: message" lines).
+    fn validate(self) -> Result<Settings, ConfigError> {
+        // Defer returning errors until every key has been checked.
+        let mut p = Vec::new();
+        let listen = self.listen.parse::<SocketAddr>();
+        if listen.is_err() {
+            p.push(format!("listen: expected ip:port, got {:?}", self.listen));
+        }
+        let masters = check_masters(self.masters, &mut p);
+        if self.key_prefix.is_empty() {
+            p.push("key_prefix: must not be empty".into());
+        }
+        let lease = self.lease.validate(self.fleet.quarantine_ms, &mut p);
+        let f = self.fleet;
+        let fleet = FleetSettings {
+            connect_timeout: positive("fleet.connect_timeout_ms", f.connect_timeout_ms, &mut p),
+            probe_interval: positive("fleet.probe_interval_ms", f.probe_interval_ms, &mut p),
+            quarantine: Duration::from_millis(f.quarantine_ms),
+        };
+        let shutdown_grace = positive("shutdown.grace_ms", self.shutdown.grace_ms, &mut p);
+        match listen {
+            Ok(listen) if p.is_empty() => Ok(Settings {
+                listen,
+                masters,
+                key_prefix: self.key_prefix,
+                lease,
+                fleet,
+                shutdown_grace,
+            }),
+            _ => Err(ConfigError::Invalid(p)),
+        }
+    }
+}
+
+impl RawLease {
+    fn validate(&self, quarantine_ms: u64, p: &mut Vec<String>) -> LeaseSettings {
+        let (min, max, floor) = (self.min_ttl_ms, self.max_ttl_ms, ms(MIN_TTL_FLOOR));
+        if min < floor {
+            let rule = format!("must be at least {floor} (got {min})");
+            p.push(format!("lease.min_ttl_ms: {rule}"));
+        }
+        if max < min {
+            let rule = format!("must be at least lease.min_ttl_ms ({min})");
+            p.push(format!("lease.max_ttl_ms: {rule}"));
+        }
+        if max > quarantine_ms {
+            let rule = format!("must be at most fleet.quarantine_ms ({quarantine_ms})");
+            p.push(format!("lease.max_ttl_ms: {rule}"));
+        }
+        let rtt = self.rtt_multiplier;
+        if !(rtt.is_finite() && rtt >= 1.0) {
+            let rule = format!("must be a finite number of at least 1 (got {rtt})");
+            p.push(format!("lease.rtt_multiplier: {rule}"));
+        }
+        self.validate_renewal(p);
+        if self.idle_timeout_ms == 0 {
+            p.push("lease.idle_timeout_ms: must be greater than 0".into());
+        }
+        if self.shadow_multiplier == 0 {
+            p.push("lease.shadow_multiplier: must be at least 1".into());
+        }
+        LeaseSettings {
+            min_ttl: Duration::from_millis(min),
+            max_ttl: Duration::from_millis(max),
+            rtt_multiplier: rtt,
+            safety_margin: Duration::from_millis(self.safety_margin_ms),
+            renew_fraction: self.renew_fraction,
+            renew_jitter: Duration::from_millis(self.renew_jitter_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            max_wait: Duration::from_millis(self.max_wait_ms),
+            shadow_multiplier: self.shadow_multiplier,
+        }
+    }
+
+    /// `renew_fraction` in (0, 1), and a jitter that cannot push the renewal of the shortest
+    /// lease past the point where it is due.
+    fn validate_renewal(&self, p: &mut Vec<String>) {
+        let fraction = self.renew_fraction;
+        if !(fraction > 0.0 && fraction < 1.0) {
+            let rule = "must be between 0 and 1, both excluded";
+            p.push(format!("lease.renew_fraction: {rule} (got {fraction})"));
+            return;
+        }
+        let renew_at = self.min_ttl_ms as f64 * fraction;
+        if self.renew_jitter_ms as f64 >= renew_at {
+            let rule = "must be less than lease.min_ttl_ms × lease.renew_fraction";
+            p.push(format!("lease.renew_jitter_ms: {rule} ({renew_at})"));
+        }
+    }
+}
+
+/// At least one master, each a `redis://` URL (surrounding spaces trimmed), none repeated: a
+/// master listed twice would cast two votes. Messages show URLs with the password masked.
+fn check_masters(masters: Vec<String>, p: &mut Vec<String>) -> Vec<String> {
+    if masters.is_empty() {
+        p.push("masters: at least one redis:// URL is required".into());
+    }
+    let masters: Vec<String> = masters.into_iter().map(|m| m.trim().to_owned()).collect();
+    for (i, url) in masters.iter().enumerate() {
+        let shown = mask_credentials(url);
+        if url.starts_with("rediss://") {
+            let rule = "TLS (rediss://) is not built into this release";
+            p.push(format!("masters[{i}]: {rule}: {shown}"));
+        } else if !url.starts_with("redis://") {
+            let rule = format!("expected a redis:// URL, got {shown:?}");
+            p.push(format!("masters[{i}]: {rule}"));
+        } else if let Some(first) = masters[..i].iter().position(|m| m == url) {
+            let rule = format!("same master as masters[{first}]: {shown}");
+            p.push(format!("masters[{i}]: {rule}"));
+        }
+    }
+    masters
+}
+
+/// `value` milliseconds, which must not be 0.
+fn positive(key: &str, value: u64, p: &mut Vec<String>) -> Duration {
+    if value == 0 {
+        p.push(format!("{key}: must be greater than 0"));
+    }
+    Duration::from_millis(value)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,296 @@
+use std::io::Write;
+use std::time::Duration;
+
+use super::*;
+
+const ONE_MASTER: &[(&str, &str)] = &[("REDLEASE__MASTERS", "redis://127.0.0.1:6379")];
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn toml(text: &str) -> tempfile::NamedTempFile {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    file
+}
+
+fn load(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    Settings::load(None, env(pairs), Overrides::default())
+}
+
+fn problems(result: Result<Settings, ConfigError>) -> Vec<String> {
+    match result.unwrap_err() {
+        ConfigError::Invalid(lines) => lines,
+        other => panic!("expected invalid settings, got {other}"),
+    }
+}
+
+fn load_error(result: Result<Settings, ConfigError>) -> String {
+    match result.unwrap_err() {
+        ConfigError::Load(message) => message,
+        other => panic!("expected a load error, got {other}"),
+    }
+}
+
+/// One master and nothing else gives every documented default.
+#[test]
+fn one_master_and_nothing_else_gives_the_documented_defaults() {
+    let s = load(ONE_MASTER).unwrap();
+    assert_eq!(s.listen, "127.0.0.1:7600".parse().unwrap());
+    assert_eq!(s.masters, vec!["redis://127.0.0.1:6379".to_string()]);
+    assert_eq!(s.key_prefix, "redlease:");
+    assert_eq!(s.shutdown_grace, Duration::from_millis(5000));
+    let lease = LeaseSettings {
+        min_ttl: Duration::from_millis(500),
+        max_ttl: Duration::from_millis(30_000),
+        rtt_multiplier: 3.0,
+        safety_margin: Duration::from_millis(200),
+        renew_fraction: 0.5,
+        renew_jitter: Duration::from_millis(100),
+        idle_timeout: Duration::from_millis(15_000),
+        max_wait: Duration::from_millis(60_000),
+        shadow_multiplier: 10,
+    };
+    assert_eq!(s.lease, lease);
+    let fleet = FleetSettings {
+        connect_timeout: Duration::from_millis(2000),
+        probe_interval: Duration::from_millis(500),
+        quarantine: Duration::from_millis(300_000),
+    };
+    assert_eq!(s.fleet, fleet);
+}
+
+/// A TOML file overrides the defaults, sections and top-level keys alike.
+#[test]
+fn a_toml_file_overrides_the_defaults() {
+    let file = toml(
+        "listen = \"0.0.0.0:9000\"\nmasters = [\"redis://a:1\", \"redis://b:2\", \"redis://c:3\"]\n\
+         key_prefix = \"app:\"\n[lease]\nmin_ttl_ms = 1000\nrenew_fraction = 0.25\n\
+         [fleet]\nquarantine_ms = 60000\n[shutdown]\ngrace_ms = 100\n",
+    );
+    let s = Settings::load(Some(file.path()), env(&[]), Overrides::default()).unwrap();
+    assert_eq!(s.listen, "0.0.0.0:9000".parse().unwrap());
+    assert_eq!(s.masters, ["redis://a:1", "redis://b:2", "redis://c:3"]);
+    assert_eq!(s.key_prefix, "app:");
+    assert_eq!(s.lease.min_ttl, Duration::from_secs(1));
+    assert_eq!(s.lease.renew_fraction, 0.25);
+    assert_eq!(s.lease.max_ttl, DEFAULT_MAX_TTL);
+    assert_eq!(s.fleet.quarantine, Duration::from_secs(60));
+    assert_eq!(s.shutdown_grace, Duration::from_millis(100));
+}
+
+/// An environment variable beats the file; keys the environment does not name keep the file's.
+#[test]
+fn env_vars_override_the_file() {
+    let file = toml("masters = [\"redis://a:1\", \"redis://b:2\"]\n[lease]\nmin_ttl_ms = 1000\nmax_ttl_ms = 9000\n");
+    let vars = env(&[
+        ("REDLEASE__MASTERS", "redis://c:3"),
+        ("REDLEASE__LEASE__MIN_TTL_MS", "2000"),
+        ("REDLEASE__LEASE__RTT_MULTIPLIER", "4"),
+    ]);
+    let s = Settings::load(Some(file.path()), vars, Overrides::default()).unwrap();
+    assert_eq!(s.masters, ["redis://c:3"]);
+    assert_eq!(s.lease.min_ttl, Duration::from_secs(2));
+    assert_eq!(s.lease.max_ttl, Duration::from_secs(9));
+    assert_eq!(s.lease.rtt_multiplier, 4.0);
+}
+
+/// CLI flags beat the environment.
+#[test]
+fn overrides_beat_env_vars() {
+    let vars = env(&[
+        ("REDLEASE__MASTERS", "redis://a:1,redis://b:2"),
+        ("REDLEASE__LISTEN", "127.0.0.1:1"),
+    ]);
+    let flags = Overrides {
+        masters: Some(vec!["redis://z:9".into()]),
+        listen: Some("[::1]:8000".into()),
+    };
+    let s = Settings::load(None, vars, flags).unwrap();
+    assert_eq!(s.masters, ["redis://z:9"]);
+    assert_eq!(s.listen, "[::1]:8000".parse().unwrap());
+}
+
+/// A comma-separated `REDLEASE__MASTERS` gives one master per URL, spaces trimmed.
+#[test]
+fn comma_separated_masters_env_gives_one_master_per_url() {
+    let s = load(&[("REDLEASE__MASTERS", "redis://a:1, redis://b:2")]).unwrap();
+    assert_eq!(s.masters, ["redis://a:1", "redis://b:2"]);
+}
+
+/// A single URL in `REDLEASE__MASTERS` stays a string and becomes a one-element list.
+#[test]
+fn single_url_masters_env_gives_one_master() {
+    let s = load(&[("REDLEASE__MASTERS", "redis://:pw@a:6379/0")]).unwrap();
+    assert_eq!(s.masters, ["redis://:pw@a:6379/0"]);
+}
+
+/// String keys from the environment are kept verbatim: digits are not parsed as a number.
+#[test]
+fn numeric_looking_key_prefix_from_env_stays_verbatim() {
+    let s = load(&[ONE_MASTER[0], ("REDLEASE__KEY_PREFIX", "0123")]).unwrap();
+    assert_eq!(s.key_prefix, "0123");
+}
+
+/// Variables without the `REDLEASE__` prefix are ignored, even ones that look alike.
+#[test]
+fn variables_without_the_prefix_are_ignored() {
+    let s = load(&[ONE_MASTER[0], ("REDLEASE_LISTEN", "x"), ("PATH", "/bin")]).unwrap();
+    assert_eq!(s.listen, DEFAULT_LISTEN);
+}
+
+/// Several invalid keys are all reported in one error, one "key: message" line each.
+#[test]
+fn every_invalid_key_is_reported_at_once() {
+    let lines = problems(load(&[
+        ("REDLEASE__LEASE__MIN_TTL_MS", "5"),
+        ("REDLEASE__LEASE__RENEW_FRACTION", "1.5"),
+        ("REDLEASE__LISTEN", "nope"),
+        ("REDLEASE__SHUTDOWN__GRACE_MS", "0"),
+    ]));
+    let keys: Vec<&str> = lines.iter().map(|l| l.split(':').next().unwrap()).collect();
+    assert_eq!(
+        keys,
+        [
+            "listen",
+            "masters",
+            "lease.min_ttl_ms",
+            "lease.renew_fraction",
+            "shutdown.grace_ms"
+        ],
+        "{lines:#?}"
+    );
+}
+
+/// Cross-key rules name the other key and its value.
+#[test]
+fn cross_key_rules_name_the_other_key() {
+    let lines = problems(load(&[
+        ONE_MASTER[0],
+        ("REDLEASE__LEASE__MAX_TTL_MS", "400"),
+        ("REDLEASE__LEASE__RENEW_JITTER_MS", "250"),
+    ]));
+    assert_eq!(
+        lines,
+        [
+            "lease.max_ttl_ms: must be at least lease.min_ttl_ms (500)",
+            "lease.renew_jitter_ms: must be less than lease.min_ttl_ms × lease.renew_fraction (250)",
+        ]
+    );
+    let lines = problems(load(&[
+        ONE_MASTER[0],
+        ("REDLEASE__FLEET__QUARANTINE_MS", "1000"),
+    ]));
+    assert_eq!(
+        lines,
+        ["lease.max_ttl_ms: must be at most fleet.quarantine_ms (1000)"]
+    );
+}
+
+/// The displayed error starts with a summary line and lists each problem on its own line.
+#[test]
+fn invalid_error_displays_one_problem_per_line() {
+    let err = load(&[("REDLEASE__KEY_PREFIX", "")]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid configuration:\nmasters: at least one redis:// URL is required\nkey_prefix: must not be empty"
+    );
+}
+
+/// A misspelled key in the file is an error, not a silently ignored default.
+#[test]
+fn unknown_key_in_file_is_an_error() {
+    let file = toml("masters = [\"redis://a:1\"]\n[lease]\nmin_tll_ms = 1000\n");
+    let message = load_error(Settings::load(
+        Some(file.path()),
+        env(&[]),
+        Overrides::default(),
+    ));
+    assert!(message.contains("min_tll_ms"), "{message}");
+}
+
+/// A misspelled `REDLEASE__` variable is an error too.
+#[test]
+fn unknown_env_var_is_an_error() {
+    let message = load_error(load(&[ONE_MASTER[0], ("REDLEASE__LEASE__TTL_MS", "1")]));
+    assert!(message.contains("ttl_ms"), "{message}");
+}
+
+/// A value of the wrong type is a load error that names the key.
+#[test]
+fn wrong_type_is_a_load_error_naming_the_key() {
+    let message = load_error(load(&[
+        ONE_MASTER[0],
+        ("REDLEASE__LEASE__MIN_TTL_MS", "soon"),
+    ]));
+    assert!(message.contains("lease.min_ttl_ms"), "{message}");
+}
+
+/// A named file that does not exist is an error.
+#[test]
+fn missing_file_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.toml");
+    load_error(Settings::load(
+        Some(&path),
+        env(ONE_MASTER),
+        Overrides::default(),
+    ));
+}
+
+/// `rediss://` is refused: TLS is not built in.
+#[test]
+fn rediss_master_is_refused() {
+    let lines = problems(load(&[("REDLEASE__MASTERS", "redis://a:1,rediss://b:2")]));
+    assert_eq!(
+        lines,
+        ["masters[1]: TLS (rediss://) is not built into this release: rediss://b:2"]
+    );
+}
+
+/// A master listed twice would vote twice, so it is refused; passwords are masked in the line.
+#[test]
+fn repeated_master_is_refused_without_showing_its_password() {
+    let lines = problems(load(&[(
+        "REDLEASE__MASTERS",
+        "redis://:pw@a:1,redis://:pw@a:1",
+    )]));
+    assert_eq!(
+        lines,
+        ["masters[1]: same master as masters[0]: redis://:***@a:1"]
+    );
+}
+
+/// Debug output of settings does not show master passwords.
+#[test]
+fn debug_output_masks_master_passwords() {
+    let s = load(&[("REDLEASE__MASTERS", "redis://u:secret@a:1")]).unwrap();
+    let shown = format!("{s:?}");
+    assert!(!shown.contains("secret"), "{shown}");
+    assert!(shown.contains("redis://u:***@a:1"), "{shown}");
+}
+
+/// The library options carry the configured prefix, timeouts, quarantine and max TTL.
+#[test]
+fn library_options_carry_the_settings() {
+    let s = load(&[
+        ONE_MASTER[0],
+        ("REDLEASE__KEY_PREFIX", "x:"),
+        ("REDLEASE__FLEET__CONNECT_TIMEOUT_MS", "750"),
+        ("REDLEASE__FLEET__QUARANTINE_MS", "90000"),
+        ("REDLEASE__LEASE__MAX_TTL_MS", "20000"),
+    ])
+    .unwrap();
+    let fleet = s.fleet_options();
+    assert_eq!(fleet.keyspace.prefix(), "x:");
+    assert_eq!(fleet.connect_timeout, Duration::from_millis(750));
+    assert_eq!(fleet.quarantine, Duration::from_secs(90));
+    assert_eq!(fleet.probe_interval, FleetOptions::default().probe_interval);
+    let engine = s.engine_options();
+    assert_eq!(engine.max_ttl, Duration::from_secs(20));
+    assert_eq!(engine.min_ttl, EngineOptions::default().min_ttl);
+}

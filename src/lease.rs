@@ -1,0 +1,323 @@
+//! The leases this sidecar holds: acquiring them for apps, renewing them automatically while
+//! the app is alive, reporting loss at once, releasing them on request, on idleness and on
+//! shutdown. Each lease has one task (see `renewal`) that owns its timing.
+
+pub mod renewal;
+pub mod state;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, Notify};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use crate::redlock::{AcquireOutcome, Lease, Redlock};
+use crate::ttl::{RenewalSchedule, TtlPolicy};
+use crate::{Error, LeaseId};
+pub use state::{LeaseEvent, LeaseRecord, LeaseState, LeaseView, Step};
+
+/// How long a lost or released lease stays visible to `GET /v1/leases/{id}`.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(60);
+/// Events buffered per lease for slow stream readers.
+const EVENT_BUFFER: usize = 16;
+
+/// The lease manager's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct LeasePolicy {
+    pub ttl: TtlPolicy,
+    pub schedule: RenewalSchedule,
+    pub idle_timeout: Duration,
+    /// Upper bound on a caller's blocking wait.
+    pub max_wait: Duration,
+    pub retention: Duration,
+}
+
+/// An app's request for a lock.
+#[derive(Clone, Debug)]
+pub struct AcquireRequest {
+    pub resource: String,
+    pub owner: String,
+    /// `None`: the adaptive TTL.
+    pub ttl: Option<Duration>,
+    pub wait: Duration,
+    pub auto_renew: bool,
+    /// `None`: the policy's idle timeout.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// The answer to an acquisition.
+#[derive(Clone, Debug)]
+pub enum Acquired {
+    Granted(LeaseView),
+    Held,
+    NoQuorum,
+    /// The sidecar is shutting down.
+    Closing,
+}
+
+/// Why a renewal was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RenewError {
+    #[error("unknown lease")]
+    Unknown,
+    #[error("lease is {:?}", .0.state)]
+    Gone(Box<LeaseView>),
+    #[error("no quorum")]
+    NoQuorum,
+    #[error(transparent)]
+    Invalid(#[from] Error),
+}
+
+/// One lease and the means to reach its task and its watchers.
+pub struct Tracked {
+    record: Mutex<LeaseRecord>,
+    events: broadcast::Sender<LeaseEvent>,
+    /// Wakes the task after a change it must see (renewal, keepalive, release).
+    wake: Notify,
+    /// Serialises the engine calls of this lease (manual and automatic renewals, release).
+    ops: tokio::sync::Mutex<()>,
+}
+
+// === impl Tracked ===
+
+impl Tracked {
+    pub fn record(&self) -> MutexGuard<'_, LeaseRecord> {
+        // Every critical section only assigns fields, so a poisoned record is still whole.
+        self.record
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn view(&self) -> LeaseView {
+        self.record().view(Instant::now())
+    }
+
+    /// Moves the lease to a terminal state once, telling the watchers.
+    fn finish(&self, state: LeaseState, reason: &'static str) -> bool {
+        let mut record = self.record();
+        if record.state.is_terminal() {
+            return false;
+        }
+        record.state = state;
+        record.reason = Some(reason);
+        let event = if state == LeaseState::Lost {
+            "lost"
+        } else {
+            "released"
+        };
+        let lease = record.view(Instant::now());
+        drop(record);
+        let _ = self.events.send(LeaseEvent { event, lease });
+        self.wake.notify_one();
+        true
+    }
+}
+
+/// Keeps the app counted as alive while an event stream is open.
+pub struct WatchGuard(Arc<Tracked>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        let mut record = self.0.record();
+        record.watchers = record.watchers.saturating_sub(1);
+        record.last_seen = Instant::now();
+        drop(record);
+        self.0.wake.notify_one();
+    }
+}
+
+/// An open event stream: the lease as it was, its future events, and the liveness guard.
+pub struct Watch {
+    pub view: LeaseView,
+    pub events: broadcast::Receiver<LeaseEvent>,
+    pub guard: WatchGuard,
+}
+
+/// The table of leases this sidecar holds.
+pub struct LeaseManager {
+    engine: Arc<Redlock>,
+    policy: LeasePolicy,
+    table: Mutex<HashMap<LeaseId, Arc<Tracked>>>,
+    tasks: TaskTracker,
+    /// Set at shutdown: no new lease is granted.
+    closing: AtomicBool,
+}
+
+// === impl LeaseManager ===
+
+impl LeaseManager {
+    pub fn new(engine: Arc<Redlock>, policy: LeasePolicy) -> Arc<Self> {
+        Arc::new(Self {
+            engine,
+            policy,
+            table: Mutex::new(HashMap::new()),
+            tasks: TaskTracker::new(),
+            closing: AtomicBool::new(false),
+        })
+    }
+
+    pub fn engine(&self) -> &Arc<Redlock> {
+        &self.engine
+    }
+
+    pub fn policy(&self) -> &LeasePolicy {
+        &self.policy
+    }
+
+    /// The TTL a lease gets when its caller names none.
+    pub fn adaptive_ttl(&self) -> Duration {
+        let p99 = self.engine.fleet().quorum_rtt_p99(Instant::now());
+        self.policy.ttl.adaptive(p99)
+    }
+
+    /// Leases held or degraded right now.
+    pub fn active(&self) -> usize {
+        let table = self.table();
+        let now = Instant::now();
+        let active = table
+            .values()
+            .filter(|t| !t.record().state_at(now).is_terminal());
+        active.count()
+    }
+
+    /// Takes `request.resource` for the app, waiting up to `request.wait` (capped by policy).
+    /// Refused with `Acquired::Closing` once shutdown began; a grant that lands after that is
+    /// released at once.
+    pub async fn acquire(self: &Arc<Self>, request: AcquireRequest) -> Result<Acquired, Error> {
+        if self.is_closing() {
+            return Ok(Acquired::Closing);
+        }
+        let ttl = request.ttl.unwrap_or_else(|| self.adaptive_ttl());
+        let wait = request.wait.min(self.policy.max_wait);
+        let (resource, owner) = (&request.resource, &request.owner);
+        let outcome = self
+            .engine
+            .acquire_with_wait(resource, owner, ttl, wait)
+            .await?;
+        Ok(match outcome {
+            AcquireOutcome::Acquired(lease) if self.is_closing() => {
+                self.engine.release(&lease.resource, lease.id).await?;
+                Acquired::Closing
+            }
+            AcquireOutcome::Acquired(lease) => Acquired::Granted(self.track(lease, &request)),
+            AcquireOutcome::Contended(_) => Acquired::Held,
+            AcquireOutcome::NoQuorum(_) => Acquired::NoQuorum,
+        })
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    pub fn get(&self, id: LeaseId) -> Option<LeaseView> {
+        self.find(id).map(|t| t.view())
+    }
+
+    /// A sign of life from the app.
+    pub fn keepalive(&self, id: LeaseId) -> Option<LeaseView> {
+        let tracked = self.find(id)?;
+        tracked.record().last_seen = Instant::now();
+        tracked.wake.notify_one();
+        Some(tracked.view())
+    }
+
+    /// Extends the lease now, to `ttl` or its current TTL.
+    pub async fn renew(&self, id: LeaseId, ttl: Option<Duration>) -> Result<LeaseView, RenewError> {
+        let tracked = self.find(id).ok_or(RenewError::Unknown)?;
+        tracked.record().last_seen = Instant::now();
+        let ttl = ttl.unwrap_or_else(|| tracked.record().lease.ttl);
+        match renewal::renew(&self.engine, &self.policy, &tracked, ttl).await? {
+            Some(view) => Ok(view),
+            None if tracked.record().state.is_terminal() => {
+                Err(RenewError::Gone(Box::new(tracked.view())))
+            }
+            None => Err(RenewError::NoQuorum),
+        }
+    }
+
+    /// Releases the lease on the fleet. `None` when this sidecar does not know it.
+    pub async fn release(&self, id: LeaseId, reason: &'static str) -> Option<LeaseView> {
+        let tracked = self.find(id)?;
+        renewal::release(&self.engine, &tracked, reason).await;
+        Some(tracked.view())
+    }
+
+    /// Opens an event stream on the lease; the app counts as alive while it is open.
+    pub fn watch(&self, id: LeaseId) -> Option<Watch> {
+        let tracked = self.find(id)?;
+        let events = tracked.events.subscribe();
+        tracked.record().watchers += 1;
+        tracked.wake.notify_one();
+        Some(Watch {
+            view: tracked.view(),
+            events,
+            guard: WatchGuard(tracked),
+        })
+    }
+
+    /// Shutdown: grants no new lease, releases every lease still held, in parallel.
+    pub async fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        let held: Vec<Arc<Tracked>> = self.table().values().cloned().collect();
+        let releases = held
+            .iter()
+            .map(|t| renewal::release(&self.engine, t, "shutdown"));
+        futures_util::future::join_all(releases).await;
+        self.tasks.close();
+    }
+
+    fn track(self: &Arc<Self>, lease: Lease, request: &AcquireRequest) -> LeaseView {
+        let now = Instant::now();
+        let granted_at = lease.valid_until - lease.validity;
+        let record = LeaseRecord {
+            renew_at: self
+                .policy
+                .schedule
+                .renew_at(granted_at, lease.ttl, rand::random()),
+            lease,
+            state: LeaseState::Held,
+            reason: None,
+            auto_renew: request.auto_renew,
+            idle_timeout: request.idle_timeout.unwrap_or(self.policy.idle_timeout),
+            last_seen: now,
+            watchers: 0,
+        };
+        let id = record.lease.id;
+        let tracked = Arc::new(Tracked {
+            record: Mutex::new(record),
+            events: broadcast::channel(EVENT_BUFFER).0,
+            wake: Notify::new(),
+            ops: tokio::sync::Mutex::new(()),
+        });
+        self.table().insert(id, Arc::clone(&tracked));
+        let (engine, policy, manager) =
+            (Arc::clone(&self.engine), self.policy, Arc::downgrade(self));
+        let view = tracked.view();
+        self.tasks.spawn(async move {
+            renewal::drive(&engine, &policy, &tracked).await;
+            tokio::time::sleep(policy.retention).await;
+            forget(&manager, id);
+        });
+        view
+    }
+
+    fn find(&self, id: LeaseId) -> Option<Arc<Tracked>> {
+        self.table().get(&id).cloned()
+    }
+
+    fn table(&self) -> MutexGuard<'_, HashMap<LeaseId, Arc<Tracked>>> {
+        // Inserts and removes only: a poisoned table is still consistent.
+        self.table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn forget(manager: &Weak<LeaseManager>, id: LeaseId) {
+    if let Some(manager) = manager.upgrade() {
+        manager.table().remove(&id);
+    }
+}

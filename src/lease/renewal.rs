@@ -1,0 +1,114 @@
+//! The task of one lease: renew it on schedule while the app is alive, report it lost the
+//! moment its validity runs out, release it when the app goes quiet.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{LeasePolicy, LeaseState, LeaseView, Step, Tracked};
+use crate::redlock::{ExtendOutcome, Redlock};
+use crate::Error;
+
+/// A renewal that found no quorum is retried this often (or sooner, near the end of validity).
+const RETRY_NO_QUORUM: Duration = Duration::from_millis(50);
+
+/// Runs until the lease is lost or released.
+pub async fn drive(engine: &Redlock, policy: &LeasePolicy, tracked: &Tracked) {
+    loop {
+        let step = tracked.record().next_step(Instant::now());
+        match step {
+            Step::Done => return,
+            Step::Wait(until) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until) => {}
+                    _ = tracked.wake.notified() => {}
+                }
+            }
+            Step::Expire => {
+                if tracked.finish(LeaseState::Lost, "expired") {
+                    tracing::warn!(lease = %tracked.record().lease.id, "lease lost: validity ran out without a renewal");
+                }
+            }
+            Step::IdleRelease => release(engine, tracked, "idle").await,
+            Step::Renew => {
+                let ttl = tracked.record().lease.ttl;
+                if let Err(error) = renew(engine, policy, tracked, ttl).await {
+                    tracing::error!(%error, "renewal refused its own lease");
+                    tracked.finish(LeaseState::Lost, "invalid");
+                }
+            }
+        }
+    }
+}
+
+/// Extends the lease to `ttl`. `Some(view)` when renewed; `None` when lost (the lease is
+/// then marked lost) or when no quorum answered (the next try is scheduled).
+pub async fn renew(
+    engine: &Redlock,
+    policy: &LeasePolicy,
+    tracked: &Tracked,
+    ttl: Duration,
+) -> Result<Option<LeaseView>, Error> {
+    let _op = tracked.ops.lock().await;
+    let (resource, id) = {
+        let record = tracked.record();
+        if record.state_at(Instant::now()).is_terminal() {
+            return Ok(None);
+        }
+        (record.lease.resource.clone(), record.lease.id)
+    };
+    match engine.extend(&resource, id, ttl).await? {
+        ExtendOutcome::Extended(renewal) => Ok(Some(renewed(policy, tracked, &renewal))),
+        ExtendOutcome::Lost(_) => {
+            tracing::warn!(lease = %id, resource, "lease lost: a majority no longer holds it");
+            tracked.finish(LeaseState::Lost, "not_ours");
+            Ok(None)
+        }
+        ExtendOutcome::NoQuorum(refusal) => {
+            tracing::warn!(lease = %id, resource, cause = ?refusal.cause, "renewal without quorum");
+            let mut record = tracked.record();
+            let left = record.lease.remaining_validity(Instant::now());
+            record.renew_at = Instant::now() + RETRY_NO_QUORUM.min(left / 4);
+            Ok(None)
+        }
+    }
+}
+
+fn renewed(
+    policy: &LeasePolicy,
+    tracked: &Tracked,
+    renewal: &crate::redlock::Renewal,
+) -> LeaseView {
+    let mut record = tracked.record();
+    if record.state.is_terminal() {
+        return record.view(Instant::now());
+    }
+    record.lease.apply(renewal);
+    let from = renewal.valid_until - renewal.validity;
+    record.renew_at = policy.schedule.renew_at(from, renewal.ttl, rand::random());
+    let view = record.view(Instant::now());
+    drop(record);
+    let _ = tracked.events.send(super::LeaseEvent {
+        event: "renewed",
+        lease: view.clone(),
+    });
+    tracked.wake.notify_one();
+    view
+}
+
+/// Releases the lease on the fleet (best effort) and marks it released.
+pub async fn release(engine: &Redlock, tracked: &Tracked, reason: &'static str) {
+    let _op = tracked.ops.lock().await;
+    let (resource, id, terminal) = {
+        let record = tracked.record();
+        let terminal = record.state.is_terminal();
+        (record.lease.resource.clone(), record.lease.id, terminal)
+    };
+    if terminal {
+        return;
+    }
+    if let Err(error) = engine.release(&resource, id).await {
+        tracing::error!(%error, lease = %id, "release refused");
+    }
+    tracked.finish(LeaseState::Released, reason);
+}

@@ -1,0 +1,87 @@
+use super::*;
+use crate::LeaseId;
+
+fn record(now: Instant, auto_renew: bool) -> LeaseRecord {
+    let ttl = Duration::from_millis(1_000);
+    LeaseRecord {
+        lease: Lease {
+            id: LeaseId::random(),
+            resource: "r".into(),
+            owner: "o".into(),
+            fencing_token: 1,
+            ttl,
+            validity: Duration::from_millis(980),
+            valid_until: now + Duration::from_millis(980),
+        },
+        state: LeaseState::Held,
+        reason: None,
+        auto_renew,
+        idle_timeout: Duration::from_millis(3_000),
+        last_seen: now,
+        watchers: 0,
+        renew_at: now + Duration::from_millis(450),
+    }
+}
+
+/// An auto-renewed lease waits for its renewal, then renews.
+#[tokio::test(start_paused = true)]
+async fn auto_renewal_is_due_at_its_time() {
+    let now = Instant::now();
+    let r = record(now, true);
+    assert_eq!(
+        r.next_step(now),
+        Step::Wait(now + Duration::from_millis(450))
+    );
+    assert_eq!(r.next_step(now + Duration::from_millis(450)), Step::Renew);
+}
+
+/// Validity comes first: past it the lease is lost, whatever else is due.
+#[tokio::test(start_paused = true)]
+async fn validity_runs_out_before_anything_else() {
+    let now = Instant::now();
+    let r = record(now, true);
+    let late = now + Duration::from_millis(980);
+    assert_eq!(r.next_step(late), Step::Expire);
+    assert_eq!(r.state_at(late), LeaseState::Lost);
+    assert_eq!(r.view(late).validity_ms, 0);
+}
+
+/// Without auto-renewal the lease simply waits for its expiry.
+#[tokio::test(start_paused = true)]
+async fn a_lease_without_auto_renewal_only_expires() {
+    let now = Instant::now();
+    let r = record(now, false);
+    assert_eq!(
+        r.next_step(now),
+        Step::Wait(now + Duration::from_millis(980))
+    );
+}
+
+/// A quiet app loses its lease after the idle timeout; an open stream keeps it alive.
+#[tokio::test(start_paused = true)]
+async fn a_quiet_app_is_released_unless_it_watches() {
+    let now = Instant::now();
+    let mut r = record(now, true);
+    r.renew_at = now + Duration::from_secs(10);
+    r.lease.valid_until = now + Duration::from_secs(20);
+    assert_eq!(r.next_step(now), Step::Wait(now + Duration::from_secs(3)));
+    assert_eq!(r.next_step(now + Duration::from_secs(3)), Step::IdleRelease);
+    r.watchers = 1;
+    assert_eq!(
+        r.next_step(now + Duration::from_secs(3)),
+        Step::Wait(now + Duration::from_secs(10))
+    );
+}
+
+/// Lost and released leases have nothing left to do.
+#[tokio::test(start_paused = true)]
+async fn terminal_states_end_the_task() {
+    let now = Instant::now();
+    let mut r = record(now, true);
+    r.state = LeaseState::Released;
+    assert_eq!(r.next_step(now), Step::Done);
+    assert_eq!(
+        r.state_at(now + Duration::from_secs(5)),
+        LeaseState::Released
+    );
+}

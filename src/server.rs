@@ -1,0 +1,108 @@
+//! The sidecar assembled from [`Settings`]: fleet, probe, engine, lease manager and HTTP API,
+//! served on an already-bound listener until a shutdown future resolves. Shutdown releases
+//! every held lease, then drains connections, all within the grace period.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+use crate::config::Settings;
+use crate::fleet::ProbeGuard;
+use crate::lease::{LeaseManager, LeasePolicy, DEFAULT_RETENTION};
+use crate::ttl::{RenewalSchedule, TtlPolicy};
+use crate::{api, Error, Fleet, Redlock};
+
+/// A connected sidecar, ready to serve.
+pub struct Sidecar {
+    manager: Arc<LeaseManager>,
+    grace: Duration,
+    _probe: ProbeGuard,
+}
+
+// === impl Sidecar ===
+
+impl Sidecar {
+    /// Connects to the masters and builds the lease manager.
+    pub async fn start(settings: &Settings) -> Result<Self, Error> {
+        let fleet = Fleet::connect(&settings.masters, &settings.fleet_options()).await?;
+        let probe = fleet.spawn_probe(settings.fleet.probe_interval);
+        for node in fleet.nodes() {
+            tracing::info!(
+                node = node.index(),
+                url = node.url(),
+                up = node.is_up(),
+                "master"
+            );
+        }
+        let engine = Arc::new(Redlock::new(fleet, settings.engine_options()));
+        let manager = LeaseManager::new(engine, lease_policy(settings));
+        Ok(Self {
+            manager,
+            grace: settings.shutdown_grace,
+            _probe: probe,
+        })
+    }
+
+    pub fn manager(&self) -> &Arc<LeaseManager> {
+        &self.manager
+    }
+
+    /// Serves the API on `listener` until `shutdown` resolves, then stops taking leases,
+    /// releases every held lease and drains connections, giving up after the grace period.
+    pub async fn run(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let (manager, grace) = (Arc::clone(&self.manager), self.grace);
+        let draining = Arc::new(Notify::new());
+        let drain_started = Arc::clone(&draining);
+        let release_then_drain = async move {
+            shutdown.await;
+            drain_started.notify_one();
+            tracing::info!(
+                active = manager.active(),
+                "shutting down: releasing every lease"
+            );
+            if tokio::time::timeout(grace, manager.close()).await.is_err() {
+                tracing::warn!("grace period expired before every lease was released");
+            }
+        };
+        let serve = axum::serve(listener, api::app(Arc::clone(&self.manager)))
+            .with_graceful_shutdown(release_then_drain);
+        let deadline = async {
+            draining.notified().await;
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            served = serve => served?,
+            _ = deadline => tracing::warn!("grace period expired with connections still open"),
+        }
+        let engine = self.manager.engine();
+        engine.settle(Duration::from_secs(1)).await;
+        engine.fleet().quit(Duration::from_secs(1)).await;
+        Ok(())
+    }
+}
+
+fn lease_policy(settings: &Settings) -> LeasePolicy {
+    let lease = &settings.lease;
+    LeasePolicy {
+        ttl: TtlPolicy {
+            min_ttl: lease.min_ttl,
+            max_ttl: lease.max_ttl,
+            rtt_multiplier: lease.rtt_multiplier,
+            safety_margin: lease.safety_margin,
+        },
+        schedule: RenewalSchedule {
+            fraction: lease.renew_fraction,
+            jitter: lease.renew_jitter,
+        },
+        idle_timeout: lease.idle_timeout,
+        max_wait: lease.max_wait,
+        retention: DEFAULT_RETENTION,
+    }
+}

@@ -1,0 +1,332 @@
+//! The sidecar through real HTTP against real masters: grants, contention, auto-renewal while
+//! the app watches, idle release, loss, shutdown, input checks.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::assert_eventually;
+use crate::support::sidecar::TestSidecar;
+use crate::support::TestFleet;
+
+fn lease_id(lease: &Value) -> String {
+    lease["lease_id"].as_str().unwrap().to_string()
+}
+
+/// A held resource answers 409 with `acquired: false, reason: held` as problem+json.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contended_acquire_is_409_held() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let (status, lease) = sidecar
+        .acquire("job", json!({"owner": "a", "ttl_ms": 5000}))
+        .await;
+    assert_eq!(status, 200, "{lease}");
+    assert_eq!(
+        (lease["state"].as_str(), lease["owner"].as_str()),
+        (Some("held"), Some("a"))
+    );
+    assert!(lease["fencing_token"].as_u64().unwrap() >= 1);
+    let (status, refused) = sidecar.acquire("job", json!({"owner": "b"})).await;
+    assert_eq!(status, 409);
+    assert_eq!(
+        (refused["acquired"].clone(), refused["reason"].clone()),
+        (json!(false), json!("held"))
+    );
+}
+
+/// An auto-renewed 1000 ms lease stays held for 5 s while the app keeps its event stream
+/// open, renewed several times, at intervals spread by the jitter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_renewed_lease_lives_while_the_app_watches() {
+    let fleet = TestFleet::start(3);
+    let env = [("REDLEASE__LEASE__IDLE_TIMEOUT_MS", "1000")];
+    let sidecar = TestSidecar::start(&fleet, &env).await;
+    let (_, lease) = sidecar
+        .acquire("job", json!({"owner": "a", "ttl_ms": 1000}))
+        .await;
+    let id = lease_id(&lease);
+    let mut events = sidecar.events(&id).await;
+    let start = Instant::now();
+    let mut renewals = Vec::new();
+    while start.elapsed() < Duration::from_secs(5) {
+        let (name, data) = events
+            .next(Duration::from_secs(2))
+            .await
+            .expect("silence while held");
+        assert_eq!(name, "renewed", "{data}");
+        renewals.push(start.elapsed());
+    }
+    assert!(
+        renewals.len() >= 8,
+        "only {} renewals in 5 s",
+        renewals.len()
+    );
+    let gaps: Vec<u128> = renewals
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis())
+        .collect();
+    let spread = gaps.iter().max().unwrap() - gaps.iter().min().unwrap();
+    assert!(spread >= 10, "renewals in lockstep: {gaps:?}");
+    let (_, now) = sidecar.get(&format!("/v1/leases/{id}")).await;
+    assert_eq!(now["state"], "held");
+    assert!(fleet.lock_keys_on(&[0, 1, 2]).len() >= 2);
+}
+
+/// When the app closes its stream, the lease is released within the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_stream_releases_the_lease_after_the_idle_timeout() {
+    let fleet = TestFleet::start(3);
+    let env = [("REDLEASE__LEASE__IDLE_TIMEOUT_MS", "1000")];
+    let sidecar = TestSidecar::start(&fleet, &env).await;
+    let (_, lease) = sidecar
+        .acquire("job", json!({"owner": "a", "ttl_ms": 1000}))
+        .await;
+    let id = lease_id(&lease);
+    let events = sidecar.events(&id).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, watched) = sidecar.get(&format!("/v1/leases/{id}")).await;
+    assert_eq!(
+        watched["state"], "held",
+        "released while the stream was open"
+    );
+    drop(events);
+    let closed = Instant::now();
+    let path = format!("/v1/leases/{id}");
+    assert_eventually!(
+        sidecar.get(&path).await.1["state"] == "released",
+        3,
+        "never released"
+    );
+    assert!(
+        closed.elapsed() < Duration::from_millis(1800),
+        "released late: {:?}",
+        closed.elapsed()
+    );
+    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+}
+
+/// With 3 of 5 masters frozen the lease cannot be renewed: the app hears `lost` within the
+/// TTL, never silence; after the masters resume the lease stays reported lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_cannot_renew_is_reported_lost_within_its_ttl() {
+    let mut fleet = TestFleet::start(5);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let (_, lease) = sidecar
+        .acquire("job", json!({"owner": "a", "ttl_ms": 1000}))
+        .await;
+    let id = lease_id(&lease);
+    let mut events = sidecar.events(&id).await;
+    for i in 0..3 {
+        fleet.servers[i].pause();
+    }
+    let frozen = Instant::now();
+    let mut lost = None;
+    while let Some((name, data)) = events.next(Duration::from_millis(1500)).await {
+        if name == "lost" {
+            lost = Some(data);
+            break;
+        }
+    }
+    let lost = lost.expect("no lost event: silence while the lease could not be renewed");
+    assert!(
+        frozen.elapsed() <= Duration::from_millis(1100),
+        "lost reported late: {:?}",
+        frozen.elapsed()
+    );
+    assert_eq!(lost["state"], "lost");
+    assert_eq!(lost["validity_ms"], 0);
+    for i in 0..3 {
+        fleet.servers[i].resume();
+    }
+    let (_, after) = sidecar.get(&format!("/v1/leases/{id}")).await;
+    assert_eq!(after["state"], "lost");
+}
+
+/// When a majority answers "not yours" (the keys were taken away), the lease is lost at the
+/// next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_saying_not_yours_means_lost() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let (_, lease) = sidecar
+        .acquire("job", json!({"owner": "a", "ttl_ms": 2000}))
+        .await;
+    let id = lease_id(&lease);
+    let mut events = sidecar.events(&id).await;
+    for i in 0..3 {
+        fleet.command(i, &["DEL", "redlease:lock:job"]);
+    }
+    let (name, data) = events.next(Duration::from_secs(2)).await.expect("silence");
+    assert_eq!(
+        (name.as_str(), data["reason"].as_str()),
+        ("lost", Some("not_ours"))
+    );
+    let (status, gone) = sidecar.post(&format!("/v1/leases/{id}/renew")).await;
+    assert_eq!((status, gone["reason"].as_str()), (410, Some("lease_lost")));
+}
+
+/// Shutdown releases every lease: a second sidecar can take the same resources at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_every_lease() {
+    let fleet = TestFleet::start(3);
+    let mut first = TestSidecar::start(&fleet, &[]).await;
+    for resource in ["a", "b", "c"] {
+        let (status, _) = first
+            .acquire(resource, json!({"owner": "first", "ttl_ms": 20000}))
+            .await;
+        assert_eq!(status, 200);
+    }
+    first.shut_down().await;
+    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+    let second = TestSidecar::start(&fleet, &[]).await;
+    for resource in ["a", "b", "c"] {
+        let (status, body) = second.acquire(resource, json!({"owner": "second"})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+}
+
+/// Release, keepalive, renew and get follow the contract, including 404 and 410.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_endpoints_follow_the_contract() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let (_, lease) = sidecar
+        .acquire(
+            "job",
+            json!({"owner": "a", "auto_renew": false, "ttl_ms": 3000}),
+        )
+        .await;
+    let id = lease_id(&lease);
+    assert_eq!(lease["auto_renew"], false);
+    let (status, kept) = sidecar.post(&format!("/v1/leases/{id}/keepalive")).await;
+    assert_eq!((status, kept["state"].as_str()), (200, Some("held")));
+    let (status, renewed) = sidecar.post(&format!("/v1/leases/{id}/renew")).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert!(renewed["validity_ms"].as_u64().unwrap() > 2_500);
+    let (status, released) = sidecar.delete(&format!("/v1/leases/{id}")).await;
+    assert_eq!((status, released["released"].clone()), (200, json!(true)));
+    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+    let (status, gone) = sidecar.post(&format!("/v1/leases/{id}/renew")).await;
+    assert_eq!((status, gone["reason"].as_str()), (410, Some("lease_lost")));
+    let unknown = "00000000000000000000000000000000";
+    for path in [
+        format!("/v1/leases/{unknown}"),
+        "/v1/leases/not-an-id".to_string(),
+    ] {
+        let (status, body) = sidecar.get(&path).await;
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (404, Some("unknown_lease"))
+        );
+    }
+}
+
+/// A lease without auto-renewal expires and is reported lost, never still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_without_auto_renewal_expires_as_lost() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let (_, lease) = sidecar
+        .acquire(
+            "job",
+            json!({"owner": "a", "auto_renew": false, "ttl_ms": 300}),
+        )
+        .await;
+    let id = lease_id(&lease);
+    tokio::time::sleep(Duration::from_millis(320)).await;
+    let (_, after) = sidecar.get(&format!("/v1/leases/{id}")).await;
+    assert_eq!(
+        (after["state"].as_str(), after["validity_ms"].as_u64()),
+        (Some("lost"), Some(0))
+    );
+}
+
+/// Bad input gets a problem+json with a stable reason and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_stable_reason() {
+    let fleet = TestFleet::start(1);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let long = "x".repeat(513);
+    let cases = [
+        ("job", json!({}), 400, "invalid_owner"),
+        ("job", json!({"owner": ""}), 400, "invalid_owner"),
+        (
+            "job",
+            json!({"owner": "a", "ttl_ms": 5}),
+            400,
+            "invalid_ttl",
+        ),
+        (
+            "job",
+            json!({"owner": "a", "ttl_ms": 3_600_000}),
+            400,
+            "invalid_ttl",
+        ),
+        (
+            "job",
+            json!({"owner": "a", "wait_ms": 3_600_000}),
+            400,
+            "invalid_wait",
+        ),
+        (
+            "job",
+            json!({"owner": "a", "idle_timeout_ms": 0}),
+            400,
+            "invalid_idle_timeout",
+        ),
+        ("job", json!({"owner": 7}), 422, "invalid_body"),
+        ("a%0Ab", json!({"owner": "a"}), 400, "invalid_resource"),
+        (
+            long.as_str(),
+            json!({"owner": "a"}),
+            400,
+            "invalid_resource",
+        ),
+    ];
+    for (resource, body, status, reason) in cases {
+        let (got, problem) = sidecar.acquire(resource, body.clone()).await;
+        assert_eq!(
+            (got, problem["reason"].as_str()),
+            (status, Some(reason)),
+            "{body}"
+        );
+    }
+    let url = format!("{}/v1/locks/job/acquire", sidecar.base);
+    let huge = format!("{{\"owner\":\"{}\"}}", "x".repeat(70 * 1024));
+    let response = sidecar
+        .http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["reason"], "body_too_large");
+    assert_eq!(fleet.data_keys(0), Vec::<String>::new());
+}
+
+/// The fleet view lists every master with credentials masked, the quorum and the TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_view_and_health_endpoints() {
+    let mut fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let (status, view) = sidecar.get("/v1/fleet").await;
+    assert_eq!(status, 200);
+    assert_eq!(view["quorum"], 2);
+    assert_eq!(view["masters"].as_array().unwrap().len(), 3);
+    assert!(view["adaptive_ttl_ms"].as_u64().unwrap() >= 500);
+    assert_eq!(sidecar.get("/livez").await.0, 200);
+    assert_eq!(sidecar.get("/readyz").await.0, 200);
+    fleet.servers[0].stop();
+    fleet.servers[1].stop();
+    assert_eventually!(
+        sidecar.get("/readyz").await.0 == 503,
+        5,
+        "ready without a quorum"
+    );
+    assert_eq!(sidecar.get("/livez").await.0, 200);
+}

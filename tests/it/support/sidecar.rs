@@ -1,0 +1,166 @@
+//! The sidecar under test, in-process on 127.0.0.1:0, with a shutdown trigger, plus a small
+//! reader of its Server-Sent Events.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redlease::config::{Overrides, Settings};
+use redlease::server::Sidecar;
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::TestFleet;
+
+pub struct TestSidecar {
+    pub base: String,
+    pub http: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    served: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestSidecar {
+    /// A sidecar on `fleet` with settings given as `REDLEASE__…` pairs (never the process env).
+    pub async fn start(fleet: &TestFleet, env: &[(&str, &str)]) -> Self {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        let overrides = Overrides {
+            masters: Some(fleet.urls()),
+            listen: Some("127.0.0.1:0".into()),
+        };
+        let settings = Settings::load(None, env, overrides).unwrap();
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let sidecar = Sidecar::start(&settings).await.unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let served = tokio::spawn(sidecar.run(listener, async {
+            let _ = rx.await;
+        }));
+        Self {
+            base,
+            http: reqwest::Client::new(),
+            shutdown: Some(tx),
+            served: Some(served),
+        }
+    }
+
+    /// What SIGTERM does: stop, release every lease, drain. Waits until it is done.
+    pub async fn shut_down(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(served) = self.served.take() {
+            served.await.unwrap().unwrap();
+        }
+    }
+
+    pub async fn acquire(&self, resource: &str, body: Value) -> (u16, Value) {
+        let url = format!("{}/v1/locks/{resource}/acquire", self.base);
+        let response = self.http.post(url).json(&body).send().await.unwrap();
+        answer(response).await
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        answer(
+            self.http
+                .get(format!("{}{path}", self.base))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+
+    pub async fn post(&self, path: &str) -> (u16, Value) {
+        answer(
+            self.http
+                .post(format!("{}{path}", self.base))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        answer(
+            self.http
+                .delete(format!("{}{path}", self.base))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+
+    /// Opens the event stream of a lease.
+    pub async fn events(&self, lease_id: &str) -> EventStream {
+        let url = format!("{}/v1/leases/{lease_id}/events", self.base);
+        let response = self.http.get(url).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        EventStream {
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+}
+
+impl Drop for TestSidecar {
+    fn drop(&mut self) {
+        if let Some(served) = &self.served {
+            served.abort();
+        }
+    }
+}
+
+async fn answer(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, body)
+}
+
+type Body =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>;
+
+/// Reads `event:`/`data:` pairs off an SSE response.
+pub struct EventStream {
+    body: Body,
+    buffer: String,
+}
+
+impl EventStream {
+    /// The next event (name, data), or `None` when the stream ended or `timeout` passed.
+    pub async fn next(&mut self, timeout: Duration) -> Option<(String, Value)> {
+        tokio::time::timeout(timeout, self.next_event())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    async fn next_event(&mut self) -> Option<(String, Value)> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                if let Some(event) = parse_block(&block) {
+                    return Some(event);
+                }
+                continue;
+            }
+            let chunk = self.body.next().await?.ok()?;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+fn parse_block(block: &str) -> Option<(String, Value)> {
+    let field = |name: &str| {
+        block
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(|v| v.trim_start().to_string())
+    };
+    let data = serde_json::from_str(&field("data:")?).ok()?;
+    Some((field("event:")?, data))
+}
