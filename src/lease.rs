@@ -2,6 +2,7 @@
 //! the app is alive, reporting loss at once, releasing them on request, on idleness and on
 //! shutdown. Each lease has one task (see `renewal`) that owns its timing.
 
+pub mod escalation;
 pub mod renewal;
 pub mod state;
 
@@ -33,6 +34,10 @@ pub struct LeasePolicy {
     /// Upper bound on a caller's blocking wait.
     pub max_wait: Duration,
     pub retention: Duration,
+    /// Shadow TTL = lease TTL × this, capped at `shadow_cap`.
+    pub shadow_multiplier: u32,
+    /// The longest a shadow may live: the fleet's restart quarantine.
+    pub shadow_cap: Duration,
 }
 
 /// An app's request for a lock.

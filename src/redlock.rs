@@ -6,6 +6,7 @@
 mod fanout;
 pub mod lease;
 pub mod quorum;
+mod shadow;
 
 use std::sync::Arc;
 use std::task::Poll;
@@ -457,7 +458,8 @@ fn count_vote(tally: &mut Tally, vote: &NodeVote) {
     match vote {
         NodeVote::Granted { .. } => tally.yes += 1,
         NodeVote::Extend(reply) if reply.is_ours() => tally.yes += 1,
-        NodeVote::Refused { .. } | NodeVote::Extend(_) => tally.no += 1,
+        NodeVote::Shadow(true) => tally.yes += 1,
+        NodeVote::Refused { .. } | NodeVote::Extend(_) | NodeVote::Shadow(false) => tally.no += 1,
         NodeVote::Failed(_) => tally.failed += 1,
         NodeVote::NoAnswer => {}
     }

@@ -104,5 +104,7 @@ fn lease_policy(settings: &Settings) -> LeasePolicy {
         idle_timeout: lease.idle_timeout,
         max_wait: lease.max_wait,
         retention: DEFAULT_RETENTION,
+        shadow_multiplier: lease.shadow_multiplier,
+        shadow_cap: settings.fleet.quarantine,
     }
 }

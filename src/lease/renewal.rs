@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{LeasePolicy, LeaseState, LeaseView, Step, Tracked};
-use crate::redlock::{ExtendOutcome, Redlock};
+use super::{escalation, LeasePolicy, LeaseState, LeaseView, Step, Tracked};
+use crate::redlock::{ExtendOutcome, Redlock, Renewal};
 use crate::Error;
 
 /// A renewal that found no quorum is retried this often (or sooner, near the end of validity).
@@ -58,7 +58,9 @@ pub async fn renew(
         (record.lease.resource.clone(), record.lease.id)
     };
     match engine.extend(&resource, id, ttl).await? {
-        ExtendOutcome::Extended(renewal) => Ok(Some(renewed(policy, tracked, &renewal))),
+        ExtendOutcome::Extended(renewal) => {
+            Ok(Some(settle(policy, tracked, &renewal, Shadowed::No)))
+        }
         ExtendOutcome::Lost(_) => {
             tracing::warn!(lease = %id, resource, "lease lost: a majority no longer holds it");
             tracked.finish(LeaseState::Lost, "not_ours");
@@ -66,6 +68,11 @@ pub async fn renew(
         }
         ExtendOutcome::NoQuorum(refusal) => {
             tracing::warn!(lease = %id, resource, cause = ?refusal.cause, "renewal without quorum");
+            if escalation::should_escalate(refusal.cause) {
+                if let Some(view) = escalate(engine, policy, tracked).await? {
+                    return Ok(Some(view));
+                }
+            }
             let mut record = tracked.record();
             let left = record.lease.remaining_validity(Instant::now());
             record.renew_at = Instant::now() + RETRY_NO_QUORUM.min(left / 4);
@@ -74,22 +81,89 @@ pub async fn renew(
     }
 }
 
-fn renewed(
+/// One try to keep the resource through a quorum of shadows. `Some(view)` when degraded.
+async fn escalate(
+    engine: &Redlock,
     policy: &LeasePolicy,
     tracked: &Tracked,
-    renewal: &crate::redlock::Renewal,
+) -> Result<Option<LeaseView>, Error> {
+    let (resource, id, owner, ttl, left) = {
+        let record = tracked.record();
+        let lease = &record.lease;
+        let left = lease.remaining_validity(Instant::now());
+        (
+            lease.resource.clone(),
+            lease.id,
+            lease.owner.clone(),
+            lease.ttl,
+            left,
+        )
+    };
+    let shadow_ttl = escalation::shadow_ttl(ttl, policy.shadow_multiplier, policy.shadow_cap);
+    let timeout = escalation::timeout(left);
+    tracing::warn!(lease = %id, resource, shadow_ttl_ms = shadow_ttl.as_millis() as u64, "escalating to a shadow reservation");
+    match engine
+        .reserve_shadow(&resource, id, &owner, shadow_ttl, timeout)
+        .await?
+    {
+        ExtendOutcome::Extended(shadow) => {
+            Ok(Some(settle(policy, tracked, &shadow, Shadowed::Yes)))
+        }
+        ExtendOutcome::Lost(_) => {
+            tracing::warn!(lease = %id, resource, "lease lost: a majority refused the shadow");
+            tracked.finish(LeaseState::Lost, "not_ours");
+            Ok(None)
+        }
+        ExtendOutcome::NoQuorum(refusal) => {
+            tracing::warn!(lease = %id, resource, cause = ?refusal.cause, "shadow escalation without quorum");
+            Ok(None)
+        }
+    }
+}
+
+/// Whether the validity being taken over comes from the lock or from the shadow.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shadowed {
+    No,
+    Yes,
+}
+
+/// Takes over a successful renewal or shadow reservation, tells the watchers (`renewed`,
+/// `recovered` after a degraded spell, or `degraded`) and schedules the next renewal on the
+/// lock's own TTL, so a degraded lease tries to recover at the usual pace.
+fn settle(
+    policy: &LeasePolicy,
+    tracked: &Tracked,
+    renewal: &Renewal,
+    shadowed: Shadowed,
 ) -> LeaseView {
     let mut record = tracked.record();
     if record.state.is_terminal() {
         return record.view(Instant::now());
     }
-    record.lease.apply(renewal);
-    let from = renewal.valid_until - renewal.validity;
-    record.renew_at = policy.schedule.renew_at(from, renewal.ttl, rand::random());
+    let was_degraded = record.state == LeaseState::Degraded;
+    record.lease.validity = renewal.validity;
+    record.lease.valid_until = renewal.valid_until;
+    let event = if shadowed == Shadowed::Yes {
+        record.state = LeaseState::Degraded;
+        "degraded"
+    } else {
+        record.lease.ttl = renewal.ttl;
+        record.state = LeaseState::Held;
+        if was_degraded {
+            "recovered"
+        } else {
+            "renewed"
+        }
+    };
+    let ttl = record.lease.ttl;
+    record.renew_at = policy
+        .schedule
+        .renew_at(Instant::now(), ttl, rand::random());
     let view = record.view(Instant::now());
     drop(record);
     let _ = tracked.events.send(super::LeaseEvent {
-        event: "renewed",
+        event,
         lease: view.clone(),
     });
     tracked.wake.notify_one();

@@ -135,7 +135,7 @@ pub struct LeaseView {
 /// What happened to a lease, streamed to the app.
 #[derive(Clone, Debug, Serialize)]
 pub struct LeaseEvent {
-    /// `renewed`, `lost` or `released`.
+    /// `renewed`, `degraded`, `recovered`, `lost` or `released`.
     pub event: &'static str,
     pub lease: LeaseView,
 }

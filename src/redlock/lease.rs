@@ -63,6 +63,8 @@ pub enum NodeVote {
     Refused { holder_remaining: Option<Duration> },
     /// extend: what the master said.
     Extend(ExtendReply),
+    /// shadow: set (`true`) or refused because another lease holds the resource.
+    Shadow(bool),
     /// No usable answer.
     Failed(CallError),
     /// Still in flight when the outcome was decided.

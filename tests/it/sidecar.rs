@@ -330,3 +330,38 @@ async fn fleet_view_and_health_endpoints() {
     );
     assert_eq!(sidecar.get("/livez").await.0, 200);
 }
+
+/// Masters too slow for a renewal but answering within the escalation's longer timeout: the
+/// lease escalates to a quorum of shadows (`degraded`, validity from the shadow), then the
+/// next renewal restores the lock and drops the shadows (`recovered`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_masters_degrade_the_lease_then_it_recovers() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let (_, lease) = sidecar
+        .acquire("job", json!({"owner": "a", "ttl_ms": 2000}))
+        .await;
+    let id = lease_id(&lease);
+    let mut events = sidecar.events(&id).await;
+    let (first, _) = events.next(Duration::from_secs(3)).await.unwrap();
+    assert_eq!(first, "renewed");
+    for i in 0..2 {
+        fleet.command(i, &["CLIENT", "PAUSE", "1200", "WRITE"]);
+    }
+    let (name, degraded) = events.next(Duration::from_secs(3)).await.expect("silence");
+    assert_eq!(
+        (name.as_str(), degraded["state"].as_str()),
+        ("degraded", Some("degraded"))
+    );
+    assert!(
+        degraded["validity_ms"].as_u64().unwrap() > 2_000,
+        "validity not from the shadow"
+    );
+    let (name, recovered) = events.next(Duration::from_secs(3)).await.expect("silence");
+    assert_eq!(
+        (name.as_str(), recovered["state"].as_str()),
+        ("recovered", Some("held"))
+    );
+    let shadows = || (0..3).any(|i| fleet.command(i, &["EXISTS", "redlease:shadow:job"]).int() > 0);
+    assert_eventually!(!shadows(), 3, "shadows left after recovery");
+}

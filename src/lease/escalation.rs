@@ -1,0 +1,54 @@
+//! Shadow escalation policy (pure): whether a failed renewal escalates, and with which shadow
+//! TTL and per-master timeout.
+
+use std::time::Duration;
+
+use crate::redlock::Shortfall;
+
+/// Escalate only when the renewal failed for lack of answers (masters slow or unreachable),
+/// never when a majority answered that the lease is not ours.
+pub fn should_escalate(cause: Shortfall) -> bool {
+    matches!(cause, Shortfall::TooFewAnswers | Shortfall::ValidityExpired)
+}
+
+/// `ttl × multiplier`, capped (at the restart quarantine, the longest a key may live).
+pub fn shadow_ttl(ttl: Duration, multiplier: u32, cap: Duration) -> Duration {
+    ttl.saturating_mul(multiplier).min(cap)
+}
+
+/// The escalation's per-master timeout: half the validity the lease has left, so slow masters
+/// get far longer than a renewal gives them while an answer still lands before the end.
+pub fn timeout(remaining_validity: Duration) -> Duration {
+    (remaining_validity / 2).max(Duration::from_millis(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Slow or missing masters escalate; "not ours" and contention never do.
+    #[test]
+    fn only_missing_answers_escalate() {
+        assert!(should_escalate(Shortfall::TooFewAnswers));
+        assert!(should_escalate(Shortfall::ValidityExpired));
+        assert!(!should_escalate(Shortfall::NotOurs));
+        assert!(!should_escalate(Shortfall::Held));
+        assert!(!should_escalate(Shortfall::FenceNotConfirmed));
+    }
+
+    /// The shadow outlives the lock tenfold, never past the cap; the timeout is half the rest.
+    #[test]
+    fn shadow_ttl_and_timeout_are_bounded() {
+        let cap = Duration::from_secs(300);
+        assert_eq!(
+            shadow_ttl(Duration::from_secs(2), 10, cap),
+            Duration::from_secs(20)
+        );
+        assert_eq!(shadow_ttl(Duration::from_secs(60), 10, cap), cap);
+        assert_eq!(
+            timeout(Duration::from_millis(900)),
+            Duration::from_millis(450)
+        );
+        assert_eq!(timeout(Duration::ZERO), Duration::from_millis(1));
+    }
+}

@@ -1,0 +1,72 @@
+//! Shadow reservation: the degraded-mode fallback when a renewal could not reach a quorum
+//! because masters were slow or unreachable. `shadow.lua` sets `shadow:{resource}` to our
+//! lease where the lock is ours or free; acquisitions respect it, so a quorum of shadows keeps
+//! the resource ours for the shadow TTL while the lock keys cannot be renewed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+use tokio::time::Instant;
+
+use super::fanout::{spawn_each, Reply};
+use super::{collect_votes, ExtendOutcome, NodeVote, Redlock, ScriptCall};
+use crate::fleet::{Admission, Node};
+use crate::keys::validate_resource;
+use crate::scripts::SCRIPTS;
+use crate::{Error, LeaseId};
+
+// === impl Redlock ===
+
+impl Redlock {
+    /// Sets our shadow for `shadow_ttl` on every master where the lock is ours or free, each
+    /// master bounded by `timeout`. `Extended` when a quorum took it (validity from the
+    /// shadow); `Lost` when a majority said another lease holds the resource.
+    #[tracing::instrument(skip(self, owner), fields(lease = %id, shadow_ttl_ms = shadow_ttl.as_millis() as u64))]
+    pub async fn reserve_shadow(
+        &self,
+        resource: &str,
+        id: LeaseId,
+        owner: &str,
+        shadow_ttl: Duration,
+        timeout: Duration,
+    ) -> Result<ExtendOutcome, Error> {
+        validate_resource(resource)?;
+        let quarantine = self.fleet.options().quarantine;
+        if shadow_ttl.is_zero() || shadow_ttl > quarantine {
+            let bound = quarantine.as_millis();
+            return Err(Error::InvalidTtl(format!(
+                "shadow ttl must be between 1 and {bound} ms"
+            )));
+        }
+        let keys = self.fleet.keyspace().resource(resource);
+        let call = ScriptCall {
+            keys: vec![
+                Key::from(keys.lock.as_str()),
+                Key::from(keys.shadow.as_str()),
+            ],
+            args: vec![
+                Value::from(id.to_string()),
+                Value::from(id.value_for(owner)),
+                Value::from(shadow_ttl.as_millis().to_string()),
+            ],
+        };
+        let start = Instant::now();
+        let mut replies = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
+            shadow_on(node, call.clone(), timeout, reply)
+        });
+        let (tally, votes) = collect_votes(&mut replies, self.fleet.len(), Some).await;
+        Ok(self.judge_extension(tally, votes, start, shadow_ttl))
+    }
+}
+
+async fn shadow_on(node: Arc<Node>, call: ScriptCall, timeout: Duration, reply: Reply<NodeVote>) {
+    let script = &SCRIPTS.shadow;
+    let result = node
+        .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
+        .await;
+    reply.send(match result {
+        Ok(set) => NodeVote::Shadow(set == 1),
+        Err(error) => NodeVote::Failed(error),
+    });
+}
