@@ -293,7 +293,10 @@ fn prepare_on_every_connection(node: &Arc<Node>) {
     });
 }
 
-fn build_client(url: &str, options: &FleetOptions) -> Result<fred::clients::Client, Error> {
+pub(crate) fn build_client(
+    url: &str,
+    options: &FleetOptions,
+) -> Result<fred::clients::Client, Error> {
     let invalid = |reason: String| Error::InvalidMaster {
         url: mask_credentials(url),
         reason,

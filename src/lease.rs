@@ -15,8 +15,9 @@ use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use crate::redlock::{AcquireOutcome, Lease, Redlock};
+use crate::redlock::{AcquireOutcome, Lease, Redlock, Refusal};
 use crate::ttl::{RenewalSchedule, TtlPolicy};
+use crate::wakeup::{self, Wakeups};
 use crate::{Error, LeaseId};
 pub use state::{LeaseEvent, LeaseRecord, LeaseState, LeaseView, Step};
 
@@ -145,6 +146,8 @@ pub struct Watch {
 pub struct LeaseManager {
     engine: Arc<Redlock>,
     policy: LeasePolicy,
+    /// Release messages and the FIFO queues of blocking acquisitions.
+    wakeups: Arc<Wakeups>,
     table: Mutex<HashMap<LeaseId, Arc<Tracked>>>,
     tasks: TaskTracker,
     /// Set at shutdown: no new lease is granted.
@@ -154,10 +157,11 @@ pub struct LeaseManager {
 // === impl LeaseManager ===
 
 impl LeaseManager {
-    pub fn new(engine: Arc<Redlock>, policy: LeasePolicy) -> Arc<Self> {
+    pub fn new(engine: Arc<Redlock>, policy: LeasePolicy, wakeups: Arc<Wakeups>) -> Arc<Self> {
         Arc::new(Self {
             engine,
             policy,
+            wakeups,
             table: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
             closing: AtomicBool::new(false),
@@ -197,11 +201,7 @@ impl LeaseManager {
         }
         let ttl = request.ttl.unwrap_or_else(|| self.adaptive_ttl());
         let wait = request.wait.min(self.policy.max_wait);
-        let (resource, owner) = (&request.resource, &request.owner);
-        let outcome = self
-            .engine
-            .acquire_with_wait(resource, owner, ttl, wait)
-            .await?;
+        let outcome = self.acquire_waiting(&request, ttl, wait).await?;
         Ok(match outcome {
             AcquireOutcome::Acquired(lease) if self.is_closing() => {
                 self.engine.release(&lease.resource, lease.id).await?;
@@ -211,6 +211,47 @@ impl LeaseManager {
             AcquireOutcome::Contended(_) => Acquired::Held,
             AcquireOutcome::NoQuorum(_) => Acquired::NoQuorum,
         })
+    }
+
+    /// One attempt at once, unless waiters of this sidecar are queued on the resource; then,
+    /// while `wait` lasts, first-come first-served: the head of the queue retries when a
+    /// release message arrives, or when the holder's lease would have expired.
+    async fn acquire_waiting(
+        &self,
+        request: &AcquireRequest,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<AcquireOutcome, Error> {
+        let (resource, owner) = (request.resource.as_str(), request.owner.as_str());
+        let deadline = Instant::now() + wait;
+        if wait.is_zero() || !self.wakeups.has_waiters(resource) {
+            let outcome = self.engine.acquire(resource, owner, ttl).await?;
+            if outcome.lease().is_some() || wait.is_zero() {
+                return Ok(outcome);
+            }
+        }
+        let waiting = self.wakeups.wait(resource);
+        let turn = tokio::time::timeout_at(deadline, waiting.queue.turn.lock()).await;
+        let Ok(_turn) = turn else {
+            return Ok(AcquireOutcome::Contended(Refusal::queued()));
+        };
+        loop {
+            let released = waiting.queue.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let outcome = self.engine.acquire(resource, owner, ttl).await?;
+            let now = Instant::now();
+            let Some(refusal) = outcome.refusal().filter(|_| now < deadline) else {
+                return Ok(outcome);
+            };
+            let options = self.engine.options();
+            let fallback =
+                wakeup::fallback_delay(options, refusal.holder_remaining(), rand::random());
+            tokio::select! {
+                _ = released => {}
+                _ = tokio::time::sleep_until((now + fallback).min(deadline)) => {}
+            }
+        }
     }
 
     pub fn is_closing(&self) -> bool {

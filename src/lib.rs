@@ -57,6 +57,7 @@ pub mod scripts;
 pub mod server;
 pub mod shutdown;
 pub mod ttl;
+pub mod wakeup;
 
 pub use fleet::{Fleet, FleetOptions};
 pub use lease_id::LeaseId;

@@ -3,13 +3,13 @@
 //! The pure arithmetic (quorum, validity, per-node timeout) is in [`quorum`], the fencing plan
 //! in [`crate::fencing`]; this module only sends and collects.
 
+mod calls;
 mod fanout;
 pub mod lease;
 pub mod quorum;
 mod shadow;
 
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
@@ -18,11 +18,15 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use self::fanout::{spawn_each, Reply};
+use self::calls::{
+    acquire_call, acquire_on, eval_on, extend_call, extend_on, release_call, AcquireEvent,
+    Decision, ScriptCall,
+};
+use self::fanout::spawn_each;
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
-use crate::fleet::{Admission, CallError, Fleet, Node};
-use crate::keys::{validate_owner, validate_resource, ResourceKeys};
-use crate::scripts::{AcquireReply, ExtendReply, SCRIPTS};
+use crate::fleet::{CallError, Fleet, Node};
+use crate::keys::{validate_owner, validate_resource};
+use crate::scripts::{ExtendReply, SCRIPTS};
 use crate::{fencing, Error, LeaseId};
 pub use lease::{
     AcquireOutcome, ExtendOutcome, Lease, NodeVote, Refusal, ReleaseOutcome, Renewal, Shortfall,
@@ -61,30 +65,6 @@ impl Default for EngineOptions {
             retry_delay_max: DEFAULT_RETRY_DELAY_MAX,
         }
     }
-}
-
-/// What the engine decided about a grant, told to every master's task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Decision {
-    Pending,
-    Keep,
-    Release,
-}
-
-/// What a master's acquire task reports.
-#[derive(Debug)]
-enum AcquireEvent {
-    /// The write is on its way (enqueued on the master's connection).
-    Sent,
-    Vote(NodeVote),
-    Released,
-}
-
-/// The payload of one script call, built once and cloned per master (cheap: shared bytes).
-#[derive(Clone)]
-struct ScriptCall {
-    keys: Vec<Key>,
-    args: Vec<Value>,
 }
 
 /// Redlock over a fleet of independent masters.
@@ -502,127 +482,6 @@ fn answered_with_write(vote: &NodeVote) -> bool {
         vote,
         NodeVote::Granted { .. } | NodeVote::Failed(CallError::Reply(_))
     )
-}
-
-/// One master's part of an acquisition: the write, then — if the engine abandons the grant or
-/// is dropped — the release, sent on the same connection after the write.
-async fn acquire_on(
-    node: Arc<Node>,
-    call: ScriptCall,
-    release: ScriptCall,
-    timeout: Duration,
-    mut decided: watch::Receiver<Decision>,
-    reply: Reply<AcquireEvent>,
-) {
-    let script = &SCRIPTS.acquire;
-    let write = node.eval(script, call.keys, call.args, timeout, Admission::WhenUp);
-    tokio::pin!(write);
-    let first_poll = futures_util::poll!(&mut write);
-    reply.send(AcquireEvent::Sent);
-    let result = match first_poll {
-        Poll::Ready(result) => result,
-        Poll::Pending => write.await,
-    };
-    let vote = acquire_vote(result);
-    let may_hold = !matches!(
-        vote,
-        NodeVote::Refused { .. } | NodeVote::Failed(CallError::Down)
-    );
-    reply.send(AcquireEvent::Vote(vote));
-    if !may_hold {
-        return;
-    }
-    let keep = match decided.wait_for(|d| *d != Decision::Pending).await {
-        Ok(decision) => *decision == Decision::Keep,
-        Err(_engine_dropped) => false,
-    };
-    if !keep {
-        let script = &SCRIPTS.release;
-        let _ = node
-            .eval(
-                script,
-                release.keys,
-                release.args,
-                timeout,
-                Admission::Always,
-            )
-            .await;
-        reply.send(AcquireEvent::Released);
-    }
-}
-
-fn acquire_vote(result: Result<i64, CallError>) -> NodeVote {
-    match result.map(AcquireReply::from_script) {
-        Ok(AcquireReply::Granted { counter }) => NodeVote::Granted { counter },
-        Ok(AcquireReply::Refused { holder_remaining }) => NodeVote::Refused { holder_remaining },
-        Err(error) => NodeVote::Failed(error),
-    }
-}
-
-async fn extend_on(node: Arc<Node>, call: ScriptCall, timeout: Duration, reply: Reply<NodeVote>) {
-    let script = &SCRIPTS.extend;
-    let result = node
-        .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
-        .await;
-    reply.send(match result {
-        Ok(answer) => NodeVote::Extend(ExtendReply::from_script(answer)),
-        Err(error) => NodeVote::Failed(error),
-    });
-}
-
-async fn eval_on(
-    node: Arc<Node>,
-    script: &'static Script,
-    call: ScriptCall,
-    timeout: Duration,
-    reply: Reply<Result<i64, CallError>>,
-) {
-    let result = node
-        .eval(script, call.keys, call.args, timeout, Admission::Always)
-        .await;
-    reply.send(result);
-}
-
-fn acquire_call(keys: &ResourceKeys, id: LeaseId, owner: &str, ttl: Duration) -> ScriptCall {
-    ScriptCall {
-        keys: vec![
-            Key::from(keys.lock.as_str()),
-            Key::from(keys.shadow.as_str()),
-            Key::from(keys.fence.as_str()),
-        ],
-        args: vec![
-            Value::from(id.to_string()),
-            Value::from(id.value_for(owner)),
-            Value::from(ttl.as_millis().to_string()),
-        ],
-    }
-}
-
-fn extend_call(keys: &ResourceKeys, id: LeaseId, ttl: Duration) -> ScriptCall {
-    ScriptCall {
-        keys: lock_and_shadow(keys),
-        args: vec![
-            Value::from(id.to_string()),
-            Value::from(ttl.as_millis().to_string()),
-        ],
-    }
-}
-
-fn release_call(keys: &ResourceKeys, id: LeaseId) -> ScriptCall {
-    ScriptCall {
-        keys: lock_and_shadow(keys),
-        args: vec![
-            Value::from(id.to_string()),
-            Value::from(keys.released_channel.as_str()),
-        ],
-    }
-}
-
-fn lock_and_shadow(keys: &ResourceKeys) -> Vec<Key> {
-    vec![
-        Key::from(keys.lock.as_str()),
-        Key::from(keys.shadow.as_str()),
-    ]
 }
 
 /// A random delay in `[retry_delay_min, retry_delay_max]` (`jitter` in 0..1 picks where),

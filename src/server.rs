@@ -13,11 +13,13 @@ use crate::config::Settings;
 use crate::fleet::ProbeGuard;
 use crate::lease::{LeaseManager, LeasePolicy, DEFAULT_RETENTION};
 use crate::ttl::{RenewalSchedule, TtlPolicy};
+use crate::wakeup::Wakeups;
 use crate::{api, Error, Fleet, Redlock};
 
 /// A connected sidecar, ready to serve.
 pub struct Sidecar {
     manager: Arc<LeaseManager>,
+    wakeups: Arc<Wakeups>,
     grace: Duration,
     _probe: ProbeGuard,
 }
@@ -38,9 +40,11 @@ impl Sidecar {
             );
         }
         let engine = Arc::new(Redlock::new(fleet, settings.engine_options()));
-        let manager = LeaseManager::new(engine, lease_policy(settings));
+        let wakeups = Wakeups::connect(&settings.masters, &settings.fleet_options())?;
+        let manager = LeaseManager::new(engine, lease_policy(settings), Arc::clone(&wakeups));
         Ok(Self {
             manager,
+            wakeups,
             grace: settings.shutdown_grace,
             _probe: probe,
         })
@@ -84,6 +88,7 @@ impl Sidecar {
         let engine = self.manager.engine();
         engine.settle(Duration::from_secs(1)).await;
         engine.fleet().quit(Duration::from_secs(1)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.wakeups.quit()).await;
         Ok(())
     }
 }

@@ -95,6 +95,14 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// A blocking acquisition that waited its whole time in this sidecar's queue.
+    pub fn queued() -> Self {
+        Self {
+            cause: Shortfall::Held,
+            votes: Vec::new(),
+        }
+    }
+
     /// The soonest a refusing holder's key expires on some master, when any said.
     pub fn holder_remaining(&self) -> Option<Duration> {
         self.votes

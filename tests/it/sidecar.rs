@@ -365,3 +365,75 @@ async fn slow_masters_degrade_the_lease_then_it_recovers() {
     let shadows = || (0..3).any(|i| fleet.command(i, &["EXISTS", "redlease:shadow:job"]).int() > 0);
     assert_eventually!(!shadows(), 3, "shadows left after recovery");
 }
+
+/// A blocking acquisition on another sidecar is granted right after the holder's release,
+/// woken by the release message: without it, the waiter would sleep until the holder's
+/// lease expired (10 s away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_blocked_acquisition_on_another_sidecar() {
+    let fleet = TestFleet::start(3);
+    let holder = TestSidecar::start(&fleet, &[]).await;
+    let waiter = std::sync::Arc::new(TestSidecar::start(&fleet, &[]).await);
+    let (_, lease) = holder
+        .acquire("job", json!({"owner": "a", "ttl_ms": 10000}))
+        .await;
+    let blocked = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let answer = waiter
+                .acquire("job", json!({"owner": "b", "wait_ms": 8000}))
+                .await;
+            (answer, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _) = holder
+        .delete(&format!("/v1/leases/{}", lease_id(&lease)))
+        .await;
+    assert_eq!(status, 200);
+    let released = Instant::now();
+    let ((status, granted), at) = blocked.await.unwrap();
+    assert_eq!(
+        (status, granted["owner"].as_str()),
+        (200, Some("b")),
+        "{granted}"
+    );
+    let delay = at.saturating_duration_since(released);
+    assert!(
+        delay < Duration::from_millis(250),
+        "granted {delay:?} after the release"
+    );
+}
+
+/// Waiters on one resource inside one sidecar are served first come, first served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_in_one_sidecar_are_served_in_arrival_order() {
+    let fleet = TestFleet::start(3);
+    let sidecar = std::sync::Arc::new(TestSidecar::start(&fleet, &[]).await);
+    let (_, first) = sidecar
+        .acquire("job", json!({"owner": "holder", "ttl_ms": 10000}))
+        .await;
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for n in 1..=3 {
+        let (sidecar, order) = (sidecar.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let body = json!({"owner": format!("w{n}"), "wait_ms": 8000, "ttl_ms": 10000});
+            let (status, lease) = sidecar.acquire("job", body).await;
+            assert_eq!(status, 200, "{lease}");
+            order.lock().unwrap().push(n);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            sidecar
+                .delete(&format!("/v1/leases/{}", lease_id(&lease)))
+                .await;
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sidecar
+        .delete(&format!("/v1/leases/{}", lease_id(&first)))
+        .await;
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3]);
+}

@@ -1,0 +1,172 @@
+//! What each master's task does, and the script payloads it sends: the acquire write (with
+//! its chained release when the grant is abandoned), extend, and ungated script calls.
+
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use fred::types::scripts::Script;
+use fred::types::{Key, Value};
+use tokio::sync::watch;
+
+use super::fanout::Reply;
+use super::NodeVote;
+use crate::fleet::{Admission, CallError, Node};
+use crate::keys::ResourceKeys;
+use crate::scripts::{AcquireReply, ExtendReply, SCRIPTS};
+use crate::LeaseId;
+
+/// What the engine decided about a grant, told to every master's task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Decision {
+    Pending,
+    Keep,
+    Release,
+}
+
+/// What a master's acquire task reports.
+#[derive(Debug)]
+pub(super) enum AcquireEvent {
+    /// The write is on its way (enqueued on the master's connection).
+    Sent,
+    Vote(NodeVote),
+    Released,
+}
+
+/// The payload of one script call, built once and cloned per master (cheap: shared bytes).
+#[derive(Clone)]
+pub(super) struct ScriptCall {
+    pub(super) keys: Vec<Key>,
+    pub(super) args: Vec<Value>,
+}
+
+/// One master's part of an acquisition: the write, then — if the engine abandons the grant or
+/// is dropped — the release, sent on the same connection after the write.
+pub(super) async fn acquire_on(
+    node: Arc<Node>,
+    call: ScriptCall,
+    release: ScriptCall,
+    timeout: Duration,
+    mut decided: watch::Receiver<Decision>,
+    reply: Reply<AcquireEvent>,
+) {
+    let script = &SCRIPTS.acquire;
+    let write = node.eval(script, call.keys, call.args, timeout, Admission::WhenUp);
+    tokio::pin!(write);
+    let first_poll = futures_util::poll!(&mut write);
+    reply.send(AcquireEvent::Sent);
+    let result = match first_poll {
+        Poll::Ready(result) => result,
+        Poll::Pending => write.await,
+    };
+    let vote = acquire_vote(result);
+    let may_hold = !matches!(
+        vote,
+        NodeVote::Refused { .. } | NodeVote::Failed(CallError::Down)
+    );
+    reply.send(AcquireEvent::Vote(vote));
+    if !may_hold {
+        return;
+    }
+    let keep = match decided.wait_for(|d| *d != Decision::Pending).await {
+        Ok(decision) => *decision == Decision::Keep,
+        Err(_engine_dropped) => false,
+    };
+    if !keep {
+        let script = &SCRIPTS.release;
+        let _ = node
+            .eval(
+                script,
+                release.keys,
+                release.args,
+                timeout,
+                Admission::Always,
+            )
+            .await;
+        reply.send(AcquireEvent::Released);
+    }
+}
+
+pub(super) fn acquire_vote(result: Result<i64, CallError>) -> NodeVote {
+    match result.map(AcquireReply::from_script) {
+        Ok(AcquireReply::Granted { counter }) => NodeVote::Granted { counter },
+        Ok(AcquireReply::Refused { holder_remaining }) => NodeVote::Refused { holder_remaining },
+        Err(error) => NodeVote::Failed(error),
+    }
+}
+
+pub(super) async fn extend_on(
+    node: Arc<Node>,
+    call: ScriptCall,
+    timeout: Duration,
+    reply: Reply<NodeVote>,
+) {
+    let script = &SCRIPTS.extend;
+    let result = node
+        .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
+        .await;
+    reply.send(match result {
+        Ok(answer) => NodeVote::Extend(ExtendReply::from_script(answer)),
+        Err(error) => NodeVote::Failed(error),
+    });
+}
+
+pub(super) async fn eval_on(
+    node: Arc<Node>,
+    script: &'static Script,
+    call: ScriptCall,
+    timeout: Duration,
+    reply: Reply<Result<i64, CallError>>,
+) {
+    let result = node
+        .eval(script, call.keys, call.args, timeout, Admission::Always)
+        .await;
+    reply.send(result);
+}
+
+pub(super) fn acquire_call(
+    keys: &ResourceKeys,
+    id: LeaseId,
+    owner: &str,
+    ttl: Duration,
+) -> ScriptCall {
+    ScriptCall {
+        keys: vec![
+            Key::from(keys.lock.as_str()),
+            Key::from(keys.shadow.as_str()),
+            Key::from(keys.fence.as_str()),
+        ],
+        args: vec![
+            Value::from(id.to_string()),
+            Value::from(id.value_for(owner)),
+            Value::from(ttl.as_millis().to_string()),
+        ],
+    }
+}
+
+pub(super) fn extend_call(keys: &ResourceKeys, id: LeaseId, ttl: Duration) -> ScriptCall {
+    ScriptCall {
+        keys: lock_and_shadow(keys),
+        args: vec![
+            Value::from(id.to_string()),
+            Value::from(ttl.as_millis().to_string()),
+        ],
+    }
+}
+
+pub(super) fn release_call(keys: &ResourceKeys, id: LeaseId) -> ScriptCall {
+    ScriptCall {
+        keys: lock_and_shadow(keys),
+        args: vec![
+            Value::from(id.to_string()),
+            Value::from(keys.released_channel.as_str()),
+        ],
+    }
+}
+
+fn lock_and_shadow(keys: &ResourceKeys) -> Vec<Key> {
+    vec![
+        Key::from(keys.lock.as_str()),
+        Key::from(keys.shadow.as_str()),
+    ]
+}
