@@ -1,6 +1,7 @@
-//! Sequential acquire+release latency against 5 local masters: the engine, and in the same run
-//! a raw-quorum baseline (SET NX PX to all 5 in parallel, wait for the 3rd reply, then a
-//! compare-and-delete script to all 5). Prints p50/p90/p99/p99.9 per path and the p50 ratio.
+//! Sequential acquire+release latency against 5 local masters: the engine (library path), the
+//! sidecar over HTTP (keep-alive, `auto_renew:false`), and in the same run a raw-quorum
+//! baseline (SET NX PX to all 5 in parallel, wait for the 3rd reply, then a compare-and-delete
+//! script to all 5). Prints p50/p90/p99/p99.9 per path and the p50 ratios to the baseline.
 //!
 //! `cargo bench --bench sequential` (CYCLES=N to change the number of measured cycles).
 
@@ -14,6 +15,8 @@ use fred::prelude::{Expiration, KeysInterface, SetOptions};
 use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis_server::RedisServer;
+use redlease::config::{Overrides, Settings};
+use redlease::server::Sidecar;
 use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
 use tokio::time::Instant;
 
@@ -42,14 +45,54 @@ async fn main() {
         script.load(client).await.unwrap();
     }
 
+    let base = start_sidecar(&urls).await;
+    let http = reqwest::Client::new();
+
     let engine_samples = measure(cycles, || engine_cycle(&engine)).await;
+    let sidecar_samples = measure(cycles, || sidecar_cycle(&http, &base)).await;
     let baseline_samples = measure(cycles, || baseline_cycle(&clients, &script)).await;
     let engine_p50 = report("engine (acquire+release)", engine_samples);
+    let sidecar_p50 = report("sidecar over HTTP", sidecar_samples);
     let baseline_p50 = report("raw quorum baseline", baseline_samples);
     println!(
         "p50 ratio engine/baseline: {:.2}",
         engine_p50 / baseline_p50
     );
+    println!(
+        "p50 ratio sidecar/baseline: {:.2}",
+        sidecar_p50 / baseline_p50
+    );
+}
+
+/// A sidecar on the same masters, served in-process on 127.0.0.1:0; returns its base URL.
+async fn start_sidecar(urls: &[String]) -> String {
+    let overrides = Overrides {
+        masters: Some(urls.to_vec()),
+        listen: Some("127.0.0.1:0".into()),
+    };
+    let settings = Settings::load(None, std::iter::empty(), overrides).unwrap();
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let sidecar = Sidecar::start(&settings).await.unwrap();
+    tokio::spawn(sidecar.run(listener, std::future::pending()));
+    base
+}
+
+async fn sidecar_cycle(http: &reqwest::Client, base: &str) {
+    let body = serde_json::json!({"owner": "bench", "ttl_ms": 10000, "auto_renew": false});
+    let url = format!("{base}/v1/locks/bench-http/acquire");
+    let response = http.post(url).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 200, "uncontended acquire");
+    let lease: serde_json::Value = response.json().await.unwrap();
+    let id = lease["lease_id"].as_str().unwrap();
+    let released = http
+        .delete(format!("{base}/v1/leases/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), 200);
 }
 
 async fn engine_cycle(engine: &Redlock) {

@@ -166,3 +166,68 @@ fn invalid_input_exits_64() {
     }
     assert_eq!(fleet.data_keys(0), Vec::<String>::new());
 }
+
+/// `serve` reports every invalid setting at once, binds nothing and exits 64.
+#[test]
+fn serve_reports_all_invalid_settings_and_exits_64() {
+    let output = Command::new(env!("CARGO_BIN_EXE_redlease"))
+        .args([
+            "serve",
+            "--masters",
+            "http://nope",
+            "--listen",
+            "not-an-address",
+        ])
+        .env("REDLEASE__LEASE__RENEW_FRACTION", "2")
+        .env_remove("REDLEASE__MASTERS")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    for key in ["masters[0]", "listen", "lease.renew_fraction"] {
+        assert!(stderr.contains(key), "{key} missing from: {stderr}");
+    }
+}
+
+/// A real `redlease serve` process releases every lease on SIGTERM and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_every_lease_and_exits() {
+    let fleet = TestFleet::start(3);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
+        .args([
+            "serve",
+            "--masters",
+            &fleet.urls().join(","),
+            "--listen",
+            &listen,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let url = format!("http://{listen}/v1/locks/job/acquire");
+    let body = serde_json::json!({"owner": "a", "ttl_ms": 20000});
+    let mut granted = false;
+    for _ in 0..200 {
+        if let Ok(response) = http.post(&url).json(&body).send().await {
+            granted = response.status() == 200;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(granted, "the sidecar never answered");
+    assert!(!fleet.lock_keys_on(&[0, 1, 2]).is_empty());
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait()).await;
+    assert_eq!(status.unwrap().unwrap().code(), Some(0));
+    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+}
