@@ -14,6 +14,13 @@ fn lease_id(lease: &Value) -> String {
     lease["lease_id"].as_str().unwrap().to_string()
 }
 
+/// Acquires `resource` with `body`, insists on a grant, and returns the lease id.
+async fn held(sidecar: &TestSidecar, resource: &str, body: Value) -> String {
+    let (status, lease) = sidecar.acquire(resource, body).await;
+    assert_eq!(status, 200, "{lease}");
+    lease_id(&lease)
+}
+
 /// A held resource answers 409 with `acquired: false, reason: held` as problem+json.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contended_acquire_is_409_held() {
@@ -43,10 +50,7 @@ async fn an_auto_renewed_lease_lives_while_the_app_watches() {
     let fleet = TestFleet::start(3);
     let env = [("REDLEASE__LEASE__IDLE_TIMEOUT_MS", "1000")];
     let sidecar = TestSidecar::start(&fleet, &env).await;
-    let (_, lease) = sidecar
-        .acquire("job", json!({"owner": "a", "ttl_ms": 1000}))
-        .await;
-    let id = lease_id(&lease);
+    let id = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 1000})).await;
     let mut events = sidecar.events(&id).await;
     let start = Instant::now();
     let mut renewals = Vec::new();
@@ -80,10 +84,7 @@ async fn closing_the_stream_releases_the_lease_after_the_idle_timeout() {
     let fleet = TestFleet::start(3);
     let env = [("REDLEASE__LEASE__IDLE_TIMEOUT_MS", "1000")];
     let sidecar = TestSidecar::start(&fleet, &env).await;
-    let (_, lease) = sidecar
-        .acquire("job", json!({"owner": "a", "ttl_ms": 1000}))
-        .await;
-    let id = lease_id(&lease);
+    let id = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 1000})).await;
     let events = sidecar.events(&id).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (_, watched) = sidecar.get(&format!("/v1/leases/{id}")).await;
@@ -113,10 +114,7 @@ async fn closing_the_stream_releases_the_lease_after_the_idle_timeout() {
 async fn a_lease_that_cannot_renew_is_reported_lost_within_its_ttl() {
     let mut fleet = TestFleet::start(5);
     let sidecar = TestSidecar::start(&fleet, &[]).await;
-    let (_, lease) = sidecar
-        .acquire("job", json!({"owner": "a", "ttl_ms": 1000}))
-        .await;
-    let id = lease_id(&lease);
+    let id = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 1000})).await;
     let mut events = sidecar.events(&id).await;
     for i in 0..3 {
         fleet.servers[i].pause();
@@ -150,10 +148,7 @@ async fn a_lease_that_cannot_renew_is_reported_lost_within_its_ttl() {
 async fn a_majority_saying_not_yours_means_lost() {
     let fleet = TestFleet::start(3);
     let sidecar = TestSidecar::start(&fleet, &[]).await;
-    let (_, lease) = sidecar
-        .acquire("job", json!({"owner": "a", "ttl_ms": 2000}))
-        .await;
-    let id = lease_id(&lease);
+    let id = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 2000})).await;
     let mut events = sidecar.events(&id).await;
     for i in 0..3 {
         fleet.command(i, &["DEL", "redlease:lock:job"]);
@@ -192,13 +187,13 @@ async fn shutdown_releases_every_lease() {
 async fn lease_endpoints_follow_the_contract() {
     let fleet = TestFleet::start(3);
     let sidecar = TestSidecar::start(&fleet, &[]).await;
-    let (_, lease) = sidecar
-        .acquire(
-            "job",
-            json!({"owner": "a", "auto_renew": false, "ttl_ms": 3000}),
-        )
-        .await;
-    let id = lease_id(&lease);
+    let id = held(
+        &sidecar,
+        "job",
+        json!({"owner": "a", "auto_renew": false, "ttl_ms": 3000}),
+    )
+    .await;
+    let (_, lease) = sidecar.get(&format!("/v1/leases/{id}")).await;
     assert_eq!(lease["auto_renew"], false);
     let (status, kept) = sidecar.post(&format!("/v1/leases/{id}/keepalive")).await;
     assert_eq!((status, kept["state"].as_str()), (200, Some("held")));
@@ -228,13 +223,12 @@ async fn lease_endpoints_follow_the_contract() {
 async fn a_lease_without_auto_renewal_expires_as_lost() {
     let fleet = TestFleet::start(3);
     let sidecar = TestSidecar::start(&fleet, &[]).await;
-    let (_, lease) = sidecar
-        .acquire(
-            "job",
-            json!({"owner": "a", "auto_renew": false, "ttl_ms": 300}),
-        )
-        .await;
-    let id = lease_id(&lease);
+    let id = held(
+        &sidecar,
+        "job",
+        json!({"owner": "a", "auto_renew": false, "ttl_ms": 300}),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(320)).await;
     let (_, after) = sidecar.get(&format!("/v1/leases/{id}")).await;
     assert_eq!(
@@ -338,10 +332,7 @@ async fn fleet_view_and_health_endpoints() {
 async fn slow_masters_degrade_the_lease_then_it_recovers() {
     let fleet = TestFleet::start(3);
     let sidecar = TestSidecar::start(&fleet, &[]).await;
-    let (_, lease) = sidecar
-        .acquire("job", json!({"owner": "a", "ttl_ms": 2000}))
-        .await;
-    let id = lease_id(&lease);
+    let id = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 2000})).await;
     let mut events = sidecar.events(&id).await;
     let (first, _) = events.next(Duration::from_secs(3)).await.unwrap();
     assert_eq!(first, "renewed");
