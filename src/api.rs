@@ -3,7 +3,7 @@
 //! - `POST /v1/locks/{resource}/acquire`, `GET /v1/leases/{id}`, `POST /v1/leases/{id}/renew`,
 //!   `POST /v1/leases/{id}/keepalive`, `DELETE /v1/leases/{id}`,
 //!   `GET /v1/leases/{id}/events` (Server-Sent Events)
-//! - `GET /v1/fleet`, `GET /livez`, `GET /readyz`
+//! - `GET /v1/fleet`, `GET /livez`, `GET /readyz`, `GET /metrics` (Prometheus text)
 //!
 //! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Bodies over
 //! 64 KiB are refused. Every route but the event stream has a request timeout.
@@ -45,6 +45,7 @@ pub fn app(manager: Arc<LeaseManager>) -> Router {
         .route("/v1/fleet", get(handlers::fleet))
         .route("/livez", get(handlers::livez))
         .route("/readyz", get(handlers::readyz))
+        .route("/metrics", get(handlers::metrics))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             timeout,

@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use crate::metrics::{self, METRICS};
 use crate::redlock::{AcquireOutcome, Lease, Redlock, Refusal};
 use crate::ttl::{RenewalSchedule, TtlPolicy};
 use crate::wakeup::{self, Wakeups};
@@ -109,6 +110,15 @@ impl Tracked {
         }
         record.state = state;
         record.reason = Some(reason);
+        let held_for = record.acquired_at.elapsed();
+        METRICS
+            .hold_duration
+            .record(metrics::seconds(held_for), &[]);
+        if state == LeaseState::Lost {
+            METRICS
+                .leases_lost
+                .add(1, &metrics::label("reason", reason));
+        }
         let event = if state == LeaseState::Lost {
             "lost"
         } else {
@@ -180,6 +190,25 @@ impl LeaseManager {
     pub fn adaptive_ttl(&self) -> Duration {
         let p99 = self.engine.fleet().quorum_rtt_p99(Instant::now());
         self.policy.ttl.adaptive(p99)
+    }
+
+    /// Sets the gauges (active leases, adaptive TTL, quorum RTT, masters up and quarantined)
+    /// to their values now; called at every scrape.
+    pub fn record_gauges(&self) {
+        let fleet = self.engine.fleet();
+        let now = Instant::now();
+        let nodes = fleet.nodes();
+        let up = nodes.iter().filter(|n| n.is_up()).count() as u64;
+        let quarantined = nodes.iter().filter(|n| n.is_quarantined(now)).count() as u64;
+        METRICS.active_leases.record(self.active() as u64, &[]);
+        METRICS
+            .adaptive_ttl
+            .record(self.adaptive_ttl().as_secs_f64(), &[]);
+        if let Some(p99) = fleet.quorum_rtt_p99(now) {
+            METRICS.quorum_rtt_p99.record(p99.as_secs_f64(), &[]);
+        }
+        METRICS.masters_up.record(up, &[]);
+        METRICS.masters_quarantined.record(quarantined, &[]);
     }
 
     /// Leases held or degraded right now.
@@ -325,6 +354,7 @@ impl LeaseManager {
                 .renew_at(granted_at, lease.ttl, rand::random()),
             lease,
             state: LeaseState::Held,
+            acquired_at: now,
             reason: None,
             auto_renew: request.auto_renew,
             idle_timeout: request.idle_timeout.unwrap_or(self.policy.idle_timeout),

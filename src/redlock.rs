@@ -26,6 +26,7 @@ use self::fanout::spawn_each;
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
 use crate::fleet::{CallError, Fleet, Node};
 use crate::keys::{validate_owner, validate_resource};
+use crate::metrics::{self, METRICS};
 use crate::scripts::{ExtendReply, SCRIPTS};
 use crate::{fencing, Error, LeaseId};
 pub use lease::{
@@ -162,7 +163,7 @@ impl Redlock {
             events,
             sent,
         };
-        Ok(match tally.verdict() {
+        let outcome = match tally.verdict() {
             Verdict::Yes => self.confirm(attempt, votes, id, resource, owner).await,
             verdict => {
                 let held = verdict == Verdict::No || tally.answered() >= self.fleet.quorum();
@@ -178,7 +179,13 @@ impl Redlock {
                     AcquireOutcome::NoQuorum(refusal)
                 }
             }
-        })
+        };
+        let outcome_label = metrics::label("outcome", outcome.label());
+        METRICS
+            .acquisition_latency
+            .record(metrics::seconds(start.elapsed()), &outcome_label);
+        METRICS.acquisition_attempts.add(1, &outcome_label);
+        Ok(outcome)
     }
 
     /// Tries to acquire until granted or `wait` has passed, sleeping a random delay between
@@ -250,6 +257,9 @@ impl Redlock {
                 outcome.deleted_on += usize::from(deleted > 0);
             }
         }
+        METRICS
+            .release_latency
+            .record(metrics::seconds(now.elapsed()), &[]);
         Ok(outcome)
     }
 
@@ -347,6 +357,7 @@ impl Redlock {
         while let Some((_, result)) = replies.recv().await {
             raised += usize::from(matches!(result, Ok(counter) if counter as u64 >= plan.token));
         }
+        METRICS.fence_raises.add(raised as u64, &[]);
         raised
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -157,6 +157,16 @@ pub async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
         .collect();
     let adaptive_ttl_ms = state.manager.adaptive_ttl().as_millis() as u64;
     Json(json!({"masters": masters, "quorum": fleet.quorum(), "adaptive_ttl_ms": adaptive_ttl_ms}))
+}
+
+/// Prometheus text exposition of every metric (see `crate::metrics`).
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    state.manager.record_gauges();
+    let content_type = [(
+        header::CONTENT_TYPE,
+        "text/plain; version=0.0.4; charset=utf-8",
+    )];
+    (content_type, crate::metrics::render()).into_response()
 }
 
 pub async fn livez() -> Json<serde_json::Value> {

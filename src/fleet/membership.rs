@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::quarantine::{assess, Standing};
 use super::{Admission, Fleet, Node};
+use crate::metrics::{self, METRICS};
 use crate::redlock::quorum::quorum_of;
 use crate::scripts::SCRIPTS;
 
@@ -39,14 +40,28 @@ async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
     let Some(standing) = identify(fleet, node).await else {
         return;
     };
-    if let Standing::Quarantined { until } = standing {
-        tracing::warn!(
-            node = node.index(),
-            url = node.url(),
-            quarantine_ms = until.saturating_duration_since(Instant::now()).as_millis() as u64,
-            "master restarted: quarantined"
-        );
-        tokio::time::sleep_until(until).await;
+    match standing {
+        Standing::Quarantined { until } => {
+            let left_ms = until.saturating_duration_since(Instant::now()).as_millis() as u64;
+            tracing::warn!(
+                node = node.index(),
+                url = node.url(),
+                quarantine_ms = left_ms,
+                "master lost its memory: quarantined"
+            );
+            METRICS
+                .quarantines
+                .add(1, &metrics::label("node", node.index() as i64));
+            tokio::time::sleep_until(until).await;
+        }
+        Standing::Rejoining => {
+            tracing::warn!(
+                node = node.index(),
+                url = node.url(),
+                "master lost its memory longer than a quarantine ago: syncing its fence"
+            );
+        }
+        Standing::Member => {}
     }
     let Some(fleet) = fleet.upgrade() else {
         return;

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::health::Breaker;
 use super::quarantine::{parse_info, Identity};
+use crate::metrics::{self, METRICS};
 use crate::rtt::RttWindow;
 use crate::scripts::SCRIPTS;
 
@@ -163,6 +164,8 @@ impl Node {
 
     /// Records a round trip measured elsewhere (a PING, a batch).
     pub fn record_rtt(&self, rtt: Duration, now: Instant) {
+        let node = metrics::label("node", self.index as i64);
+        METRICS.command_rtt.record(metrics::seconds(rtt), &node);
         let mut state = self.state();
         state.rtt.record(rtt, now);
         state.breaker.record_success();

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{escalation, LeasePolicy, LeaseState, LeaseView, Step, Tracked};
+use crate::metrics::{self, METRICS};
 use crate::redlock::{ExtendOutcome, Redlock, Renewal};
 use crate::Error;
 
@@ -57,7 +58,16 @@ pub async fn renew(
         }
         (record.lease.resource.clone(), record.lease.id)
     };
-    match engine.extend(&resource, id, ttl).await? {
+    METRICS.renewal_attempts.add(1, &[]);
+    let started = Instant::now();
+    let outcome = engine.extend(&resource, id, ttl).await?;
+    METRICS
+        .renewal_latency
+        .record(metrics::seconds(started.elapsed()), &[]);
+    if !matches!(outcome, ExtendOutcome::Extended(_)) {
+        METRICS.renewal_failures.add(1, &[]);
+    }
+    match outcome {
         ExtendOutcome::Extended(renewal) => {
             Ok(Some(settle(policy, tracked, &renewal, Shadowed::No)))
         }
@@ -107,6 +117,7 @@ async fn escalate(
         .await?
     {
         ExtendOutcome::Extended(shadow) => {
+            METRICS.shadow_escalations.add(1, &[]);
             Ok(Some(settle(policy, tracked, &shadow, Shadowed::Yes)))
         }
         ExtendOutcome::Lost(_) => {
@@ -151,6 +162,7 @@ fn settle(
         record.lease.ttl = renewal.ttl;
         record.state = LeaseState::Held;
         if was_degraded {
+            METRICS.shadow_recoveries.add(1, &[]);
             "recovered"
         } else {
             "renewed"

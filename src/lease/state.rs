@@ -29,6 +29,8 @@ impl LeaseState {
 pub struct LeaseRecord {
     pub lease: Lease,
     pub state: LeaseState,
+    /// When the lease was granted (for the hold-duration metric).
+    pub acquired_at: Instant,
     /// Why the lease was lost or released (`expired`, `not_ours`, `idle`, `shutdown`, …).
     pub reason: Option<&'static str>,
     pub auto_renew: bool,

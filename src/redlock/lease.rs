@@ -127,6 +127,15 @@ pub enum AcquireOutcome {
 }
 
 impl AcquireOutcome {
+    /// The `outcome` label of the acquisition metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Acquired(_) => "acquired",
+            Self::Contended(_) => "contended",
+            Self::NoQuorum(_) => "no_quorum",
+        }
+    }
+
     pub fn lease(&self) -> Option<&Lease> {
         match self {
             Self::Acquired(lease) => Some(lease),

@@ -6,5 +6,6 @@ mod cli;
 mod engine;
 mod faults;
 mod fencing;
+mod metrics;
 mod scripts;
 mod sidecar;

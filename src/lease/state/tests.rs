@@ -14,6 +14,7 @@ fn record(now: Instant, auto_renew: bool) -> LeaseRecord {
             valid_until: now + Duration::from_millis(980),
         },
         state: LeaseState::Held,
+        acquired_at: now,
         reason: None,
         auto_renew,
         idle_timeout: Duration::from_millis(3_000),

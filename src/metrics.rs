@@ -1,0 +1,220 @@
+//! Every metric redlease exports — names, units, buckets and labels in this one place —
+//! recorded through OpenTelemetry instruments and exposed in Prometheus text format by
+//! [`render`]. Labels are bounded: `outcome`, `reason`, `node` (a master's index in the
+//! configured list); never a resource name.
+//!
+//! Latencies are recorded in **seconds**. Instruments carry their unit for OpenTelemetry, but
+//! the exporter adds no unit suffix, so `lock_acquisition_latency_bucket` is the name
+//! dashboards and alerts use. Counters get `_total`.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, MeterProvider as _};
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use prometheus::{Encoder, Registry, TextEncoder};
+
+/// Bucket bounds (seconds) for command and lock latencies: 50 µs … 30 s.
+const LATENCY_BUCKETS: [f64; 19] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+    0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Bucket bounds (seconds) for how long locks are held: 10 ms … 1 h.
+const HOLD_BUCKETS: [f64; 14] = [
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Every value of the `reason` label of `lock_leases_lost_total`.
+pub const LOST_REASONS: [&str; 3] = ["expired", "not_ours", "invalid"];
+
+/// The instruments, created once per process.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// Every instrument (see the README's metric reference for each series).
+pub struct Metrics {
+    registry: Registry,
+    /// Kept alive so the instruments keep exporting.
+    _provider: SdkMeterProvider,
+    /// `lock_acquisition_latency` (s), label `outcome`: acquired | contended | no_quorum.
+    pub acquisition_latency: Histogram<f64>,
+    /// `lock_acquisition_attempts_total`, label `outcome`.
+    pub acquisition_attempts: Counter<u64>,
+    /// `lock_renewal_latency` (s).
+    pub renewal_latency: Histogram<f64>,
+    /// `lock_renewal_attempts_total` (no labels: divided by the failures in alerts).
+    pub renewal_attempts: Counter<u64>,
+    /// `lock_renewal_failures_total` (no labels).
+    pub renewal_failures: Counter<u64>,
+    /// `lock_release_latency` (s).
+    pub release_latency: Histogram<f64>,
+    /// `lock_hold_duration` (s): from grant to release or loss.
+    pub hold_duration: Histogram<f64>,
+    /// `redis_command_rtt` (s), label `node`.
+    pub command_rtt: Histogram<f64>,
+    /// `lock_shadow_escalations_total`: renewals retried as shadow reservations that held.
+    pub shadow_escalations: Counter<u64>,
+    /// `lock_shadow_recoveries_total`: degraded leases restored by a renewal.
+    pub shadow_recoveries: Counter<u64>,
+    /// `lock_leases_lost_total`, label `reason`: expired | not_ours | invalid.
+    pub leases_lost: Counter<u64>,
+    /// `lock_fence_raises_total`: granted masters raised to the fencing token.
+    pub fence_raises: Counter<u64>,
+    /// `redis_master_quarantines_total`, label `node`.
+    pub quarantines: Counter<u64>,
+    /// `lock_active_leases`: leases held or degraded by this sidecar.
+    pub active_leases: Gauge<u64>,
+    /// `lock_adaptive_ttl` (s): the TTL a lease gets when its caller names none.
+    pub adaptive_ttl: Gauge<f64>,
+    /// `lock_quorum_rtt_p99` (s): p99 RTT of the ⌊N/2⌋+1-th fastest master.
+    pub quorum_rtt_p99: Gauge<f64>,
+    /// `redis_masters_up`: masters taking lock writes.
+    pub masters_up: Gauge<u64>,
+    /// `redis_masters_quarantined`.
+    pub masters_quarantined: Gauge<u64>,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let registry = Registry::new();
+        let exporter = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .without_units()
+            .without_target_info()
+            .scope_info_enabled(false)
+            .build();
+        let provider = match exporter {
+            Ok(exporter) => SdkMeterProvider::builder().with_reader(exporter).build(),
+            Err(error) => {
+                tracing::error!(%error, "metrics exporter unavailable; metrics are dropped");
+                SdkMeterProvider::builder().build()
+            }
+        };
+        let meter = provider.meter("redlease");
+        let metrics = Self::with_instruments(registry, &meter, provider.clone());
+        metrics.start_counters_at_zero();
+        metrics
+    }
+
+    /// A counter is exported only once touched; queries like
+    /// `rate(lock_renewal_failures_total[5m])` need the series before the first failure.
+    fn start_counters_at_zero(&self) {
+        for counter in [
+            &self.renewal_attempts,
+            &self.renewal_failures,
+            &self.shadow_escalations,
+            &self.shadow_recoveries,
+            &self.fence_raises,
+        ] {
+            counter.add(0, &[]);
+        }
+        for outcome in ["acquired", "contended", "no_quorum"] {
+            self.acquisition_attempts.add(0, &label("outcome", outcome));
+        }
+        for reason in LOST_REASONS {
+            self.leases_lost.add(0, &label("reason", reason));
+        }
+    }
+
+    fn with_instruments(registry: Registry, meter: &Meter, provider: SdkMeterProvider) -> Self {
+        let latency = |name: &'static str, help: &'static str| {
+            meter
+                .f64_histogram(name)
+                .with_unit("s")
+                .with_description(help)
+                .with_boundaries(LATENCY_BUCKETS.to_vec())
+                .build()
+        };
+        let counter = |name: &'static str, help: &'static str| {
+            meter.u64_counter(name).with_description(help).build()
+        };
+        Self {
+            acquisition_latency: latency(
+                "lock_acquisition_latency",
+                "Time to acquire a lock (seconds), by outcome",
+            ),
+            acquisition_attempts: counter(
+                "lock_acquisition_attempts",
+                "Acquisition attempts, by outcome",
+            ),
+            renewal_latency: latency("lock_renewal_latency", "Time to renew a lease (seconds)"),
+            renewal_attempts: counter("lock_renewal_attempts", "Lease renewals attempted"),
+            renewal_failures: counter(
+                "lock_renewal_failures",
+                "Lease renewals that did not extend the lock",
+            ),
+            release_latency: latency("lock_release_latency", "Time to release a lease (seconds)"),
+            hold_duration: meter
+                .f64_histogram("lock_hold_duration")
+                .with_unit("s")
+                .with_description("How long leases were held, grant to release or loss (seconds)")
+                .with_boundaries(HOLD_BUCKETS.to_vec())
+                .build(),
+            command_rtt: latency(
+                "redis_command_rtt",
+                "Round trip of each command to each master (seconds), by node",
+            ),
+            shadow_escalations: counter(
+                "lock_shadow_escalations",
+                "Renewals escalated to a shadow reservation that held",
+            ),
+            shadow_recoveries: counter(
+                "lock_shadow_recoveries",
+                "Degraded leases restored by a renewal",
+            ),
+            leases_lost: counter("lock_leases_lost", "Leases lost, by reason"),
+            fence_raises: counter(
+                "lock_fence_raises",
+                "Granted masters raised to the fencing token",
+            ),
+            quarantines: counter(
+                "redis_master_quarantines",
+                "Masters quarantined after a restart, by node",
+            ),
+            active_leases: meter
+                .u64_gauge("lock_active_leases")
+                .with_description("Leases held or degraded by this sidecar")
+                .build(),
+            adaptive_ttl: meter
+                .f64_gauge("lock_adaptive_ttl")
+                .with_unit("s")
+                .with_description("TTL given to leases whose caller names none (seconds)")
+                .build(),
+            quorum_rtt_p99: meter
+                .f64_gauge("lock_quorum_rtt_p99")
+                .with_unit("s")
+                .with_description("p99 RTT of the quorum-th fastest master (seconds)")
+                .build(),
+            masters_up: meter
+                .u64_gauge("redis_masters_up")
+                .with_description("Masters taking lock writes")
+                .build(),
+            masters_quarantined: meter
+                .u64_gauge("redis_masters_quarantined")
+                .with_description("Masters in restart quarantine")
+                .build(),
+            registry,
+            _provider: provider,
+        }
+    }
+}
+
+/// A bounded label.
+pub fn label(key: &'static str, value: impl Into<opentelemetry::Value>) -> [KeyValue; 1] {
+    [KeyValue::new(key, value)]
+}
+
+/// Records `elapsed` in seconds.
+pub fn seconds(elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64()
+}
+
+/// Every metric in Prometheus text format.
+pub fn render() -> String {
+    let families = METRICS.registry.gather();
+    let mut out = Vec::new();
+    if let Err(error) = TextEncoder::new().encode(&families, &mut out) {
+        tracing::error!(%error, "cannot encode metrics");
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
