@@ -22,8 +22,18 @@ pub const EXIT_USAGE: u8 = 64;
 #[derive(Debug, Parser)]
 #[command(name = "redlease", version, about)]
 pub struct Cli {
+    /// Log lines on stderr as `text` or one JSON object per line (`json`).
+    #[arg(long, global = true, env = crate::config::LOG_FORMAT_ENV, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,10 +60,13 @@ pub fn main() -> ExitCode {
             });
         }
     };
-    init_tracing(match cli.command {
-        Command::Lock(_) => "redlease=warn",
-        Command::Serve(_) | Command::Dev(_) => "redlease=info",
-    });
+    init_tracing(
+        cli.log_format,
+        match cli.command {
+            Command::Lock(_) => "redlease=warn",
+            Command::Serve(_) | Command::Dev(_) => "redlease=info",
+        },
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -75,11 +88,14 @@ pub fn main() -> ExitCode {
 }
 
 /// Logs go to stderr (stdout carries the answers); `RUST_LOG` overrides `default_filter`.
-fn init_tracing(default_filter: &str) {
+fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
 }

@@ -92,6 +92,10 @@ pub struct FleetSettings {
     pub quarantine: Duration,
 }
 
+/// Read by the command line before any configuration (it sets up logging), so the
+/// configuration layers skip it.
+pub const LOG_FORMAT_ENV: &str = "REDLEASE__LOG_FORMAT";
+
 /// CLI flags, the last layer; None = not given.
 #[derive(Clone, Default)]
 pub struct Overrides {
@@ -250,7 +254,7 @@ fn defaults(
 fn env_sources(env: impl IntoIterator<Item = (String, String)>) -> (Environment, Environment) {
     let (lists, verbatim): (::config::Map<_, _>, ::config::Map<_, _>) = env
         .into_iter()
-        .filter(|(key, _)| key.starts_with("REDLEASE__"))
+        .filter(|(key, _)| key.starts_with("REDLEASE__") && key != LOG_FORMAT_ENV)
         .partition(|(key, _)| key == "REDLEASE__MASTERS");
     let base = || {
         Environment::with_prefix("REDLEASE")

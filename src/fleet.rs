@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::keys::Keyspace;
+use crate::metrics::{self, METRICS};
 use crate::redlock::quorum::quorum_of;
 use crate::rtt::{RttWindow, DEFAULT_RTT_WINDOW};
 use crate::Error;
@@ -98,6 +99,11 @@ impl Fleet {
                 (rtt, breaker),
                 prepare_tx.clone(),
             ));
+        }
+        for index in 0..nodes.len() {
+            METRICS
+                .quarantines
+                .add(0, &metrics::label("node", index as i64));
         }
         let fleet = Arc::new(Self {
             nodes,

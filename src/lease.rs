@@ -2,6 +2,23 @@
 //! the app is alive, reporting loss at once, releasing them on request, on idleness and on
 //! shutdown. Each lease has one task (see `renewal`) that owns its timing.
 
+/// One structured log event about a lease, with the fields every lease event carries:
+/// resource, owner, lease id, fencing token and TTL.
+macro_rules! lease_event {
+    ($level:ident, $lease:expr, $message:literal $(, $key:ident = $value:expr)*) => {{
+        let lease: &$crate::redlock::Lease = $lease;
+        tracing::$level!(
+            resource = %lease.resource,
+            owner = %lease.owner,
+            lease_id = %lease.id,
+            fencing_token = lease.fencing_token,
+            ttl_ms = lease.ttl.as_millis() as u64,
+            $($key = $value,)*
+            $message
+        );
+    }};
+}
+
 pub mod escalation;
 pub mod renewal;
 pub mod state;
@@ -118,6 +135,9 @@ impl Tracked {
             METRICS
                 .leases_lost
                 .add(1, &metrics::label("reason", reason));
+            lease_event!(warn, &record.lease, "lease lost", reason = reason);
+        } else {
+            lease_event!(info, &record.lease, "lease released", reason = reason);
         }
         let event = if state == LeaseState::Lost {
             "lost"
@@ -209,6 +229,21 @@ impl LeaseManager {
         }
         METRICS.masters_up.record(up, &[]);
         METRICS.masters_quarantined.record(quarantined, &[]);
+        METRICS.masters_quorum.record(fleet.quorum() as u64, &[]);
+        METRICS
+            .oldest_lease_age
+            .record(self.oldest_held(now).as_secs_f64(), &[]);
+    }
+
+    /// How long the oldest lease still held (or degraded) has been held; zero when none.
+    fn oldest_held(&self, now: Instant) -> Duration {
+        let table = self.table();
+        let ages = table.values().filter_map(|tracked| {
+            let record = tracked.record();
+            let held = !record.state_at(now).is_terminal();
+            held.then(|| now.saturating_duration_since(record.acquired_at))
+        });
+        ages.max().unwrap_or(Duration::ZERO)
     }
 
     /// Leases held or degraded right now.
@@ -362,6 +397,12 @@ impl LeaseManager {
             watchers: 0,
         };
         let id = record.lease.id;
+        lease_event!(
+            info,
+            &record.lease,
+            "lease granted",
+            auto_renew = record.auto_renew
+        );
         let tracked = Arc::new(Tracked {
             record: Mutex::new(record),
             events: broadcast::channel(EVENT_BUFFER).0,

@@ -72,6 +72,10 @@ pub struct Metrics {
     pub masters_up: Gauge<u64>,
     /// `redis_masters_quarantined`.
     pub masters_quarantined: Gauge<u64>,
+    /// `redis_masters_quorum`: votes a grant needs (⌊N/2⌋+1).
+    pub masters_quorum: Gauge<u64>,
+    /// `lock_oldest_lease_age` (s): how long the oldest lease still held has been held.
+    pub oldest_lease_age: Gauge<f64>,
 }
 
 impl Metrics {
@@ -192,6 +196,17 @@ impl Metrics {
             masters_quarantined: meter
                 .u64_gauge("redis_masters_quarantined")
                 .with_description("Masters in restart quarantine")
+                .build(),
+            masters_quorum: meter
+                .u64_gauge("redis_masters_quorum")
+                .with_description("Masters a grant needs")
+                .build(),
+            oldest_lease_age: meter
+                .f64_gauge("lock_oldest_lease_age")
+                .with_unit("s")
+                .with_description(
+                    "Age of the oldest lease held or degraded by this sidecar (seconds)",
+                )
                 .build(),
             registry,
             _provider: provider,

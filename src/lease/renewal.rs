@@ -26,9 +26,7 @@ pub async fn drive(engine: &Redlock, policy: &LeasePolicy, tracked: &Tracked) {
                 }
             }
             Step::Expire => {
-                if tracked.finish(LeaseState::Lost, "expired") {
-                    tracing::warn!(lease = %tracked.record().lease.id, "lease lost: validity ran out without a renewal");
-                }
+                tracked.finish(LeaseState::Lost, "expired");
             }
             Step::IdleRelease => release(engine, tracked, "idle").await,
             Step::Renew => {
@@ -72,12 +70,16 @@ pub async fn renew(
             Ok(Some(settle(policy, tracked, &renewal, Shadowed::No)))
         }
         ExtendOutcome::Lost(_) => {
-            tracing::warn!(lease = %id, resource, "lease lost: a majority no longer holds it");
             tracked.finish(LeaseState::Lost, "not_ours");
             Ok(None)
         }
         ExtendOutcome::NoQuorum(refusal) => {
-            tracing::warn!(lease = %id, resource, cause = ?refusal.cause, "renewal without quorum");
+            lease_event!(
+                warn,
+                &tracked.record().lease,
+                "renewal failed",
+                cause = tracing::field::debug(refusal.cause)
+            );
             if escalation::should_escalate(refusal.cause) {
                 if let Some(view) = escalate(engine, policy, tracked).await? {
                     return Ok(Some(view));
@@ -111,7 +113,12 @@ async fn escalate(
     };
     let shadow_ttl = escalation::shadow_ttl(ttl, policy.shadow_multiplier, policy.shadow_cap);
     let timeout = escalation::timeout(left);
-    tracing::warn!(lease = %id, resource, shadow_ttl_ms = shadow_ttl.as_millis() as u64, "escalating to a shadow reservation");
+    lease_event!(
+        warn,
+        &tracked.record().lease,
+        "renewal escalated to shadows",
+        shadow_ttl_ms = shadow_ttl.as_millis() as u64
+    );
     match engine
         .reserve_shadow(&resource, id, &owner, shadow_ttl, timeout)
         .await?
@@ -121,7 +128,6 @@ async fn escalate(
             Ok(Some(settle(policy, tracked, &shadow, Shadowed::Yes)))
         }
         ExtendOutcome::Lost(_) => {
-            tracing::warn!(lease = %id, resource, "lease lost: a majority refused the shadow");
             tracked.finish(LeaseState::Lost, "not_ours");
             Ok(None)
         }

@@ -231,3 +231,64 @@ async fn sigterm_releases_every_lease_and_exits() {
     assert_eq!(status.unwrap().unwrap().code(), Some(0));
     assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
 }
+
+/// `--log-format json` writes one JSON object per event; grants and losses carry the
+/// resource, owner, lease id, fencing token and TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_carry_every_lease_field() {
+    let fleet = TestFleet::start(3);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("sidecar.log");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
+        .args([
+            "serve",
+            "--log-format",
+            "json",
+            "--masters",
+            &fleet.urls().join(","),
+            "--listen",
+            &listen,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let url = format!("http://{listen}/v1/locks/billing/acquire");
+    let body = serde_json::json!({"owner": "cron-7", "ttl_ms": 1000});
+    let mut lease = Value::Null;
+    for _ in 0..200 {
+        if let Ok(response) = http.post(&url).json(&body).send().await {
+            lease = response.json().await.unwrap();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    for i in 0..3 {
+        fleet.command(i, &["DEL", "redlease:lock:billing"]);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    child.wait().await.unwrap();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let events: Vec<Value> = log.lines().map(json).collect();
+    for message in ["lease granted", "lease lost"] {
+        let event = events
+            .iter()
+            .find(|e| e["message"] == message)
+            .unwrap_or_else(|| panic!("no {message:?} in:\n{log}"));
+        assert_eq!(event["resource"], "billing");
+        assert_eq!(event["owner"], "cron-7");
+        assert_eq!(event["lease_id"], lease["lease_id"]);
+        assert_eq!(event["fencing_token"], lease["fencing_token"]);
+        assert_eq!(event["ttl_ms"], 1000);
+    }
+}

@@ -7,5 +7,6 @@ mod engine;
 mod faults;
 mod fencing;
 mod metrics;
+mod prometheus;
 mod scripts;
 mod sidecar;
