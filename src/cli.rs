@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 success, 3 held by another / not ours, 4 no quorum, 64 invalid input.
 
+mod load;
 mod lock;
 mod serve;
 
@@ -45,6 +46,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run the sidecar on a throwaway fleet of local redis-server masters.
     Dev(serve::DevArgs),
+    /// Load-test a fleet (library engine) or a sidecar (HTTP) and report latencies.
+    Load(load::LoadArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -63,7 +66,7 @@ pub fn main() -> ExitCode {
     init_tracing(
         cli.log_format,
         match cli.command {
-            Command::Lock(_) => "redlease=warn",
+            Command::Lock(_) | Command::Load(_) => "redlease=warn",
             Command::Serve(_) | Command::Dev(_) => "redlease=info",
         },
     );
@@ -82,6 +85,7 @@ pub fn main() -> ExitCode {
             Command::Lock(command) => lock::run(command).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Dev(args) => serve::dev(args).await,
+            Command::Load(args) => load::run(args).await,
         }
     });
     ExitCode::from(code)

@@ -51,6 +51,7 @@ pub mod fleet;
 pub mod keys;
 pub mod lease;
 pub mod lease_id;
+pub mod loadtest;
 pub mod metrics;
 pub mod redlock;
 pub mod rtt;

@@ -6,6 +6,7 @@ mod cli;
 mod engine;
 mod faults;
 mod fencing;
+mod load;
 mod metrics;
 mod prometheus;
 mod scripts;

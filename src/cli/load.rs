@@ -1,0 +1,157 @@
+//! `redlease load`: a load generator for Redis fleets, through the library engine
+//! (`--masters`) or a sidecar's HTTP API (`--sidecar`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{EXIT_OK, EXIT_USAGE};
+
+use crate::loadtest::{self, LoadOptions, Report, Target, Workload};
+use crate::redlock::{EngineOptions, Redlock};
+use crate::{Fleet, FleetOptions};
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["masters", "sidecar"]))]
+pub struct LoadArgs {
+    /// Comma-separated redis:// URLs: load the fleet through the library engine.
+    #[arg(long, value_delimiter = ',')]
+    masters: Option<Vec<String>>,
+    /// A sidecar's base URL (e.g. http://127.0.0.1:7600): load it end to end over HTTP.
+    #[arg(long)]
+    sidecar: Option<String>,
+    #[arg(long, value_enum)]
+    workload: Workload,
+    /// Concurrent clients (parallel, contention).
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Shared resources (contention).
+    #[arg(long, default_value_t = 4)]
+    resources: usize,
+    /// Measured acquire+release cycles in all (default 1000 unless --duration is given).
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Run for this long (`10s`, `500ms`, `2m`, or seconds).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Open loop: cycles per second over all clients (latency from the scheduled send time).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Cycles each client runs before measuring.
+    #[arg(long, default_value_t = 20)]
+    warmup: u64,
+    /// Lease TTL of each cycle.
+    #[arg(long, default_value_t = 10_000)]
+    ttl_ms: u64,
+    /// How long a contended cycle waits for its resource.
+    #[arg(long, default_value_t = 5_000)]
+    wait_ms: u64,
+    /// How long each cycle holds the lock before releasing it.
+    #[arg(long, default_value_t = 0)]
+    hold_ms: u64,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the load and prints the report.
+pub async fn run(args: LoadArgs) -> u8 {
+    if args
+        .rate
+        .is_some_and(|rate| !(rate > 0.0 && rate.is_finite()))
+    {
+        eprintln!("redlease: --rate must be a positive number");
+        return EXIT_USAGE;
+    }
+    let target = match target(&args).await {
+        Ok(target) => Arc::new(target),
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            return EXIT_USAGE;
+        }
+    };
+    let options = LoadOptions {
+        workload: args.workload,
+        clients: args.clients,
+        resources: args.resources,
+        ops: args.ops,
+        duration: args.duration,
+        rate: args.rate,
+        warmup: args.warmup,
+        ttl: Duration::from_millis(args.ttl_ms),
+        wait: Duration::from_millis(args.wait_ms),
+        hold: Duration::from_millis(args.hold_ms),
+    };
+    let report = loadtest::run(Arc::clone(&target), &options).await;
+    if let Target::Engine(engine) = target.as_ref() {
+        engine.settle(Duration::from_secs(2)).await;
+    }
+    print(&report, args.json);
+    EXIT_OK
+}
+
+async fn target(args: &LoadArgs) -> Result<Target, crate::Error> {
+    if let Some(base) = &args.sidecar {
+        let base = base.trim_end_matches('/').to_string();
+        return Ok(Target::Sidecar {
+            http: reqwest::Client::new(),
+            base,
+        });
+    }
+    let masters = args.masters.clone().unwrap_or_default();
+    let fleet = Fleet::connect(&masters, &FleetOptions::default()).await?;
+    Ok(Target::Engine(Arc::new(Redlock::new(
+        fleet,
+        EngineOptions::default(),
+    ))))
+}
+
+fn print(report: &Report, json: bool) {
+    if json {
+        match serde_json::to_string(report) {
+            Ok(line) => println!("{line}"),
+            Err(error) => eprintln!("redlease: cannot encode the report: {error}"),
+        }
+        return;
+    }
+    println!("{}", Report::table_header());
+    println!("{}", report.table_row());
+}
+
+/// `10s`, `500ms`, `2m`, or a number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
+        (ms, 0.001)
+    } else if let Some(s) = text.strip_suffix('s') {
+        (s, 1.0)
+    } else if let Some(m) = text.strip_suffix('m') {
+        (m, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a duration: {text}"))?;
+    if !(value > 0.0 && value.is_finite()) {
+        return Err(format!("not a positive duration: {text}"));
+    }
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Durations read as people write them.
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

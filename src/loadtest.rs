@@ -1,0 +1,252 @@
+//! The load generator: workloads against the library engine or a sidecar over HTTP.
+//!
+//! Closed loop by default (each worker sends its next cycle when the last one answered);
+//! open loop with a rate, where each cycle has a scheduled send time and its latency is
+//! measured from that time (sojourn), so a stall shows up in every cycle it delays instead of
+//! being hidden (no coordinated omission). Each worker records into its own HdrHistogram; the
+//! first `warmup` cycles of each worker are dropped; the histograms are merged at the end.
+
+pub mod report;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::redlock::{AcquireOutcome, Redlock};
+pub use report::Report;
+
+/// What each worker does, one cycle at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// One client: acquire then release one resource.
+    Sequential,
+    /// `clients` clients, each on its own resource.
+    Parallel,
+    /// `clients` clients over `resources` shared resources; a held resource is waited for.
+    Contention,
+}
+
+/// Where the load goes.
+pub enum Target {
+    /// The library engine straight against the masters.
+    Engine(Arc<Redlock>),
+    /// A sidecar's HTTP API (keep-alive connections).
+    Sidecar { http: reqwest::Client, base: String },
+}
+
+/// A load run.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    pub workload: Workload,
+    pub clients: usize,
+    pub resources: usize,
+    /// Measured cycles in all (split across the clients); with `duration`, whichever ends first.
+    pub ops: Option<u64>,
+    pub duration: Option<Duration>,
+    /// Open loop: cycles per second over all clients.
+    pub rate: Option<f64>,
+    /// Cycles each worker runs before measuring.
+    pub warmup: u64,
+    pub ttl: Duration,
+    /// How long a contended cycle waits for the resource.
+    pub wait: Duration,
+    /// How long each cycle holds the lock before releasing it (the work a holder does).
+    pub hold: Duration,
+}
+
+/// What one cycle came to.
+enum Cycle {
+    Done { retried: bool },
+    Failed,
+}
+
+/// One worker's record.
+struct WorkerRecord {
+    latency: Histogram<u64>,
+    service: Histogram<u64>,
+    ops: u64,
+    errors: u64,
+    retries: u64,
+}
+
+/// Runs the workload and reports the merged figures.
+pub async fn run(target: Arc<Target>, options: &LoadOptions) -> Report {
+    let clients = match options.workload {
+        Workload::Sequential => 1,
+        _ => options.clients.max(1),
+    };
+    let ops = options.ops.or(options.duration.is_none().then_some(1_000));
+    let per_worker = ops.map(|ops| ops.div_ceil(clients as u64));
+    let interval = options
+        .rate
+        .map(|rate| Duration::from_secs_f64(clients as f64 / rate.max(0.001)));
+    let started = Instant::now();
+    let workers = (0..clients).map(|index| {
+        let plan = Plan {
+            resource: resource_of(options, index),
+            cycles: per_worker.map(|n| n + options.warmup),
+            deadline: options.duration.map(|d| started + d),
+            interval,
+            offset: interval.map_or(Duration::ZERO, |every| {
+                every * index as u32 / clients as u32
+            }),
+            warmup: options.warmup,
+        };
+        tokio::spawn(worker(Arc::clone(&target), plan, options.clone()))
+    });
+    let records: Vec<WorkerRecord> = futures_util::future::join_all(workers)
+        .await
+        .into_iter()
+        .filter_map(Result::ok)
+        .collect();
+    Report::merge(options, clients, records, started.elapsed(), target.name())
+}
+
+/// One worker's share of the run.
+struct Plan {
+    resource: String,
+    cycles: Option<u64>,
+    deadline: Option<Instant>,
+    interval: Option<Duration>,
+    /// Open loop: this worker's schedule is shifted so the clients do not send in bursts.
+    offset: Duration,
+    warmup: u64,
+}
+
+async fn worker(target: Arc<Target>, plan: Plan, options: LoadOptions) -> WorkerRecord {
+    let mut record = WorkerRecord::new();
+    let start = Instant::now();
+    let mut k: u64 = 0;
+    while plan.cycles.is_none_or(|n| k < n) && plan.deadline.is_none_or(|d| Instant::now() < d) {
+        let scheduled = match plan.interval {
+            Some(every) => {
+                let at = start + plan.offset + every * k as u32;
+                tokio::time::sleep_until(at).await;
+                at
+            }
+            None => Instant::now(),
+        };
+        let begin = Instant::now();
+        let cycle = target.cycle(&plan.resource, &options).await;
+        let end = Instant::now();
+        if k >= plan.warmup {
+            record.add(cycle, end - scheduled, end - begin);
+        }
+        k += 1;
+    }
+    record
+}
+
+async fn hold(options: &LoadOptions) {
+    if !options.hold.is_zero() {
+        tokio::time::sleep(options.hold).await;
+    }
+}
+
+fn resource_of(options: &LoadOptions, worker: usize) -> String {
+    match options.workload {
+        Workload::Sequential => "load:sequential".to_string(),
+        Workload::Parallel => format!("load:parallel:{worker}"),
+        Workload::Contention => format!("load:contention:{}", worker % options.resources.max(1)),
+    }
+}
+
+// === impl WorkerRecord ===
+
+impl WorkerRecord {
+    fn new() -> Self {
+        Self {
+            latency: report::histogram(),
+            service: report::histogram(),
+            ops: 0,
+            errors: 0,
+            retries: 0,
+        }
+    }
+
+    fn add(&mut self, cycle: Cycle, latency: Duration, service: Duration) {
+        self.latency.saturating_record(latency.as_micros() as u64);
+        self.service.saturating_record(service.as_micros() as u64);
+        match cycle {
+            Cycle::Done { retried } => {
+                self.ops += 1;
+                self.retries += u64::from(retried);
+            }
+            Cycle::Failed => self.errors += 1,
+        }
+    }
+}
+
+// === impl Target ===
+
+impl Target {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Engine(_) => "masters",
+            Self::Sidecar { .. } => "sidecar",
+        }
+    }
+
+    /// Acquire then release `resource`; a contended acquisition waits (and counts a retry).
+    async fn cycle(&self, resource: &str, options: &LoadOptions) -> Cycle {
+        match self {
+            Self::Engine(engine) => engine_cycle(engine, resource, options).await,
+            Self::Sidecar { http, base } => sidecar_cycle(http, base, resource, options).await,
+        }
+    }
+}
+
+async fn engine_cycle(engine: &Redlock, resource: &str, options: &LoadOptions) -> Cycle {
+    let (owner, ttl) = ("redlease-load", options.ttl);
+    let mut outcome = engine.acquire(resource, owner, ttl).await;
+    let retried = matches!(outcome, Ok(AcquireOutcome::Contended(_)));
+    if retried && options.workload == Workload::Contention {
+        outcome = engine
+            .acquire_with_wait(resource, owner, ttl, options.wait)
+            .await;
+    }
+    let Ok(AcquireOutcome::Acquired(lease)) = outcome else {
+        return Cycle::Failed;
+    };
+    hold(options).await;
+    match engine.release(resource, lease.id).await {
+        Ok(released) if released.released() => Cycle::Done { retried },
+        _ => Cycle::Failed,
+    }
+}
+
+async fn sidecar_cycle(
+    http: &reqwest::Client,
+    base: &str,
+    resource: &str,
+    options: &LoadOptions,
+) -> Cycle {
+    let ttl_ms = options.ttl.as_millis() as u64;
+    let url = format!("{base}/v1/locks/{resource}/acquire");
+    let attempt = |wait_ms: u64| {
+        let body = json!({"owner": "redlease-load", "ttl_ms": ttl_ms, "auto_renew": false, "wait_ms": wait_ms});
+        http.post(&url).json(&body).send()
+    };
+    let mut response = attempt(0).await;
+    let retried = matches!(&response, Ok(r) if r.status() == reqwest::StatusCode::CONFLICT);
+    if retried && options.workload == Workload::Contention {
+        response = attempt(options.wait.as_millis() as u64).await;
+    }
+    let Ok(response) = response.and_then(|r| r.error_for_status()) else {
+        return Cycle::Failed;
+    };
+    let Ok(lease) = response.json::<serde_json::Value>().await else {
+        return Cycle::Failed;
+    };
+    let id = lease["lease_id"].as_str().unwrap_or_default();
+    hold(options).await;
+    match http.delete(format!("{base}/v1/leases/{id}")).send().await {
+        Ok(released) if released.status().is_success() => Cycle::Done { retried },
+        _ => Cycle::Failed,
+    }
+}
