@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs the standard load workloads against 5 local masters, through the library engine and
+# through a sidecar over HTTP, and writes a markdown table to bench/results.md (and stdout).
+# The raw-quorum baseline comes from `cargo bench --bench sequential` in the same run.
+#   bench/run.sh            # default durations
+#   DURATION=5s bench/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+cargo build --release --locked --quiet
+DURATION="${DURATION:-10s}"
+export DURATION
+out="$(mktemp -d -t redlease-bench.XXXXXX)"
+trap 'rm -rf "$out"' EXIT
+
+MASTERS=5 scripts/fleet.sh bash -c '
+  set -euo pipefail
+  bin=target/release/redlease
+  port=$(python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])")
+  $bin serve --listen 127.0.0.1:$port 2>/dev/null &
+  sidecar=$!
+  trap "kill $sidecar 2>/dev/null || true" EXIT
+  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:$port/readyz >/dev/null && break; sleep 0.1; done
+  for target in "--masters $REDLEASE__MASTERS" "--sidecar http://127.0.0.1:$port"; do
+    $bin load $target --workload sequential --ops 5000 --json
+    $bin load $target --workload parallel --clients 16 --duration $DURATION --json
+    $bin load $target --workload contention --clients 16 --resources 4 --hold-ms 1 --duration $DURATION --json
+  done
+' > "$out/load.jsonl"
+cargo bench --bench sequential 2>/dev/null | grep -E "^(engine|sidecar|raw|p50 ratio)" > "$out/baseline.txt"
+
+python3 - "$out/load.jsonl" "$out/baseline.txt" <<'PY' | tee bench/results.md
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+print("| workload | target | clients | ops/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors | retries |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    print(f"| {r['workload']} | {r['target']} | {r['clients']} | {r['ops_per_s']:.0f} | {r['p50_us']} | {r['p90_us']} | {r['p99_us']} | {r['p999_us']} | {r['max_us']} | {r['errors']} | {r['contention_retries']} |")
+print()
+print("Sequential acquire+release, same machine (`cargo bench --bench sequential`):")
+print()
+print("```")
+print(open(sys.argv[2]).read().rstrip())
+print("```")
+PY
