@@ -1,3 +1,5 @@
+//! Unit tests of the configuration: layering, defaults and all-at-once validation.
+
 use std::io::Write;
 use std::time::Duration;
 

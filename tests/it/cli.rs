@@ -189,46 +189,65 @@ fn serve_reports_all_invalid_settings_and_exits_64() {
     }
 }
 
+/// A `redlease serve` child process on a free port, killed if the test fails.
+struct ServeProcess {
+    child: tokio::process::Child,
+    listen: String,
+}
+
+impl ServeProcess {
+    fn start(fleet: &TestFleet, extra: &[&str], stderr: std::process::Stdio) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let masters = fleet.urls().join(",");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
+            .args(["serve", "--masters", &masters, "--listen", &listen])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Self { child, listen }
+    }
+
+    /// Acquires `resource` once the sidecar answers; the lease JSON (status 200 asserted).
+    async fn acquire_when_up(&self, resource: &str, body: Value) -> Value {
+        let url = format!("http://{}/v1/locks/{resource}/acquire", self.listen);
+        let http = reqwest::Client::new();
+        for _ in 0..200 {
+            if let Ok(response) = http.post(&url).json(&body).send().await {
+                assert_eq!(response.status(), 200);
+                return response.json().await.unwrap();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        panic!("the sidecar never answered");
+    }
+
+    /// Sends SIGTERM and returns the exit code.
+    async fn terminate(mut self) -> Option<i32> {
+        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(10), self.child.wait());
+        waited.await.unwrap().unwrap().code()
+    }
+}
+
 /// A real `redlease serve` process releases every lease on SIGTERM and exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_releases_every_lease_and_exits() {
     let fleet = TestFleet::start(3);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
-        .args([
-            "serve",
-            "--masters",
-            &fleet.urls().join(","),
-            "--listen",
-            &listen,
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let http = reqwest::Client::new();
-    let url = format!("http://{listen}/v1/locks/job/acquire");
-    let body = serde_json::json!({"owner": "a", "ttl_ms": 20000});
-    let mut granted = false;
-    for _ in 0..200 {
-        if let Ok(response) = http.post(&url).json(&body).send().await {
-            granted = response.status() == 200;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    assert!(granted, "the sidecar never answered");
+    let serve = ServeProcess::start(&fleet, &[], std::process::Stdio::null());
+    serve
+        .acquire_when_up("job", serde_json::json!({"owner": "a", "ttl_ms": 20000}))
+        .await;
     assert!(!fleet.lock_keys_on(&[0, 1, 2]).is_empty());
-    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let status = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait()).await;
-    assert_eq!(status.unwrap().unwrap().code(), Some(0));
+    assert_eq!(serve.terminate().await, Some(0));
     assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
 }
 
@@ -237,54 +256,22 @@ async fn sigterm_releases_every_lease_and_exits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_carry_every_lease_field() {
     let fleet = TestFleet::start(3);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("sidecar.log");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
-        .args([
-            "serve",
-            "--log-format",
-            "json",
-            "--masters",
-            &fleet.urls().join(","),
-            "--listen",
-            &listen,
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let http = reqwest::Client::new();
-    let url = format!("http://{listen}/v1/locks/billing/acquire");
+    let stderr = std::fs::File::create(&log_path).unwrap().into();
+    let serve = ServeProcess::start(&fleet, &["--log-format", "json"], stderr);
     let body = serde_json::json!({"owner": "cron-7", "ttl_ms": 1000});
-    let mut lease = Value::Null;
-    for _ in 0..200 {
-        if let Ok(response) = http.post(&url).json(&body).send().await {
-            lease = response.json().await.unwrap();
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
+    let lease = serve.acquire_when_up("billing", body).await;
     for i in 0..3 {
         fleet.command(i, &["DEL", "redlease:lock:billing"]);
     }
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    child.wait().await.unwrap();
+    serve.terminate().await;
     let log = std::fs::read_to_string(&log_path).unwrap();
     let events: Vec<Value> = log.lines().map(json).collect();
     for message in ["lease granted", "lease lost"] {
-        let event = events
-            .iter()
-            .find(|e| e["message"] == message)
-            .unwrap_or_else(|| panic!("no {message:?} in:\n{log}"));
+        let event = events.iter().find(|e| e["message"] == message);
+        let event = event.unwrap_or_else(|| panic!("no {message:?} in:\n{log}"));
         assert_eq!(event["resource"], "billing");
         assert_eq!(event["owner"], "cron-7");
         assert_eq!(event["lease_id"], lease["lease_id"]);

@@ -1,3 +1,5 @@
+//! Unit tests of the restart quarantine policy.
+
 use super::*;
 
 const PERIOD: Duration = Duration::from_secs(60);

@@ -1,3 +1,5 @@
+//! Unit tests of the lease state machine, with paused time.
+
 use super::*;
 use crate::LeaseId;
 

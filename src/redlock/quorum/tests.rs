@@ -1,3 +1,5 @@
+//! Unit tests of the quorum tally, validity and per-node timeout arithmetic.
+
 use super::*;
 
 /// ⌊N/2⌋+1 for odd and even fleets.
