@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use self::calls::{
-    acquire_call, acquire_on, eval_on, extend_call, extend_on, release_call, AcquireEvent,
-    Decision, ScriptCall,
+    acquire_call, acquire_on, eval_on, extend_call, extend_vote, release_call, vote_on,
+    AcquireEvent, Decision, ScriptCall,
 };
 use self::fanout::spawn_each;
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
@@ -225,7 +225,14 @@ impl Redlock {
         let timeout = self.node_timeout(ttl, start);
         let call = extend_call(&keys, id, ttl);
         let mut replies = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
-            extend_on(node, call.clone(), timeout, reply)
+            vote_on(
+                node,
+                &SCRIPTS.extend,
+                call.clone(),
+                timeout,
+                extend_vote,
+                reply,
+            )
         });
         let (tally, votes) = collect_votes(&mut replies, self.fleet.len(), Some).await;
         Ok(self.judge_extension(tally, votes, start, ttl))

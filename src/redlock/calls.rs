@@ -95,20 +95,24 @@ pub(super) fn acquire_vote(result: Result<i64, CallError>) -> NodeVote {
     }
 }
 
-pub(super) async fn extend_on(
+/// A lock write to one master (extend, shadow), its answer turned into a vote by `to_vote`.
+pub(super) async fn vote_on(
     node: Arc<Node>,
+    script: &'static Script,
     call: ScriptCall,
     timeout: Duration,
+    to_vote: fn(i64) -> NodeVote,
     reply: Reply<NodeVote>,
 ) {
-    let script = &SCRIPTS.extend;
     let result = node
         .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
         .await;
-    reply.send(match result {
-        Ok(answer) => NodeVote::Extend(ExtendReply::from_script(answer)),
-        Err(error) => NodeVote::Failed(error),
-    });
+    reply.send(result.map_or_else(NodeVote::Failed, to_vote));
+}
+
+/// The vote of an `extend.lua` answer.
+pub(super) fn extend_vote(answer: i64) -> NodeVote {
+    NodeVote::Extend(ExtendReply::from_script(answer))
 }
 
 pub(super) async fn eval_on(

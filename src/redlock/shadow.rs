@@ -3,15 +3,14 @@
 //! lease where the lock is ours or free; acquisitions respect it, so a quorum of shadows keeps
 //! the resource ours for the shadow TTL while the lock keys cannot be renewed.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
-use super::fanout::{spawn_each, Reply};
+use super::calls::vote_on;
+use super::fanout::spawn_each;
 use super::{collect_votes, ExtendOutcome, NodeVote, Redlock, ScriptCall};
-use crate::fleet::{Admission, Node};
 use crate::keys::validate_resource;
 use crate::scripts::SCRIPTS;
 use crate::{Error, LeaseId};
@@ -53,20 +52,10 @@ impl Redlock {
         };
         let start = Instant::now();
         let mut replies = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
-            shadow_on(node, call.clone(), timeout, reply)
+            let to_vote = |set: i64| NodeVote::Shadow(set == 1);
+            vote_on(node, &SCRIPTS.shadow, call.clone(), timeout, to_vote, reply)
         });
         let (tally, votes) = collect_votes(&mut replies, self.fleet.len(), Some).await;
         Ok(self.judge_extension(tally, votes, start, shadow_ttl))
     }
-}
-
-async fn shadow_on(node: Arc<Node>, call: ScriptCall, timeout: Duration, reply: Reply<NodeVote>) {
-    let script = &SCRIPTS.shadow;
-    let result = node
-        .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
-        .await;
-    reply.send(match result {
-        Ok(set) => NodeVote::Shadow(set == 1),
-        Err(error) => NodeVote::Failed(error),
-    });
 }
