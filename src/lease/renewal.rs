@@ -159,13 +159,14 @@ fn settle(
         return record.view(Instant::now());
     }
     let was_degraded = record.state == LeaseState::Degraded;
-    record.lease.validity = renewal.validity;
-    record.lease.valid_until = renewal.valid_until;
     let event = if shadowed == Shadowed::Yes {
+        // The shadow lends its validity; the lock keeps its own TTL for the next renewal.
+        record.lease.validity = renewal.validity;
+        record.lease.valid_until = renewal.valid_until;
         record.state = LeaseState::Degraded;
         "degraded"
     } else {
-        record.lease.ttl = renewal.ttl;
+        record.lease.apply(renewal);
         record.state = LeaseState::Held;
         if was_degraded {
             METRICS.shadow_recoveries.add(1, &[]);

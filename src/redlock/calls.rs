@@ -148,6 +148,22 @@ pub(super) fn acquire_call(
     }
 }
 
+pub(super) fn shadow_call(
+    keys: &ResourceKeys,
+    id: LeaseId,
+    owner: &str,
+    shadow_ttl: Duration,
+) -> ScriptCall {
+    ScriptCall {
+        keys: lock_and_shadow(keys),
+        args: vec![
+            Value::from(id.to_string()),
+            Value::from(id.value_for(owner)),
+            Value::from(shadow_ttl.as_millis().to_string()),
+        ],
+    }
+}
+
 pub(super) fn extend_call(keys: &ResourceKeys, id: LeaseId, ttl: Duration) -> ScriptCall {
     ScriptCall {
         keys: lock_and_shadow(keys),

@@ -5,12 +5,11 @@
 
 use std::time::Duration;
 
-use fred::types::{Key, Value};
 use tokio::time::Instant;
 
-use super::calls::vote_on;
+use super::calls::{shadow_call, vote_on};
 use super::fanout::spawn_each;
-use super::{collect_votes, ExtendOutcome, NodeVote, Redlock, ScriptCall};
+use super::{collect_votes, ExtendOutcome, NodeVote, Redlock};
 use crate::keys::validate_resource;
 use crate::scripts::SCRIPTS;
 use crate::{Error, LeaseId};
@@ -39,17 +38,7 @@ impl Redlock {
             )));
         }
         let keys = self.fleet.keyspace().resource(resource);
-        let call = ScriptCall {
-            keys: vec![
-                Key::from(keys.lock.as_str()),
-                Key::from(keys.shadow.as_str()),
-            ],
-            args: vec![
-                Value::from(id.to_string()),
-                Value::from(id.value_for(owner)),
-                Value::from(shadow_ttl.as_millis().to_string()),
-            ],
-        };
+        let call = shadow_call(&keys, id, owner, shadow_ttl);
         let start = Instant::now();
         let mut replies = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
             let to_vote = |set: i64| NodeVote::Shadow(set == 1);
