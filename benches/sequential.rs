@@ -3,7 +3,8 @@
 //! baseline (SET NX PX to all 5 in parallel, wait for the 3rd reply, then a compare-and-delete
 //! script to all 5). Prints p50/p90/p99/p99.9 per path and the p50 ratios to the baseline.
 //!
-//! `cargo bench --bench sequential` (CYCLES=N to change the number of measured cycles).
+//! `cargo bench --bench sequential` (CYCLES=N to change the number of measured cycles;
+//! ONLY=engine|sidecar|baseline to measure one path alone, e.g. under `perf record`).
 
 #[path = "../tests/it/support/redis_server.rs"]
 #[allow(dead_code)]
@@ -48,6 +49,18 @@ async fn main() {
     let base = start_sidecar(&urls).await;
     let http = reqwest::Client::new();
 
+    // ONLY=engine|sidecar|baseline measures just that path (for profiling it alone).
+    let only = std::env::var("ONLY").unwrap_or_default();
+    let measured = match only.as_str() {
+        "engine" => Some(measure(cycles, || engine_cycle(&engine)).await),
+        "sidecar" => Some(measure(cycles, || sidecar_cycle(&http, &base)).await),
+        "baseline" => Some(measure(cycles, || baseline_cycle(&clients, &script)).await),
+        _ => None,
+    };
+    if let Some(measured) = measured {
+        report(&only, measured);
+        return;
+    }
     let engine_samples = measure(cycles, || engine_cycle(&engine)).await;
     let sidecar_samples = measure(cycles, || sidecar_cycle(&http, &base)).await;
     let baseline_samples = measure(cycles, || baseline_cycle(&clients, &script)).await;
@@ -131,7 +144,7 @@ async fn baseline_cycle(clients: &[fred::clients::Client], script: &Script) {
     drop(sets);
 }
 
-async fn measure<F, Fut>(cycles: usize, mut cycle: F) -> Vec<Duration>
+async fn measure<F, Fut>(cycles: usize, mut cycle: F) -> Measured
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -140,29 +153,62 @@ where
         cycle().await;
     }
     let mut samples = Vec::with_capacity(cycles);
+    let cpu_before = process_cpu();
     for _ in 0..cycles {
         let start = Instant::now();
         cycle().await;
         samples.push(start.elapsed());
     }
-    samples
+    let cpu = process_cpu().saturating_sub(cpu_before);
+    Measured {
+        samples,
+        cpu_per_cycle: cpu / cycles as u32,
+    }
 }
 
-/// Prints the percentiles; returns p50 in microseconds.
-fn report(name: &str, mut samples: Vec<Duration>) -> f64 {
+/// One path's latencies and this process's CPU time per cycle (the client's side: engine,
+/// fred's connection tasks, and for the sidecar path the in-process sidecar too).
+struct Measured {
+    samples: Vec<Duration>,
+    cpu_per_cycle: Duration,
+}
+
+/// User + system CPU time of this process so far, from /proc/self/stat (clock ticks of 10 ms,
+/// the Linux default USER_HZ; a run of thousands of cycles spans hundreds of ticks).
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// Prints the percentiles and the CPU per cycle; returns p50 in microseconds.
+fn report(name: &str, measured: Measured) -> f64 {
+    let Measured {
+        mut samples,
+        cpu_per_cycle,
+    } = measured;
     samples.sort_unstable();
     let at = |q: f64| {
         let index = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
         samples[index].as_secs_f64() * 1e6
     };
     println!(
-        "{name:<26} n={:<6} p50={:>7.1}us p90={:>7.1}us p99={:>7.1}us p99.9={:>7.1}us max={:>8.1}us",
+        "{name:<26} n={:<6} p50={:>7.1}us p90={:>7.1}us p99={:>7.1}us p99.9={:>7.1}us max={:>8.1}us cpu/cycle={:>5.1}us",
         samples.len(),
         at(0.5),
         at(0.9),
         at(0.99),
         at(0.999),
-        at(1.0)
+        at(1.0),
+        cpu_per_cycle.as_secs_f64() * 1e6
     );
     at(0.5)
 }

@@ -4,17 +4,19 @@
 -- ARGV[1]: lease id    (32 lowercase hex digits)
 -- ARGV[2]: channel     (<prefix>released:<resource>), published to only when something was deleted
 -- Returns: number of keys deleted (0, 1 or 2); 0 means this master held nothing of ours.
+-- Values are always <32-hex lease id>|<owner>, so their first 32 bytes name the lease.
 local lease_id = ARGV[1]
-if string.len(lease_id) ~= 32 then
+if #lease_id ~= 32 then
   return redis.error_reply('ERR redlease: lease id must be 32 hex digits')
 end
-local prefix = lease_id .. '|'
 local deleted = 0
-for _, key in ipairs({KEYS[1], KEYS[2]}) do
-  local current = redis.call('GET', key)
-  if current and string.sub(current, 1, 33) == prefix then
-    deleted = deleted + redis.call('DEL', key)
-  end
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 1, 32) == lease_id then
+  deleted = redis.call('DEL', KEYS[1])
+end
+current = redis.call('GET', KEYS[2])
+if current and string.sub(current, 1, 32) == lease_id then
+  deleted = deleted + redis.call('DEL', KEYS[2])
 end
 if deleted > 0 then
   redis.call('PUBLISH', ARGV[2], lease_id)

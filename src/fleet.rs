@@ -11,7 +11,7 @@ mod membership;
 pub mod node;
 pub mod quarantine;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config, EventInterface, ReconnectPolicy, TcpConfig};
@@ -72,7 +72,12 @@ pub struct Fleet {
     /// Whether the fleet was adopted before this process came (some master held the marker);
     /// `None` until the start-up survey ran.
     history: watch::Sender<Option<History>>,
+    /// The last `quorum_rtt_p99` and when it was computed (see `recent_quorum_rtt_p99`).
+    recent_p99: Mutex<Option<(Instant, Option<Duration>)>>,
 }
+
+/// How long a computed quorum p99 serves the per-node timeouts before it is computed again.
+const P99_REFRESH: Duration = Duration::from_millis(10);
 
 // === impl Fleet ===
 
@@ -109,6 +114,7 @@ impl Fleet {
             nodes,
             options: options.clone(),
             history: watch::channel(None).0,
+            recent_p99: Mutex::new(None),
         });
         tokio::spawn(membership::supervise(Arc::downgrade(&fleet), prepare_rx));
         fleet.connect_all().await;
@@ -152,6 +158,24 @@ impl Fleet {
             .collect();
         p99s.sort_unstable();
         p99s.get(self.quorum() - 1).copied()
+    }
+
+    /// `quorum_rtt_p99` as computed at most `P99_REFRESH` ago: every call's per-node timeout
+    /// needs it, and computing it scans every master's RTT window.
+    pub fn recent_quorum_rtt_p99(&self, now: Instant) -> Option<Duration> {
+        // Plain data behind the lock: a poisoned value is still a valid reading.
+        let mut recent = self
+            .recent_p99
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match *recent {
+            Some((at, p99)) if now.saturating_duration_since(at) < P99_REFRESH => p99,
+            _ => {
+                let p99 = self.quorum_rtt_p99(now);
+                *recent = Some((now, p99));
+                p99
+            }
+        }
     }
 
     /// PINGs every master every `interval` in the background, so RTT windows stay fresh, an

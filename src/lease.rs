@@ -33,9 +33,9 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::{self, METRICS};
-use crate::redlock::{AcquireOutcome, Lease, Redlock, Refusal};
+use crate::redlock::{AcquireOutcome, Lease, Redlock};
 use crate::ttl::{RenewalSchedule, TtlPolicy};
-use crate::wakeup::{self, Wakeups};
+use crate::wakeup::Wakeups;
 use crate::{Error, LeaseId};
 pub use state::{LeaseEvent, LeaseRecord, LeaseState, LeaseView, Step};
 
@@ -277,9 +277,7 @@ impl LeaseManager {
         })
     }
 
-    /// One attempt at once, unless waiters of this sidecar are queued on the resource; then,
-    /// while `wait` lasts, first-come first-served: the head of the queue retries when a
-    /// release message arrives, or when the holder's lease would have expired.
+    /// Blocking acquisition through the wake-up queues (see [`Wakeups::acquire`]).
     async fn acquire_waiting(
         &self,
         request: &AcquireRequest,
@@ -287,35 +285,9 @@ impl LeaseManager {
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
         let (resource, owner) = (request.resource.as_str(), request.owner.as_str());
-        let deadline = Instant::now() + wait;
-        if wait.is_zero() || !self.wakeups.has_waiters(resource) {
-            let outcome = self.engine.acquire(resource, owner, ttl).await?;
-            if outcome.lease().is_some() || wait.is_zero() {
-                return Ok(outcome);
-            }
-        }
-        let waiting = self.wakeups.wait(resource);
-        let turn = tokio::time::timeout_at(deadline, waiting.queue.turn.lock()).await;
-        let Ok(_turn) = turn else {
-            return Ok(AcquireOutcome::Contended(Refusal::queued()));
-        };
-        loop {
-            let released = waiting.queue.released.notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            let outcome = self.engine.acquire(resource, owner, ttl).await?;
-            let now = Instant::now();
-            let Some(refusal) = outcome.refusal().filter(|_| now < deadline) else {
-                return Ok(outcome);
-            };
-            let options = self.engine.options();
-            let fallback =
-                wakeup::fallback_delay(options, refusal.holder_remaining(), rand::random());
-            tokio::select! {
-                _ = released => {}
-                _ = tokio::time::sleep_until((now + fallback).min(deadline)) => {}
-            }
-        }
+        self.wakeups
+            .acquire(&self.engine, resource, owner, ttl, wait)
+            .await
     }
 
     pub fn is_closing(&self) -> bool {

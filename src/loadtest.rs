@@ -16,7 +16,10 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::redlock::{AcquireOutcome, Redlock};
+use crate::fleet::{Fleet, FleetOptions};
+use crate::redlock::{AcquireOutcome, EngineOptions, Redlock};
+use crate::wakeup::Wakeups;
+use crate::Error;
 pub use report::Report;
 
 /// What each worker does, one cycle at a time.
@@ -33,8 +36,12 @@ pub enum Workload {
 
 /// Where the load goes.
 pub enum Target {
-    /// The library engine straight against the masters.
-    Engine(Arc<Redlock>),
+    /// The library engine straight against the masters; contended cycles wait through the
+    /// release wake-ups, as the sidecar does.
+    Engine {
+        engine: Arc<Redlock>,
+        wakeups: Arc<Wakeups>,
+    },
     /// A sidecar's HTTP API (keep-alive connections).
     Sidecar { http: reqwest::Client, base: String },
 }
@@ -185,9 +192,29 @@ impl WorkerRecord {
 // === impl Target ===
 
 impl Target {
+    /// The engine target: connects to `masters` (and their release channels).
+    pub async fn connect_engine(
+        masters: &[String],
+        fleet_options: &FleetOptions,
+        engine_options: EngineOptions,
+    ) -> Result<Self, Error> {
+        let fleet = Fleet::connect(masters, fleet_options).await?;
+        let wakeups = Wakeups::connect(masters, fleet_options)?;
+        let engine = Arc::new(Redlock::new(fleet, engine_options));
+        Ok(Self::Engine { engine, wakeups })
+    }
+
+    /// Waits for the engine's calls in flight and closes the release channels.
+    pub async fn close(&self) {
+        if let Self::Engine { engine, wakeups } = self {
+            engine.settle(Duration::from_secs(2)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), wakeups.quit()).await;
+        }
+    }
+
     fn name(&self) -> &'static str {
         match self {
-            Self::Engine(_) => "masters",
+            Self::Engine { .. } => "masters",
             Self::Sidecar { .. } => "sidecar",
         }
     }
@@ -195,19 +222,26 @@ impl Target {
     /// Acquire then release `resource`; a contended acquisition waits (and counts a retry).
     async fn cycle(&self, resource: &str, options: &LoadOptions) -> Cycle {
         match self {
-            Self::Engine(engine) => engine_cycle(engine, resource, options).await,
+            Self::Engine { engine, wakeups } => {
+                engine_cycle(engine, wakeups, resource, options).await
+            }
             Self::Sidecar { http, base } => sidecar_cycle(http, base, resource, options).await,
         }
     }
 }
 
-async fn engine_cycle(engine: &Redlock, resource: &str, options: &LoadOptions) -> Cycle {
+async fn engine_cycle(
+    engine: &Redlock,
+    wakeups: &Arc<Wakeups>,
+    resource: &str,
+    options: &LoadOptions,
+) -> Cycle {
     let (owner, ttl) = ("redlease-load", options.ttl);
     let mut outcome = engine.acquire(resource, owner, ttl).await;
     let retried = matches!(outcome, Ok(AcquireOutcome::Contended(_)));
     if retried && options.workload == Workload::Contention {
-        outcome = engine
-            .acquire_with_wait(resource, owner, ttl, options.wait)
+        outcome = wakeups
+            .acquire(engine, resource, owner, ttl, options.wait)
             .await;
     }
     let Ok(AcquireOutcome::Acquired(lease)) = outcome else {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use fred::types::scripts::Script;
 use fred::types::{Key, Value};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
@@ -22,7 +22,7 @@ use self::calls::{
     acquire_call, acquire_on, eval_on, extend_call, extend_vote, release_call, vote_on,
     AcquireEvent, Decision, ScriptCall,
 };
-use self::fanout::spawn_each;
+use self::fanout::{fan_out, Fanout};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
 use crate::fleet::{CallError, Fleet, Node};
 use crate::keys::{validate_owner, validate_resource};
@@ -113,7 +113,7 @@ impl Redlock {
 
     /// The per-node timeout for a lock write with `ttl`, from the fleet's current RTT.
     pub fn node_timeout(&self, ttl: Duration, now: Instant) -> Duration {
-        let p99 = self.fleet.quorum_rtt_p99(now);
+        let p99 = self.fleet.recent_quorum_rtt_p99(now);
         self.options.node_timeout.timeout(ttl, p99)
     }
 
@@ -135,7 +135,7 @@ impl Redlock {
         let (decision, decided) = watch::channel(Decision::Pending);
         let call = acquire_call(&keys, id, owner, ttl);
         let release = release_call(&keys, id);
-        let mut events = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
+        let mut events = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
             acquire_on(
                 node,
                 call.clone(),
@@ -224,7 +224,7 @@ impl Redlock {
         let start = Instant::now();
         let timeout = self.node_timeout(ttl, start);
         let call = extend_call(&keys, id, ttl);
-        let mut replies = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
+        let mut replies = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
             vote_on(
                 node,
                 &SCRIPTS.extend,
@@ -278,8 +278,8 @@ impl Redlock {
         script: &'static Script,
         call: ScriptCall,
         timeout: Duration,
-    ) -> mpsc::UnboundedReceiver<(usize, Result<i64, CallError>)> {
-        spawn_each(&self.tasks, nodes, |node, reply| {
+    ) -> Fanout<Result<i64, CallError>> {
+        fan_out(&self.tasks, nodes, |node, reply| {
             eval_on(node, script, call.clone(), timeout, reply)
         })
     }
@@ -407,7 +407,7 @@ struct Attempt {
     timeout: Duration,
     ttl: Duration,
     decision: watch::Sender<Decision>,
-    events: mpsc::UnboundedReceiver<(usize, AcquireEvent)>,
+    events: Fanout<AcquireEvent>,
     /// Masters whose write is already enqueued on their connection.
     sent: usize,
 }
@@ -434,7 +434,7 @@ impl Attempt {
 /// Reads answers until the verdict is no longer pending (or every master has answered);
 /// `to_vote` picks the votes out of the events.
 async fn collect_votes<E>(
-    events: &mut mpsc::UnboundedReceiver<(usize, E)>,
+    events: &mut Fanout<E>,
     n: usize,
     mut to_vote: impl FnMut(E) -> Option<NodeVote>,
 ) -> (Tally, Vec<NodeVote>) {

@@ -9,8 +9,8 @@ use clap::Args;
 use super::{EXIT_OK, EXIT_USAGE};
 
 use crate::loadtest::{self, LoadOptions, Report, Target, Workload};
-use crate::redlock::{EngineOptions, Redlock};
-use crate::{Fleet, FleetOptions};
+use crate::redlock::EngineOptions;
+use crate::FleetOptions;
 
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("target").required(true).args(["masters", "sidecar"]))]
@@ -84,9 +84,7 @@ pub async fn run(args: LoadArgs) -> u8 {
         hold: Duration::from_millis(args.hold_ms),
     };
     let report = loadtest::run(Arc::clone(&target), &options).await;
-    if let Target::Engine(engine) = target.as_ref() {
-        engine.settle(Duration::from_secs(2)).await;
-    }
+    target.close().await;
     print(&report, args.json);
     EXIT_OK
 }
@@ -100,11 +98,7 @@ async fn target(args: &LoadArgs) -> Result<Target, crate::Error> {
         });
     }
     let masters = args.masters.clone().unwrap_or_default();
-    let fleet = Fleet::connect(&masters, &FleetOptions::default()).await?;
-    Ok(Target::Engine(Arc::new(Redlock::new(
-        fleet,
-        EngineOptions::default(),
-    ))))
+    Target::connect_engine(&masters, &FleetOptions::default(), EngineOptions::default()).await
 }
 
 fn print(report: &Report, json: bool) {

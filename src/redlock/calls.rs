@@ -142,7 +142,7 @@ pub(super) fn acquire_call(
         ],
         args: vec![
             Value::from(id.to_string()),
-            Value::from(id.value_for(owner)),
+            Value::from(owner),
             Value::from(ttl.as_millis().to_string()),
         ],
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::calls::{shadow_call, vote_on};
-use super::fanout::spawn_each;
+use super::fanout::fan_out;
 use super::{collect_votes, ExtendOutcome, NodeVote, Redlock};
 use crate::keys::validate_resource;
 use crate::scripts::SCRIPTS;
@@ -40,7 +40,7 @@ impl Redlock {
         let keys = self.fleet.keyspace().resource(resource);
         let call = shadow_call(&keys, id, owner, shadow_ttl);
         let start = Instant::now();
-        let mut replies = spawn_each(&self.tasks, self.fleet.nodes(), |node, reply| {
+        let mut replies = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
             let to_vote = |set: i64| NodeVote::Shadow(set == 1);
             vote_on(node, &SCRIPTS.shadow, call.clone(), timeout, to_vote, reply)
         });

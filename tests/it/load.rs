@@ -7,6 +7,7 @@ use std::time::Duration;
 use redlease::loadtest::{self, LoadOptions, Target, Workload};
 use serde_json::Value;
 
+use crate::support::fleet::test_fleet_options;
 use crate::support::sidecar::TestSidecar;
 use crate::support::TestFleet;
 
@@ -30,24 +31,13 @@ fn options(workload: Workload, clients: usize, ops: u64) -> LoadOptions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_workloads_complete_every_cycle() {
     let fleet = TestFleet::start(3);
-    let engine = fleet.engine().await;
-    let fleet_handle = Arc::clone(engine.fleet());
-    let target = Arc::new(Target::Engine(Arc::new(redlease::Redlock::new(
-        fleet_handle,
-        Default::default(),
-    ))));
+    let target = Arc::new(engine_target(&fleet).await);
     for (workload, clients, ops) in [
         (Workload::Sequential, 1, 40),
         (Workload::Parallel, 4, 80),
         (Workload::Contention, 4, 40),
     ] {
-        // No warm-up: with the engine's jittered retry a waiter may only get in once its rival
-        // has finished every cycle, so its one contended cycle can be the first.
-        let run = LoadOptions {
-            warmup: 0,
-            ..options(workload, clients, ops)
-        };
-        let report = loadtest::run(Arc::clone(&target), &run).await;
+        let report = loadtest::run(Arc::clone(&target), &options(workload, clients, ops)).await;
         assert_eq!((report.ops, report.errors), (ops, 0), "{report:?}");
         assert!(
             report.p50_us > 0 && report.p50_us <= report.p99_us && report.p99_us <= report.max_us
@@ -81,11 +71,7 @@ async fn sidecar_workloads_complete_every_cycle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_keeps_its_rate() {
     let fleet = TestFleet::start(3);
-    let engine = fleet.engine().await;
-    let target = Arc::new(Target::Engine(Arc::new(redlease::Redlock::new(
-        Arc::clone(engine.fleet()),
-        Default::default(),
-    ))));
+    let target = Arc::new(engine_target(&fleet).await);
     let open = LoadOptions {
         ops: None,
         duration: Some(Duration::from_secs(1)),
@@ -137,4 +123,11 @@ fn the_cli_prints_one_json_object_per_workload() {
         (report["workload"].as_str(), report["ops"].as_u64()),
         (Some("parallel"), Some(20))
     );
+}
+
+async fn engine_target(fleet: &TestFleet) -> Target {
+    let (fleet_options, engine_options) = (test_fleet_options(), Default::default());
+    Target::connect_engine(&fleet.urls(), &fleet_options, engine_options)
+        .await
+        .unwrap()
 }

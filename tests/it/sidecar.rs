@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::assert_eventually;
+use crate::support::resp::Resp;
 use crate::support::sidecar::TestSidecar;
 use crate::support::TestFleet;
 
@@ -357,17 +358,40 @@ async fn slow_masters_degrade_the_lease_then_it_recovers() {
     assert_eventually!(!shadows(), 3, "shadows left after recovery");
 }
 
+/// Subscribers of `channel` on each master, and pattern subscriptions in all.
+fn listeners(fleet: &TestFleet, channel: &str) -> Vec<(i64, i64)> {
+    (0..3)
+        .map(|i| {
+            let numsub = fleet.command(i, &["PUBSUB", "NUMSUB", channel]);
+            let Resp::Array(reply) = numsub else {
+                panic!("NUMSUB: {numsub:?}")
+            };
+            (
+                reply[1].int(),
+                fleet.command(i, &["PUBSUB", "NUMPAT"]).int(),
+            )
+        })
+        .collect()
+}
+
 /// A blocking acquisition on another sidecar is granted right after the holder's release,
 /// woken by the release message: without it, the waiter would sleep until the holder's
-/// lease expired (10 s away).
+/// lease expired (10 s away). The release channel is subscribed only while someone waits, so
+/// uncontended releases wake no sidecar.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_a_blocked_acquisition_on_another_sidecar() {
     let fleet = TestFleet::start(3);
     let holder = TestSidecar::start(&fleet, &[]).await;
     let waiter = std::sync::Arc::new(TestSidecar::start(&fleet, &[]).await);
+    let channel = "redlease:released:job";
     let (_, lease) = holder
         .acquire("job", json!({"owner": "a", "ttl_ms": 10000}))
         .await;
+    assert_eq!(
+        listeners(&fleet, channel),
+        vec![(0, 0); 3],
+        "nobody waits yet"
+    );
     let blocked = {
         let waiter = waiter.clone();
         tokio::spawn(async move {
@@ -378,6 +402,11 @@ async fn a_release_wakes_a_blocked_acquisition_on_another_sidecar() {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        listeners(&fleet, channel),
+        vec![(1, 0); 3],
+        "the waiter listens"
+    );
     let (status, _) = holder
         .delete(&format!("/v1/leases/{}", lease_id(&lease)))
         .await;
@@ -393,6 +422,11 @@ async fn a_release_wakes_a_blocked_acquisition_on_another_sidecar() {
     assert!(
         delay < Duration::from_millis(250),
         "granted {delay:?} after the release"
+    );
+    assert_eventually!(
+        listeners(&fleet, channel) == vec![(0, 0); 3],
+        5,
+        "the last waiter left: channel unsubscribed"
     );
 }
 
