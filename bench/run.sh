@@ -28,7 +28,7 @@ MASTERS=5 scripts/fleet.sh bash -c '
     $bin load $target --workload contention --clients 16 --resources 4 --hold-ms 1 --duration $DURATION --json
   done
 ' > "$out/load.jsonl"
-cargo bench --bench sequential 2>/dev/null | grep -E "^(engine|sidecar|raw|p50 ratio)" > "$out/baseline.txt"
+cargo bench --bench sequential 2>/dev/null | grep -E "^(engine|sidecar|raw|p50 ratio|parallel|throughput ratio)" > "$out/baseline.txt"
 
 python3 - "$out/load.jsonl" "$out/baseline.txt" <<'PY' | tee bench/results.md
 import json, sys
@@ -38,7 +38,7 @@ print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     print(f"| {r['workload']} | {r['target']} | {r['clients']} | {r['ops_per_s']:.0f} | {r['p50_us']} | {r['p90_us']} | {r['p99_us']} | {r['p999_us']} | {r['max_us']} | {r['errors']} | {r['contention_retries']} |")
 print()
-print("Sequential acquire+release, same machine (`cargo bench --bench sequential`):")
+print("Sequential acquire+release and 16-client throughput, same machine (`cargo bench --bench sequential`):")
 print()
 print("```")
 print(open(sys.argv[2]).read().rstrip())

@@ -4,12 +4,14 @@
 //! script to all 5). Prints p50/p90/p99/p99.9 per path and the p50 ratios to the baseline.
 //!
 //! `cargo bench --bench sequential` (CYCLES=N to change the number of measured cycles;
-//! ONLY=engine|sidecar|baseline to measure one path alone, e.g. under `perf record`).
+//! ONLY=engine|sidecar|baseline|parallel-engine|parallel-baseline to measure one path alone, e.g. under `perf record`).
 
 #[path = "../tests/it/support/redis_server.rs"]
 #[allow(dead_code)]
 mod redis_server;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::{Expiration, KeysInterface, SetOptions};
@@ -52,18 +54,37 @@ async fn main() {
     // ONLY=engine|sidecar|baseline measures just that path (for profiling it alone).
     let only = std::env::var("ONLY").unwrap_or_default();
     let measured = match only.as_str() {
-        "engine" => Some(measure(cycles, || engine_cycle(&engine)).await),
+        "engine" => Some(measure(cycles, || engine_cycle(&engine, "bench")).await),
         "sidecar" => Some(measure(cycles, || sidecar_cycle(&http, &base)).await),
-        "baseline" => Some(measure(cycles, || baseline_cycle(&clients, &script)).await),
+        "baseline" => Some(measure(cycles, || baseline_cycle(&clients, &script, "baseline")).await),
         _ => None,
     };
     if let Some(measured) = measured {
         report(&only, measured);
         return;
     }
-    let engine_samples = measure(cycles, || engine_cycle(&engine)).await;
+    let engine = Arc::new(engine);
+    if only == "parallel-engine" {
+        let engine = Arc::clone(&engine);
+        let rate = throughput(move |i| {
+            let engine = Arc::clone(&engine);
+            async move { engine_cycle(&engine, &format!("bench-{i}")).await }
+        });
+        println!("parallel engine: {:.0} cycles/s", rate.await);
+        return;
+    }
+    if only == "parallel-baseline" {
+        let shared = Arc::new((clients.clone(), script.clone()));
+        let rate = throughput(move |i| {
+            let shared = Arc::clone(&shared);
+            async move { baseline_cycle(&shared.0, &shared.1, &format!("baseline-{i}")).await }
+        });
+        println!("parallel baseline: {:.0} cycles/s", rate.await);
+        return;
+    }
+    let engine_samples = measure(cycles, || engine_cycle(&engine, "bench")).await;
     let sidecar_samples = measure(cycles, || sidecar_cycle(&http, &base)).await;
-    let baseline_samples = measure(cycles, || baseline_cycle(&clients, &script)).await;
+    let baseline_samples = measure(cycles, || baseline_cycle(&clients, &script, "baseline")).await;
     let engine_p50 = report("engine (acquire+release)", engine_samples);
     let sidecar_p50 = report("sidecar over HTTP", sidecar_samples);
     let baseline_p50 = report("raw quorum baseline", baseline_samples);
@@ -75,6 +96,66 @@ async fn main() {
         "p50 ratio sidecar/baseline: {:.2}",
         sidecar_p50 / baseline_p50
     );
+
+    // 16 clients at once, each on its own resource: throughput.
+    let shared_engine = Arc::clone(&engine);
+    let engine_rate = throughput(move |i| {
+        let engine = Arc::clone(&shared_engine);
+        async move { engine_cycle(&engine, &format!("bench-{i}")).await }
+    })
+    .await;
+    let shared = Arc::new((clients, script));
+    let baseline_rate = throughput(move |i| {
+        let shared = Arc::clone(&shared);
+        async move { baseline_cycle(&shared.0, &shared.1, &format!("baseline-{i}")).await }
+    })
+    .await;
+    println!("parallel engine ({PARALLEL_CLIENTS} clients): {engine_rate:.0} cycles/s");
+    println!(
+        "parallel raw quorum baseline ({PARALLEL_CLIENTS} clients): {baseline_rate:.0} cycles/s"
+    );
+    println!(
+        "throughput ratio engine/baseline: {:.2}",
+        engine_rate / baseline_rate
+    );
+}
+
+const PARALLEL_CLIENTS: usize = 16;
+
+/// Cycles per second of `PARALLEL_CLIENTS` tasks looping `cycle(client index)` for
+/// PARALLEL_SECS seconds (default 3), after a one-second warm-up.
+async fn throughput<F, Fut>(cycle: F) -> f64
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let secs: f64 = std::env::var("PARALLEL_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let measure_from = Instant::now() + Duration::from_secs(1);
+    let end = measure_from + Duration::from_secs_f64(secs);
+    let cycle = Arc::new(cycle);
+    let counted = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..PARALLEL_CLIENTS)
+        .map(|i| {
+            let (counted, cycle) = (Arc::clone(&counted), Arc::clone(&cycle));
+            tokio::spawn(async move {
+                loop {
+                    let started = Instant::now();
+                    if started >= end {
+                        break;
+                    }
+                    cycle(i).await;
+                    if started >= measure_from {
+                        counted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    futures_util::future::join_all(workers).await;
+    counted.load(Ordering::Relaxed) as f64 / secs
 }
 
 /// A sidecar on the same masters, served in-process on 127.0.0.1:0; returns its base URL.
@@ -108,25 +189,19 @@ async fn sidecar_cycle(http: &reqwest::Client, base: &str) {
     assert_eq!(released.status(), 200);
 }
 
-async fn engine_cycle(engine: &Redlock) {
-    let outcome = engine.acquire("bench", "bench", TTL).await.unwrap();
+async fn engine_cycle(engine: &Redlock, resource: &str) {
+    let outcome = engine.acquire(resource, "bench", TTL).await.unwrap();
     let lease = outcome.lease().expect("uncontended acquire");
-    engine.release("bench", lease.id).await.unwrap();
+    engine.release(resource, lease.id).await.unwrap();
 }
 
-async fn baseline_cycle(clients: &[fred::clients::Client], script: &Script) {
+async fn baseline_cycle(clients: &[fred::clients::Client], script: &Script, key: &str) {
     let value = LeaseId::random().to_string();
     let mut sets: FuturesUnordered<_> = clients
         .iter()
         .map(|c| {
             let expiry = Some(Expiration::PX(TTL.as_millis() as i64));
-            c.set::<Option<String>, _, _>(
-                "baseline",
-                value.as_str(),
-                expiry,
-                Some(SetOptions::NX),
-                false,
-            )
+            c.set::<Option<String>, _, _>(key, value.as_str(), expiry, Some(SetOptions::NX), false)
         })
         .collect();
     let mut granted = 0;
@@ -139,7 +214,7 @@ async fn baseline_cycle(clients: &[fred::clients::Client], script: &Script) {
     assert_eq!(granted, 3, "baseline lost its quorum");
     let releases = clients
         .iter()
-        .map(|c| script.evalsha_with_reload::<i64, _, _>(c, "baseline", value.as_str()));
+        .map(|c| script.evalsha_with_reload::<i64, _, _>(c, key, value.as_str()));
     futures_util::future::join_all(releases).await;
     drop(sets);
 }
