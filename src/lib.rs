@@ -12,6 +12,14 @@
 //! - [`redlock`]: the engine: acquire, extend and release fanned out to all masters, with the
 //!   pure quorum and validity arithmetic in [`redlock::quorum`].
 //! - [`fencing`]: fencing-token computation and the raise plan.
+//! - [`wakeup`]: blocking acquisition: per-resource FIFO queues woken by release messages
+//!   (channels subscribed only while someone waits).
+//! - [`ttl`]: the adaptive TTL and the renewal schedule (pure).
+//! - [`lease`]: the sidecar's lease table: auto-renewal, app liveness, shadow escalation.
+//! - [`api`], [`server`], [`shutdown`]: the HTTP API, the sidecar process, graceful shutdown.
+//! - [`config`]: settings from defaults, TOML, `REDLEASE__…` variables and flags.
+//! - [`metrics`]: every instrument, exported for Prometheus.
+//! - [`loadtest`]: `redlease load`, workloads and reports; [`dev`]: a local fleet.
 //! - [`cli`]: the `redlease` command line (the binary in `main.rs` only calls it).
 //!
 //! # Example
