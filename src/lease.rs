@@ -33,6 +33,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::{self, METRICS};
+use crate::redlock::batch::Renewals;
 use crate::redlock::{AcquireOutcome, Lease, Redlock};
 use crate::ttl::{RenewalSchedule, TtlPolicy};
 use crate::wakeup::Wakeups;
@@ -175,6 +176,8 @@ pub struct Watch {
 /// The table of leases this sidecar holds.
 pub struct LeaseManager {
     engine: Arc<Redlock>,
+    /// Renewals due together go out as one script call per master.
+    renewals: Arc<Renewals>,
     policy: LeasePolicy,
     /// Release messages and the FIFO queues of blocking acquisitions.
     wakeups: Arc<Wakeups>,
@@ -189,6 +192,7 @@ pub struct LeaseManager {
 impl LeaseManager {
     pub fn new(engine: Arc<Redlock>, policy: LeasePolicy, wakeups: Arc<Wakeups>) -> Arc<Self> {
         Arc::new(Self {
+            renewals: Arc::new(Renewals::start(Arc::clone(&engine))),
             engine,
             policy,
             wakeups,
@@ -311,7 +315,7 @@ impl LeaseManager {
         let tracked = self.find(id).ok_or(RenewError::Unknown)?;
         tracked.record().last_seen = Instant::now();
         let ttl = ttl.unwrap_or_else(|| tracked.record().lease.ttl);
-        match renewal::renew(&self.engine, &self.policy, &tracked, ttl).await? {
+        match renewal::renew(&self.renewals, &self.policy, &tracked, ttl).await? {
             Some(view) => Ok(view),
             None if tracked.record().state.is_terminal() => {
                 Err(RenewError::Gone(Box::new(tracked.view())))
@@ -382,11 +386,14 @@ impl LeaseManager {
             ops: tokio::sync::Mutex::new(()),
         });
         self.table().insert(id, Arc::clone(&tracked));
-        let (engine, policy, manager) =
-            (Arc::clone(&self.engine), self.policy, Arc::downgrade(self));
+        let (renewals, policy, manager) = (
+            Arc::clone(&self.renewals),
+            self.policy,
+            Arc::downgrade(self),
+        );
         let view = tracked.view();
         self.tasks.spawn(async move {
-            renewal::drive(&engine, &policy, &tracked).await;
+            renewal::drive(&renewals, &policy, &tracked).await;
             tokio::time::sleep(policy.retention).await;
             forget(&manager, id);
         });

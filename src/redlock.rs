@@ -3,7 +3,9 @@
 //! The pure arithmetic (quorum, validity, per-node timeout) is in [`quorum`], the fencing plan
 //! in [`crate::fencing`]; this module only sends and collects.
 
+pub mod batch;
 mod calls;
+mod extend;
 mod fanout;
 pub mod lease;
 pub mod quorum;
@@ -19,8 +21,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use self::calls::{
-    acquire_call, acquire_on, eval_on, extend_call, extend_vote, release_call, vote_on,
-    AcquireEvent, Decision, ScriptCall,
+    acquire_call, acquire_on, eval_on, release_call, AcquireEvent, Decision, ScriptCall,
 };
 use self::fanout::{fan_out, Fanout};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
@@ -29,6 +30,7 @@ use crate::keys::{validate_owner, validate_resource};
 use crate::metrics::{self, METRICS};
 use crate::scripts::{ExtendReply, SCRIPTS};
 use crate::{fencing, Error, LeaseId};
+pub use extend::Extension;
 pub use lease::{
     AcquireOutcome, ExtendOutcome, Lease, NodeVote, Refusal, ReleaseOutcome, Renewal, Shortfall,
 };
@@ -208,34 +210,6 @@ impl Redlock {
             let delay = retry_delay(&self.options, refusal.holder_remaining(), jitter);
             tokio::time::sleep(delay.min(deadline - now)).await;
         }
-    }
-
-    /// Extends lease `id` on `resource` to `ttl` from now on every master that holds it.
-    #[tracing::instrument(skip(self), fields(lease = %id, ttl_ms = ttl.as_millis() as u64))]
-    pub async fn extend(
-        &self,
-        resource: &str,
-        id: LeaseId,
-        ttl: Duration,
-    ) -> Result<ExtendOutcome, Error> {
-        validate_resource(resource)?;
-        self.check_ttl(ttl)?;
-        let keys = self.fleet.keyspace().resource(resource);
-        let start = Instant::now();
-        let timeout = self.node_timeout(ttl, start);
-        let call = extend_call(&keys, id, ttl);
-        let mut replies = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
-            vote_on(
-                node,
-                &SCRIPTS.extend,
-                call.clone(),
-                timeout,
-                extend_vote,
-                reply,
-            )
-        });
-        let (tally, votes) = collect_votes(&mut replies, self.fleet.len(), Some).await;
-        Ok(self.judge_extension(tally, votes, start, ttl))
     }
 
     /// Deletes lease `id` on `resource` everywhere it stands. Waits for every master that is

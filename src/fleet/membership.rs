@@ -152,7 +152,7 @@ async fn sync_fence(fleet: &Fleet, node: &Node) -> bool {
     let args = vec![target.to_string().into()];
     let script = &SCRIPTS.raise_fence;
     let raised = node
-        .eval(script, keys, args, PREPARE_STEP_TIMEOUT, Admission::Always)
+        .eval::<i64>(script, keys, args, PREPARE_STEP_TIMEOUT, Admission::Always)
         .await;
     matches!(raised, Ok(counter) if counter as u64 >= target)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fred::prelude::{ClientLike, ErrorKind, KeysInterface, LuaInterface};
 use fred::types::scripts::Script;
-use fred::types::{CustomCommand, Key, Value};
+use fred::types::{CustomCommand, FromValue, Key, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -129,14 +129,14 @@ impl Node {
     }
 
     /// Runs `script` here within `timeout`, recording the round trip and feeding the breaker.
-    pub async fn eval(
+    pub async fn eval<R: FromValue + Send>(
         &self,
         script: &Script,
         keys: Vec<Key>,
         args: Vec<Value>,
         timeout: Duration,
         admission: Admission,
-    ) -> Result<i64, CallError> {
+    ) -> Result<R, CallError> {
         if admission == Admission::WhenUp && !self.admit() {
             return Err(CallError::Down);
         }
@@ -264,13 +264,13 @@ impl Node {
     /// run, and re-sending it later could put it behind a release of the same lease. The
     /// master is prepared again (scripts, identity, quarantine) before it takes writes.
     /// Releases and fence raises reload and retry at once: running them late is harmless.
-    async fn evalsha(
+    async fn evalsha<R: FromValue + Send>(
         &self,
         script: &Script,
         keys: Vec<Key>,
         args: Vec<Value>,
         admission: Admission,
-    ) -> Result<i64, fred::error::Error> {
+    ) -> Result<R, fred::error::Error> {
         if admission == Admission::Always {
             return script.evalsha_with_reload(&self.client, keys, args).await;
         }
@@ -281,11 +281,11 @@ impl Node {
         result
     }
 
-    fn settle(
+    fn settle<R>(
         &self,
-        result: Result<Result<i64, fred::error::Error>, tokio::time::error::Elapsed>,
+        result: Result<Result<R, fred::error::Error>, tokio::time::error::Elapsed>,
         start: Instant,
-    ) -> Result<i64, CallError> {
+    ) -> Result<R, CallError> {
         let now = Instant::now();
         match result {
             Ok(Ok(reply)) => {

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::{escalation, LeasePolicy, LeaseState, LeaseView, Step, Tracked};
 use crate::metrics::{self, METRICS};
+use crate::redlock::batch::Renewals;
 use crate::redlock::{ExtendOutcome, Redlock, Renewal};
 use crate::Error;
 
@@ -14,7 +15,7 @@ use crate::Error;
 const RETRY_NO_QUORUM: Duration = Duration::from_millis(50);
 
 /// Runs until the lease is lost or released.
-pub async fn drive(engine: &Redlock, policy: &LeasePolicy, tracked: &Tracked) {
+pub async fn drive(renewals: &Renewals, policy: &LeasePolicy, tracked: &Tracked) {
     loop {
         let step = tracked.record().next_step(Instant::now());
         match step {
@@ -28,10 +29,10 @@ pub async fn drive(engine: &Redlock, policy: &LeasePolicy, tracked: &Tracked) {
             Step::Expire => {
                 tracked.finish(LeaseState::Lost, "expired");
             }
-            Step::IdleRelease => release(engine, tracked, "idle").await,
+            Step::IdleRelease => release(renewals.engine(), tracked, "idle").await,
             Step::Renew => {
                 let ttl = tracked.record().lease.ttl;
-                if let Err(error) = renew(engine, policy, tracked, ttl).await {
+                if let Err(error) = renew(renewals, policy, tracked, ttl).await {
                     tracing::error!(%error, "renewal refused its own lease");
                     tracked.finish(LeaseState::Lost, "invalid");
                 }
@@ -43,7 +44,7 @@ pub async fn drive(engine: &Redlock, policy: &LeasePolicy, tracked: &Tracked) {
 /// Extends the lease to `ttl`. `Some(view)` when renewed; `None` when lost (the lease is
 /// then marked lost) or when no quorum answered (the next try is scheduled).
 pub async fn renew(
-    engine: &Redlock,
+    renewals: &Renewals,
     policy: &LeasePolicy,
     tracked: &Tracked,
     ttl: Duration,
@@ -58,7 +59,7 @@ pub async fn renew(
     };
     METRICS.renewal_attempts.add(1, &[]);
     let started = Instant::now();
-    let outcome = engine.extend(&resource, id, ttl).await?;
+    let outcome = renewals.extend(&resource, id, ttl).await?;
     METRICS
         .renewal_latency
         .record(metrics::seconds(started.elapsed()), &[]);
@@ -81,7 +82,7 @@ pub async fn renew(
                 cause = tracing::field::debug(refusal.cause)
             );
             if escalation::should_escalate(refusal.cause) {
-                if let Some(view) = escalate(engine, policy, tracked).await? {
+                if let Some(view) = escalate(renewals.engine(), policy, tracked).await? {
                     return Ok(Some(view));
                 }
             }

@@ -13,7 +13,7 @@ use super::fanout::Reply;
 use super::NodeVote;
 use crate::fleet::{Admission, CallError, Node};
 use crate::keys::ResourceKeys;
-use crate::scripts::{AcquireReply, ExtendReply, SCRIPTS};
+use crate::scripts::{AcquireReply, SCRIPTS};
 use crate::LeaseId;
 
 /// What the engine decided about a grant, told to every master's task.
@@ -75,7 +75,7 @@ pub(super) async fn acquire_on(
     if !keep {
         let script = &SCRIPTS.release;
         let _ = node
-            .eval(
+            .eval::<i64>(
                 script,
                 release.keys,
                 release.args,
@@ -110,9 +110,19 @@ pub(super) async fn vote_on(
     reply.send(result.map_or_else(NodeVote::Failed, to_vote));
 }
 
-/// The vote of an `extend.lua` answer.
-pub(super) fn extend_vote(answer: i64) -> NodeVote {
-    NodeVote::Extend(ExtendReply::from_script(answer))
+/// A script answering one integer per entry (`extend.lua`), sent whatever the master's state
+/// allows for lock writes.
+pub(super) async fn eval_values_on(
+    node: Arc<Node>,
+    script: &'static Script,
+    call: ScriptCall,
+    timeout: Duration,
+    reply: Reply<Result<Vec<i64>, CallError>>,
+) {
+    let result = node
+        .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
+        .await;
+    reply.send(result);
 }
 
 pub(super) async fn eval_on(
@@ -160,16 +170,6 @@ pub(super) fn shadow_call(
             Value::from(id.to_string()),
             Value::from(id.value_for(owner)),
             Value::from(shadow_ttl.as_millis().to_string()),
-        ],
-    }
-}
-
-pub(super) fn extend_call(keys: &ResourceKeys, id: LeaseId, ttl: Duration) -> ScriptCall {
-    ScriptCall {
-        keys: lock_and_shadow(keys),
-        args: vec![
-            Value::from(id.to_string()),
-            Value::from(ttl.as_millis().to_string()),
         ],
     }
 }

@@ -29,11 +29,20 @@ impl Master {
     }
 
     async fn eval(&self, script: &Script, keys: &[&str], args: &[&str]) -> Result<i64, String> {
+        self.eval_as(script, keys, args).await
+    }
+
+    async fn eval_as<R: fred::types::FromValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<R, String> {
         let client = self.fleet.nodes()[0].client();
         let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let reply = script
-            .evalsha_with_reload::<i64, _, _>(client, keys, args)
+            .evalsha_with_reload::<R, _, _>(client, keys, args)
             .await;
         reply.map_err(|e| e.details().to_string())
     }
@@ -55,10 +64,14 @@ impl Master {
             .await
     }
 
+    /// extend.lua for one lease: its one code.
     async fn extend(&self, id: LeaseId, ttl_ms: &str) -> Result<i64, String> {
         let id = id.to_string();
-        self.eval(&SCRIPTS.extend, &[LOCK, SHADOW], &[&id, ttl_ms])
-            .await
+        let codes: Vec<i64> = self
+            .eval_as(&SCRIPTS.extend, &[LOCK, SHADOW], &[&id, ttl_ms])
+            .await?;
+        assert_eq!(codes.len(), 1, "one code per lease");
+        Ok(codes[0])
     }
 
     async fn shadow(&self, id: LeaseId) -> Result<i64, String> {
@@ -210,6 +223,69 @@ async fn extend_covers_ours_restored_absent_and_foreign() {
     assert_eq!(m.extend(b, "9000").await, Ok(-1), "held by another");
     assert!(m.pttl(LOCK) <= 7_000);
     assert!(m.extend(a, "0").await.is_err());
+}
+
+/// One extend.lua call renews many leases, each judged alone, and a bad entry anywhere
+/// refuses the whole call before anything is written.
+#[tokio::test]
+async fn extend_renews_a_batch_and_checks_every_entry_first() {
+    let m = Master::start().await;
+    let (a, b, c) = (LeaseId::random(), LeaseId::random(), LeaseId::random());
+    let lock = |r: &str| format!("redlease:lock:{r}");
+    let shadow = |r: &str| format!("redlease:shadow:{r}");
+    m.cmd(&["SET", &lock("a"), &a.value_for("o"), "PX", "1000"]);
+    m.cmd(&[
+        "SET",
+        &lock("b"),
+        &LeaseId::random().value_for("x"),
+        "PX",
+        "1000",
+    ]);
+    m.cmd(&["SET", &shadow("c"), &c.value_for("o"), "PX", "60000"]);
+    let (la, sa, lb, sb, lc, sc, ld, sd) = (
+        lock("a"),
+        shadow("a"),
+        lock("b"),
+        shadow("b"),
+        lock("c"),
+        shadow("c"),
+        lock("d"),
+        shadow("d"),
+    );
+    let keys = [&*la, &*sa, &*lb, &*sb, &*lc, &*sc, &*ld, &*sd];
+    let (ia, ib, ic, id) = (
+        a.to_string(),
+        b.to_string(),
+        c.to_string(),
+        LeaseId::random().to_string(),
+    );
+
+    let bad_ttl = [&*ia, "9000", &*ib, "9000", &*ic, "0", &*id, "9000"];
+    let error = m
+        .eval_as::<Vec<i64>>(&SCRIPTS.extend, &keys, &bad_ttl)
+        .await;
+    assert!(error.unwrap_err().contains("ttl"));
+    assert!(
+        m.pttl(&la) <= 1000,
+        "nothing written before every entry was checked"
+    );
+    let odd = m
+        .eval_as::<Vec<i64>>(&SCRIPTS.extend, &keys[..3], &bad_ttl[..3])
+        .await;
+    assert!(odd.is_err(), "keys and arguments come in pairs");
+
+    let args = [&*ia, "9000", &*ib, "9000", &*ic, "8000", &*id, "9000"];
+    let codes: Vec<i64> = m.eval_as(&SCRIPTS.extend, &keys, &args).await.unwrap();
+    assert_eq!(
+        codes,
+        vec![1, -1, 2, 0],
+        "extended, held by another, restored, absent"
+    );
+    assert!(m.pttl(&la) > 8_000);
+    assert!(m.pttl(&lb) <= 1_000, "another lease's lock is left alone");
+    assert_eq!(m.get(&lc), Some(c.value_for("o")));
+    assert!((7_000..=8_000).contains(&m.pttl(&lc)));
+    assert_eq!(m.get(&sc), None);
 }
 
 /// shadow.lua reserves only where the lock is ours or free.

@@ -1,0 +1,147 @@
+//! Extending leases: one `extend.lua` call per master renews any number of leases, each one
+//! judged by its own quorum. `extend` is a batch of one; [`super::batch`] gathers the
+//! renewals that fall due together.
+
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+use tokio::time::Instant;
+
+use super::calls::{eval_values_on, ScriptCall};
+use super::fanout::fan_out;
+use super::quorum::{Tally, Verdict};
+use super::{count_vote, ExtendOutcome, NodeVote, Redlock};
+use crate::fleet::CallError;
+use crate::keys::validate_resource;
+use crate::scripts::{ExtendReply, SCRIPTS};
+use crate::{Error, LeaseId};
+
+/// One lease to extend: `id` on `resource`, to `ttl` from now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extension {
+    pub resource: String,
+    pub id: LeaseId,
+    pub ttl: Duration,
+}
+
+/// Per lease of a batch: the tally and each master's vote so far.
+struct Count {
+    tally: Tally,
+    votes: Vec<NodeVote>,
+}
+
+// === impl Redlock ===
+
+impl Redlock {
+    /// Extends lease `id` on `resource` to `ttl` from now on every master that holds it.
+    #[tracing::instrument(skip(self), fields(lease = %id, ttl_ms = ttl.as_millis() as u64))]
+    pub async fn extend(
+        &self,
+        resource: &str,
+        id: LeaseId,
+        ttl: Duration,
+    ) -> Result<ExtendOutcome, Error> {
+        let one = Extension {
+            resource: resource.to_string(),
+            id,
+            ttl,
+        };
+        let mut outcomes = self.extend_many(std::slice::from_ref(&one)).await;
+        // extend_many answers once per extension, in order: there is exactly one.
+        outcomes.pop().expect("one outcome per extension")
+    }
+
+    /// Extends every lease of `batch` with one script call per master. Each lease gets its own
+    /// outcome, in order, exactly as `extend` would have judged it alone; the validity of all
+    /// of them is counted from the moment the batch was sent. An invalid entry gets its
+    /// error and is left out of the call.
+    pub async fn extend_many(&self, batch: &[Extension]) -> Vec<Result<ExtendOutcome, Error>> {
+        let mut outcomes: Vec<Option<Result<ExtendOutcome, Error>>> = batch
+            .iter()
+            .map(|ext| self.check_extension(ext).err().map(Err))
+            .collect();
+        let sent: Vec<usize> = (0..batch.len())
+            .filter(|&i| outcomes[i].is_none())
+            .collect();
+        if let Some(shortest) = sent.iter().map(|&i| batch[i].ttl).min() {
+            let start = Instant::now();
+            let counts = self.extend_sent(batch, &sent, shortest, start).await;
+            for (&i, count) in sent.iter().zip(counts) {
+                let judged = self.judge_extension(count.tally, count.votes, start, batch[i].ttl);
+                outcomes[i] = Some(Ok(judged));
+            }
+        }
+        // Every entry was either refused by its check or sent and judged above.
+        outcomes.into_iter().flatten().collect()
+    }
+
+    fn check_extension(&self, extension: &Extension) -> Result<(), Error> {
+        validate_resource(&extension.resource)?;
+        self.check_ttl(extension.ttl)
+    }
+
+    /// Sends the entries `sent` of `batch` to every master; reads answers until each entry's
+    /// verdict is in (or every master answered).
+    async fn extend_sent(
+        &self,
+        batch: &[Extension],
+        sent: &[usize],
+        shortest: Duration,
+        start: Instant,
+    ) -> Vec<Count> {
+        let n = self.fleet.len();
+        let timeout = self.node_timeout(shortest, start);
+        let call = batch_call(self, batch, sent);
+        let mut replies = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
+            eval_values_on(node, &SCRIPTS.extend, call.clone(), timeout, reply)
+        });
+        let mut counts: Vec<Count> = sent
+            .iter()
+            .map(|_| Count {
+                tally: Tally::new(n),
+                votes: vec![NodeVote::NoAnswer; n],
+            })
+            .collect();
+        let pending =
+            |counts: &[Count]| counts.iter().any(|c| c.tally.verdict() == Verdict::Pending);
+        while pending(&counts) {
+            let Some((index, answer)) = replies.recv().await else {
+                break;
+            };
+            for (j, count) in counts.iter_mut().enumerate() {
+                let vote = entry_vote(&answer, j, sent.len());
+                count_vote(&mut count.tally, &vote);
+                count.votes[index] = vote;
+            }
+        }
+        counts
+    }
+}
+
+/// KEYS lock₁, shadow₁, lock₂, shadow₂, …; ARGV id₁, ttl₁, id₂, ttl₂, …
+fn batch_call(engine: &Redlock, batch: &[Extension], sent: &[usize]) -> ScriptCall {
+    let keyspace = engine.fleet().keyspace();
+    let mut keys = Vec::with_capacity(sent.len() * 2);
+    let mut args = Vec::with_capacity(sent.len() * 2);
+    for &i in sent {
+        let extension = &batch[i];
+        let names = keyspace.resource(&extension.resource);
+        keys.push(Key::from(names.lock));
+        keys.push(Key::from(names.shadow));
+        args.push(Value::from(extension.id.to_string()));
+        args.push(Value::from(extension.ttl.as_millis().to_string()));
+    }
+    ScriptCall { keys, args }
+}
+
+/// The vote for entry `j` of a batch of `len` in one master's answer.
+fn entry_vote(answer: &Result<Vec<i64>, CallError>, j: usize, len: usize) -> NodeVote {
+    match answer {
+        Ok(codes) if codes.len() == len => NodeVote::Extend(ExtendReply::from_script(codes[j])),
+        Ok(codes) => NodeVote::Failed(CallError::Reply(format!(
+            "extend.lua answered {} codes for {len} leases",
+            codes.len()
+        ))),
+        Err(error) => NodeVote::Failed(error.clone()),
+    }
+}
