@@ -7,10 +7,14 @@
 //! the exporter adds no unit suffix, so `lock_acquisition_latency_bucket` is the name
 //! dashboards and alerts use. Counters get `_total`.
 
+pub mod process;
+
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, MeterProvider as _};
+use opentelemetry::metrics::{
+    Counter, Gauge, Histogram, Meter, MeterProvider as _, ObservableCounter, ObservableGauge,
+};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, Registry, TextEncoder};
@@ -76,6 +80,10 @@ pub struct Metrics {
     pub masters_quorum: Gauge<u64>,
     /// `lock_oldest_lease_age` (s): how long the oldest lease still held has been held.
     pub oldest_lease_age: Gauge<f64>,
+    /// `process_cpu_seconds_total` (s): user + system CPU time of this process, read at scrape.
+    _process_cpu: ObservableCounter<f64>,
+    /// `process_resident_memory_bytes`: resident memory of this process, read at scrape.
+    _process_memory: ObservableGauge<u64>,
 }
 
 impl Metrics {
@@ -207,6 +215,25 @@ impl Metrics {
                 .with_description(
                     "Age of the oldest lease held or degraded by this sidecar (seconds)",
                 )
+                .build(),
+            _process_cpu: meter
+                .f64_observable_counter("process_cpu_seconds")
+                .with_unit("s")
+                .with_description("User and system CPU time of this process (seconds)")
+                .with_callback(|observer| {
+                    if let Some(cpu) = process::cpu_time() {
+                        observer.observe(cpu.as_secs_f64(), &[]);
+                    }
+                })
+                .build(),
+            _process_memory: meter
+                .u64_observable_gauge("process_resident_memory_bytes")
+                .with_description("Resident memory of this process (bytes)")
+                .with_callback(|observer| {
+                    if let Some(bytes) = process::resident_bytes() {
+                        observer.observe(bytes, &[]);
+                    }
+                })
                 .build(),
             registry,
             _provider: provider,

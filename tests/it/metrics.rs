@@ -38,6 +38,8 @@ async fn metrics_expose_the_names_operators_query() {
         "redis_command_rtt_bucket{node=\"0\"",
         "redis_masters_up 3",
         "redis_masters_quarantined 0",
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
     ] {
         assert!(text.contains(series), "{series} missing from:\n{text}");
     }
