@@ -6,6 +6,10 @@
 //! being hidden (no coordinated omission). Each worker records into its own HdrHistogram; the
 //! first `warmup` cycles of each worker are dropped; the histograms are merged at the end.
 
+pub mod hdr;
+pub mod plot;
+mod progress;
+pub mod renewal;
 pub mod report;
 
 use std::sync::Arc;
@@ -20,6 +24,7 @@ use crate::fleet::{Fleet, FleetOptions};
 use crate::redlock::{AcquireOutcome, EngineOptions, Redlock};
 use crate::wakeup::Wakeups;
 use crate::Error;
+use progress::{Goal, ProgressLine, Tally};
 pub use report::Report;
 
 /// What each worker does, one cycle at a time.
@@ -93,6 +98,13 @@ pub async fn run(target: Arc<Target>, options: &LoadOptions) -> Report {
         .rate
         .map(|rate| Duration::from_secs_f64(clients as f64 / rate.max(0.001)));
     let started = Instant::now();
+    let tally = Arc::new(Tally::default());
+    let planned = per_worker.map(|n| n * clients as u64);
+    let goal = Goal {
+        cycles: planned,
+        duration: options.duration,
+    };
+    let progress = ProgressLine::start(Arc::clone(&tally), goal);
     let workers = (0..clients).map(|index| {
         let plan = Plan {
             resource: resource_of(options, index),
@@ -103,6 +115,7 @@ pub async fn run(target: Arc<Target>, options: &LoadOptions) -> Report {
                 every * index as u32 / clients as u32
             }),
             warmup: options.warmup,
+            tally: Arc::clone(&tally),
         };
         tokio::spawn(worker(Arc::clone(&target), plan, options.clone()))
     });
@@ -111,6 +124,7 @@ pub async fn run(target: Arc<Target>, options: &LoadOptions) -> Report {
         .into_iter()
         .filter_map(Result::ok)
         .collect();
+    progress.finish().await;
     Report::merge(options, clients, records, started.elapsed(), target.name())
 }
 
@@ -123,6 +137,8 @@ struct Plan {
     /// Open loop: this worker's schedule is shifted so the clients do not send in bursts.
     offset: Duration,
     warmup: u64,
+    /// Measured cycles, shared with the progress line.
+    tally: Arc<Tally>,
 }
 
 async fn worker(target: Arc<Target>, plan: Plan, options: LoadOptions) -> WorkerRecord {
@@ -142,6 +158,7 @@ async fn worker(target: Arc<Target>, plan: Plan, options: LoadOptions) -> Worker
         let cycle = target.cycle(&plan.resource, &options).await;
         let end = Instant::now();
         if k >= plan.warmup {
+            plan.tally.count(&cycle);
             record.add(cycle, end - scheduled, end - begin);
         }
         k += 1;

@@ -1,6 +1,10 @@
 //! `redlease load`: a load generator for Redis fleets, through the library engine
-//! (`--masters`) or a sidecar's HTTP API (`--sidecar`).
+//! (`--masters`) or a sidecar's HTTP API (`--sidecar`). Prints the report and writes the
+//! optional latency files (`--hdr-out`, `--plot`).
 
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +12,7 @@ use clap::Args;
 
 use super::{EXIT_OK, EXIT_USAGE};
 
-use crate::loadtest::{self, LoadOptions, Report, Target, Workload};
+use crate::loadtest::{self, hdr, plot, LoadOptions, Report, Target, Workload};
 use crate::redlock::EngineOptions;
 use crate::FleetOptions;
 
@@ -53,6 +57,19 @@ pub struct LoadArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Write the latency histogram (ms) as HdrHistogram percentile-distribution text.
+    #[arg(long, value_name = "FILE")]
+    hdr_out: Option<PathBuf>,
+    /// Draw the latency distribution as an SVG (percentile on a log scale, latency in ms).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+}
+
+/// The files `--hdr-out` and `--plot` go to, created before the run so that a path that
+/// cannot be written fails at once rather than after the load.
+struct OutputFiles {
+    hdr: Option<(PathBuf, File)>,
+    plot: Option<(PathBuf, File)>,
 }
 
 /// Runs the load and prints the report.
@@ -64,6 +81,13 @@ pub async fn run(args: LoadArgs) -> u8 {
         eprintln!("redlease: --rate must be a positive number");
         return EXIT_USAGE;
     }
+    let files = match OutputFiles::create(&args) {
+        Ok(files) => files,
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            return EXIT_USAGE;
+        }
+    };
     let target = match target(&args).await {
         Ok(target) => Arc::new(target),
         Err(error) => {
@@ -71,7 +95,20 @@ pub async fn run(args: LoadArgs) -> u8 {
             return EXIT_USAGE;
         }
     };
-    let options = LoadOptions {
+    let report = loadtest::run(Arc::clone(&target), &load_options(&args)).await;
+    target.close().await;
+    print(&report, args.json);
+    match files.write(&report) {
+        Ok(()) => EXIT_OK,
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn load_options(args: &LoadArgs) -> LoadOptions {
+    LoadOptions {
         workload: args.workload,
         clients: args.clients,
         resources: args.resources,
@@ -82,11 +119,7 @@ pub async fn run(args: LoadArgs) -> u8 {
         ttl: Duration::from_millis(args.ttl_ms),
         wait: Duration::from_millis(args.wait_ms),
         hold: Duration::from_millis(args.hold_ms),
-    };
-    let report = loadtest::run(Arc::clone(&target), &options).await;
-    target.close().await;
-    print(&report, args.json);
-    EXIT_OK
+    }
 }
 
 async fn target(args: &LoadArgs) -> Result<Target, crate::Error> {
@@ -111,6 +144,47 @@ fn print(report: &Report, json: bool) {
     }
     println!("{}", Report::table_header());
     println!("{}", report.table_row());
+}
+
+// === impl OutputFiles ===
+
+impl OutputFiles {
+    fn create(args: &LoadArgs) -> Result<Self, String> {
+        let open = |flag: &str, path: &Option<PathBuf>| {
+            let Some(path) = path else { return Ok(None) };
+            match File::create(path) {
+                Ok(file) => Ok(Some((path.clone(), file))),
+                Err(error) => Err(cannot_write(flag, path, &error)),
+            }
+        };
+        Ok(Self {
+            hdr: open("--hdr-out", &args.hdr_out)?,
+            plot: open("--plot", &args.plot)?,
+        })
+    }
+
+    /// Writes both files, even when the first fails; the first error is returned.
+    fn write(self, report: &Report) -> Result<(), String> {
+        let hdr = self.hdr.map(|(path, file)| {
+            let text = hdr::percentile_distribution(&report.latency, hdr::MICROS_PER_MILLI);
+            fill("--hdr-out", &path, file, &text)
+        });
+        let plot = self.plot.map(|(path, file)| {
+            let svg = plot::latency_svg(&report.latency, &report.title());
+            fill("--plot", &path, file, &svg)
+        });
+        hdr.unwrap_or(Ok(())).and(plot.unwrap_or(Ok(())))
+    }
+}
+
+fn fill(flag: &str, path: &Path, mut file: File, content: &str) -> Result<(), String> {
+    file.write_all(content.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|error| cannot_write(flag, path, &error))
+}
+
+fn cannot_write(flag: &str, path: &Path, error: &std::io::Error) -> String {
+    format!("cannot write {flag} {}: {error}", path.display())
 }
 
 /// `10s`, `500ms`, `2m`, or a number of seconds.

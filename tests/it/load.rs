@@ -39,6 +39,12 @@ async fn engine_workloads_complete_every_cycle() {
     ] {
         let report = loadtest::run(Arc::clone(&target), &options(workload, clients, ops)).await;
         assert_eq!((report.ops, report.errors), (ops, 0), "{report:?}");
+        assert_eq!(
+            report.latency.len(),
+            ops,
+            "the histogram holds every measured cycle"
+        );
+        assert_eq!(report.latency.max(), report.max_us);
         assert!(
             report.p50_us > 0 && report.p50_us <= report.p99_us && report.p99_us <= report.max_us
         );
@@ -123,6 +129,106 @@ fn the_cli_prints_one_json_object_per_workload() {
         (report["workload"].as_str(), report["ops"].as_u64()),
         (Some("parallel"), Some(20))
     );
+}
+
+/// `--hdr-out` and `--plot` write the run's merged histogram as HdrHistogram text (its total
+/// count is the report's `ops`) and as an SVG; off a terminal no progress line is printed.
+#[test]
+fn the_cli_writes_the_histogram_text_and_plot_without_progress_off_a_terminal() {
+    let fleet = TestFleet::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let (hgrm, svg) = (dir.path().join("run.hgrm"), dir.path().join("run.svg"));
+    let output = Command::new(env!("CARGO_BIN_EXE_redlease"))
+        .args(["load", "--masters", &fleet.urls().join(",")])
+        .args([
+            "--workload",
+            "parallel",
+            "--clients",
+            "2",
+            "--ops",
+            "40",
+            "--json",
+        ])
+        .arg("--hdr-out")
+        .arg(&hgrm)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        !stderr.contains('\r') && !stderr.contains("cycles") && !stderr.contains("\x1b["),
+        "progress output off a terminal: {stderr:?}"
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        (report["ops"].as_u64(), report["errors"].as_u64()),
+        (Some(40), Some(0))
+    );
+    assert!(
+        report.get("latency").is_none(),
+        "the histogram stays out of the JSON"
+    );
+
+    let text = std::fs::read_to_string(&hgrm).unwrap();
+    assert!(text.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)\n\n"));
+    assert_eq!(footer_total_count(&text), report["ops"].as_u64(), "{text}");
+    let max_ms = report["max_us"].as_f64().unwrap() / 1000.0;
+    assert!(
+        text.contains(&format!("#[Max     = {max_ms:12.3},")),
+        "{text}"
+    );
+
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("parallel workload, masters, 2 clients, 40 ops"));
+    let rows = text
+        .lines()
+        .skip(2)
+        .take_while(|l| !l.starts_with('#'))
+        .count();
+    let points = svg
+        .split("points=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    assert_eq!(points.split_whitespace().count(), rows);
+}
+
+/// An output file that cannot be created is a usage error, reported before any load is sent.
+#[test]
+fn an_unwritable_output_file_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dir").join("run.svg");
+    let output = Command::new(env!("CARGO_BIN_EXE_redlease"))
+        .args([
+            "load",
+            "--masters",
+            "redis://127.0.0.1:1",
+            "--workload",
+            "sequential",
+        ])
+        .arg("--plot")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("cannot write --plot") && stderr.contains("no-such-dir"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+}
+
+/// The `Total count` of an HdrHistogram text footer.
+fn footer_total_count(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("#[Max"))?;
+    let count = line.split("Total count    =").nth(1)?;
+    count.trim().trim_end_matches(']').trim().parse().ok()
 }
 
 async fn engine_target(fleet: &TestFleet) -> Target {
