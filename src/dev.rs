@@ -32,6 +32,8 @@ pub enum DevError {
 struct LocalMaster {
     port: u16,
     dir: PathBuf,
+    /// The binary it was started from (for `restart`).
+    binary: String,
     /// Killed when the fleet stops (and, failing that, when dropped: `kill_on_drop`).
     child: Child,
 }
@@ -58,6 +60,39 @@ impl LocalFleet {
         }
     }
 
+    /// Kills master `index` (SIGKILL, as a crash) and waits for it to exit.
+    pub async fn kill(&mut self, index: usize) -> Result<(), DevError> {
+        let master = self.master(index)?;
+        master.child.kill().await?;
+        Ok(())
+    }
+
+    /// Starts master `index` again on its port, with an empty dataset (`--save ""`): a
+    /// restarted master that forgot every key.
+    pub async fn restart(&mut self, index: usize) -> Result<(), DevError> {
+        let master = self.master(index)?;
+        let _ = master.child.kill().await;
+        master.child = spawn_server(&master.binary, master.port, &master.dir)?;
+        wait_for_ping(master, START_TIMEOUT).await
+    }
+
+    pub fn len(&self) -> usize {
+        self.masters.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.masters.is_empty()
+    }
+
+    fn master(&mut self, index: usize) -> Result<&mut LocalMaster, DevError> {
+        let count = self.masters.len();
+        self.masters.get_mut(index).ok_or_else(|| {
+            DevError::Io(std::io::Error::other(format!(
+                "no master {index} in a fleet of {count}"
+            )))
+        })
+    }
+
     pub fn urls(&self) -> Vec<String> {
         let url = |m: &LocalMaster| format!("redis://127.0.0.1:{}", m.port);
         self.masters.iter().map(url).collect()
@@ -76,12 +111,24 @@ async fn start_master(index: usize, binary: &str) -> Result<LocalMaster, DevErro
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let dir = std::env::temp_dir().join(format!("redlease-dev-{}-{index}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    let child = spawn_server(binary, port, &dir)?;
+    let master = LocalMaster {
+        port,
+        dir,
+        binary: binary.to_string(),
+        child,
+    };
+    wait_for_ping(&master, START_TIMEOUT).await?;
+    Ok(master)
+}
+
+fn spawn_server(binary: &str, port: u16, dir: &std::path::Path) -> Result<Child, DevError> {
     let log = dir.join("redis.log");
-    let child = Command::new(binary)
+    Command::new(binary)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .arg("--dir")
-        .arg(&dir)
+        .arg(dir)
         .arg("--logfile")
         .arg(&log)
         .stdin(Stdio::null())
@@ -92,10 +139,7 @@ async fn start_master(index: usize, binary: &str) -> Result<LocalMaster, DevErro
         .map_err(|source| DevError::Spawn {
             binary: binary.to_string(),
             source,
-        })?;
-    let master = LocalMaster { port, dir, child };
-    wait_for_ping(&master, START_TIMEOUT).await?;
-    Ok(master)
+        })
 }
 
 async fn wait_for_ping(master: &LocalMaster, timeout: Duration) -> Result<(), DevError> {
