@@ -6,6 +6,7 @@
 //! being hidden (no coordinated omission). Each worker records into its own HdrHistogram; the
 //! first `warmup` cycles of each worker are dropped; the histograms are merged at the end.
 
+pub mod fault;
 pub mod hdr;
 pub mod plot;
 mod progress;
@@ -37,7 +38,16 @@ pub enum Workload {
     Parallel,
     /// `clients` clients over `resources` shared resources; a held resource is waited for.
     Contention,
+    /// `leases` auto-renewed leases held on a sidecar for `duration`: renewal latency and
+    /// the sidecar's CPU and memory (see [`renewal`]).
+    Renewal,
+    /// `parallel` on a local fleet while one master is killed and later restarted: the
+    /// availability dip (see [`fault`]).
+    Fault,
 }
+
+/// Width of the windows of [`Report::timeline`].
+pub const TIMELINE_WINDOW: Duration = Duration::from_millis(100);
 
 /// Where the load goes.
 pub enum Target {
@@ -84,9 +94,13 @@ struct WorkerRecord {
     ops: u64,
     errors: u64,
     retries: u64,
+    /// (completed, failed) cycles per `TIMELINE_WINDOW` since the run started.
+    timeline: Vec<[u64; 2]>,
 }
 
-/// Runs the workload and reports the merged figures.
+/// Runs a cycle workload (sequential, parallel, contention; `fault` cycles like parallel,
+/// and [`fault::run`] adds the fault) and reports the merged figures. `renewal` holds leases
+/// instead: see [`renewal::run`].
 pub async fn run(target: Arc<Target>, options: &LoadOptions) -> Report {
     let clients = match options.workload {
         Workload::Sequential => 1,
@@ -116,6 +130,7 @@ pub async fn run(target: Arc<Target>, options: &LoadOptions) -> Report {
             }),
             warmup: options.warmup,
             tally: Arc::clone(&tally),
+            run_start: started,
         };
         tokio::spawn(worker(Arc::clone(&target), plan, options.clone()))
     });
@@ -139,6 +154,8 @@ struct Plan {
     warmup: u64,
     /// Measured cycles, shared with the progress line.
     tally: Arc<Tally>,
+    /// Where the timeline's windows count from.
+    run_start: Instant,
 }
 
 async fn worker(target: Arc<Target>, plan: Plan, options: LoadOptions) -> WorkerRecord {
@@ -159,7 +176,8 @@ async fn worker(target: Arc<Target>, plan: Plan, options: LoadOptions) -> Worker
         let end = Instant::now();
         if k >= plan.warmup {
             plan.tally.count(&cycle);
-            record.add(cycle, end - scheduled, end - begin);
+            let window = (end - plan.run_start).as_millis() / TIMELINE_WINDOW.as_millis();
+            record.add(cycle, end - scheduled, end - begin, window as usize);
         }
         k += 1;
     }
@@ -177,6 +195,8 @@ fn resource_of(options: &LoadOptions, worker: usize) -> String {
         Workload::Sequential => "load:sequential".to_string(),
         Workload::Parallel => format!("load:parallel:{worker}"),
         Workload::Contention => format!("load:contention:{}", worker % options.resources.max(1)),
+        Workload::Renewal => format!("load:renewal:{worker}"),
+        Workload::Fault => format!("load:fault:{worker}"),
     }
 }
 
@@ -190,18 +210,26 @@ impl WorkerRecord {
             ops: 0,
             errors: 0,
             retries: 0,
+            timeline: Vec::new(),
         }
     }
 
-    fn add(&mut self, cycle: Cycle, latency: Duration, service: Duration) {
+    fn add(&mut self, cycle: Cycle, latency: Duration, service: Duration, window: usize) {
         self.latency.saturating_record(latency.as_micros() as u64);
         self.service.saturating_record(service.as_micros() as u64);
+        if self.timeline.len() <= window {
+            self.timeline.resize(window + 1, [0, 0]);
+        }
         match cycle {
             Cycle::Done { retried } => {
                 self.ops += 1;
                 self.retries += u64::from(retried);
+                self.timeline[window][0] += 1;
             }
-            Cycle::Failed => self.errors += 1,
+            Cycle::Failed => {
+                self.errors += 1;
+                self.timeline[window][1] += 1;
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `redlease load`: a load generator for Redis fleets, through the library engine
-//! (`--masters`) or a sidecar's HTTP API (`--sidecar`). Prints the report and writes the
-//! optional latency files (`--hdr-out`, `--plot`).
+//! (`--masters`, or `--local-fleet N` masters it starts itself) or a sidecar's HTTP API
+//! (`--sidecar`). Prints the report and writes the optional latency files (`--hdr-out`,
+//! `--plot`).
 
 use std::fs::File;
 use std::io::Write;
@@ -12,12 +13,14 @@ use clap::Args;
 
 use super::{EXIT_OK, EXIT_USAGE};
 
-use crate::loadtest::{self, hdr, plot, LoadOptions, Report, Target, Workload};
+use crate::dev::LocalFleet;
+use crate::loadtest::renewal::{self, RenewalOptions, RenewalReport};
+use crate::loadtest::{self, fault, hdr, plot, LoadOptions, Report, Target, Workload};
 use crate::redlock::EngineOptions;
 use crate::FleetOptions;
 
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("target").required(true).args(["masters", "sidecar"]))]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["masters", "sidecar", "local_fleet"]))]
 pub struct LoadArgs {
     /// Comma-separated redis:// URLs: load the fleet through the library engine.
     #[arg(long, value_delimiter = ',')]
@@ -25,6 +28,13 @@ pub struct LoadArgs {
     /// A sidecar's base URL (e.g. http://127.0.0.1:7600): load it end to end over HTTP.
     #[arg(long)]
     sidecar: Option<String>,
+    /// Start N local redis-server masters (`$REDIS_SERVER_BIN` or `redis-server`) on free
+    /// loopback ports and load them through the engine; `fault` needs it.
+    #[arg(long, value_name = "N")]
+    local_fleet: Option<usize>,
+    /// Leases held at once (renewal).
+    #[arg(long, default_value_t = 1000)]
+    leases: usize,
     #[arg(long, value_enum)]
     workload: Workload,
     /// Concurrent clients (parallel, contention).
@@ -74,12 +84,12 @@ struct OutputFiles {
 
 /// Runs the load and prints the report.
 pub async fn run(args: LoadArgs) -> u8 {
-    if args
-        .rate
-        .is_some_and(|rate| !(rate > 0.0 && rate.is_finite()))
-    {
-        eprintln!("redlease: --rate must be a positive number");
+    if let Err(problem) = check(&args) {
+        eprintln!("redlease: {problem}");
         return EXIT_USAGE;
+    }
+    if args.workload == Workload::Renewal {
+        return run_renewal(&args).await;
     }
     let files = match OutputFiles::create(&args) {
         Ok(files) => files,
@@ -88,15 +98,30 @@ pub async fn run(args: LoadArgs) -> u8 {
             return EXIT_USAGE;
         }
     };
-    let target = match target(&args).await {
-        Ok(target) => Arc::new(target),
+    let mut local = match args.local_fleet {
+        Some(n) => match LocalFleet::start(n, &redis_server_binary()).await {
+            Ok(fleet) => Some(fleet),
+            Err(error) => {
+                eprintln!("redlease: {error}");
+                return EXIT_USAGE;
+            }
+        },
+        None => None,
+    };
+    let report = match (&mut local, args.workload) {
+        (Some(fleet), Workload::Fault) => fault::run(fleet, &load_options(&args)).await,
+        (fleet, _) => cycle_report(&args, fleet.as_ref().map(LocalFleet::urls)).await,
+    };
+    if let Some(fleet) = local {
+        fleet.stop().await;
+    }
+    let report = match report {
+        Ok(report) => report,
         Err(error) => {
             eprintln!("redlease: {error}");
             return EXIT_USAGE;
         }
     };
-    let report = loadtest::run(Arc::clone(&target), &load_options(&args)).await;
-    target.close().await;
     print(&report, args.json);
     match files.write(&report) {
         Ok(()) => EXIT_OK,
@@ -105,6 +130,75 @@ pub async fn run(args: LoadArgs) -> u8 {
             EXIT_USAGE
         }
     }
+}
+
+/// Combinations the flags allow but the workloads do not.
+fn check(args: &LoadArgs) -> Result<(), String> {
+    if args
+        .rate
+        .is_some_and(|rate| !(rate > 0.0 && rate.is_finite()))
+    {
+        return Err("--rate must be a positive number".into());
+    }
+    match args.workload {
+        Workload::Renewal if args.sidecar.is_none() => {
+            Err("--workload renewal needs --sidecar (auto-renewal lives in the sidecar)".into())
+        }
+        Workload::Renewal if args.hdr_out.is_some() || args.plot.is_some() => {
+            Err("--hdr-out and --plot are for acquire+release cycles, not renewal".into())
+        }
+        Workload::Renewal if args.leases == 0 => Err("--leases must be at least 1".into()),
+        Workload::Fault if args.local_fleet.is_none_or(|n| n < 3) => Err(
+            "--workload fault needs --local-fleet N (N >= 3): it kills and restarts a master it started".into(),
+        ),
+        _ if args.local_fleet.is_some_and(|n| n == 0) => Err("--local-fleet must be at least 1".into()),
+        _ => Ok(()),
+    }
+}
+
+/// Sequential, parallel and contention, on the given target (or on `local` masters).
+async fn cycle_report(args: &LoadArgs, local: Option<Vec<String>>) -> Result<Report, String> {
+    let target = target(args, local).await.map_err(|e| e.to_string())?;
+    let target = Arc::new(target);
+    let report = loadtest::run(Arc::clone(&target), &load_options(args)).await;
+    target.close().await;
+    Ok(report)
+}
+
+async fn run_renewal(args: &LoadArgs) -> u8 {
+    let base = args.sidecar.clone().unwrap_or_default();
+    let options = RenewalOptions {
+        leases: args.leases,
+        duration: args.duration.unwrap_or(renewal::DEFAULT_DURATION),
+        ttl: Duration::from_millis(args.ttl_ms),
+    };
+    let http = reqwest::Client::new();
+    match renewal::run(&http, base.trim_end_matches('/'), &options).await {
+        Ok(report) => {
+            print_renewal(&report, args.json);
+            EXIT_OK
+        }
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn print_renewal(report: &RenewalReport, json: bool) {
+    if json {
+        match serde_json::to_string(report) {
+            Ok(line) => println!("{line}"),
+            Err(error) => eprintln!("redlease: cannot encode the report: {error}"),
+        }
+        return;
+    }
+    println!("{}", RenewalReport::table_header());
+    println!("{}", report.table_row());
+}
+
+fn redis_server_binary() -> String {
+    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into())
 }
 
 fn load_options(args: &LoadArgs) -> LoadOptions {
@@ -122,7 +216,7 @@ fn load_options(args: &LoadArgs) -> LoadOptions {
     }
 }
 
-async fn target(args: &LoadArgs) -> Result<Target, crate::Error> {
+async fn target(args: &LoadArgs, local: Option<Vec<String>>) -> Result<Target, crate::Error> {
     if let Some(base) = &args.sidecar {
         let base = base.trim_end_matches('/').to_string();
         return Ok(Target::Sidecar {
@@ -130,7 +224,7 @@ async fn target(args: &LoadArgs) -> Result<Target, crate::Error> {
             base,
         });
     }
-    let masters = args.masters.clone().unwrap_or_default();
+    let masters = local.or_else(|| args.masters.clone()).unwrap_or_default();
     Target::connect_engine(&masters, &FleetOptions::default(), EngineOptions::default()).await
 }
 
@@ -144,6 +238,9 @@ fn print(report: &Report, json: bool) {
     }
     println!("{}", Report::table_header());
     println!("{}", report.table_row());
+    if let Some(dip) = &report.fault {
+        println!("{}", dip.lines());
+    }
 }
 
 // === impl OutputFiles ===

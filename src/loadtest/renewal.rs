@@ -11,6 +11,8 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::time::Instant;
 
+/// Measured time when `--duration` is not given.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 /// Requests in flight while acquiring, checking and releasing the leases.
 const CONCURRENCY: usize = 32;
 /// Leases are first held this long before measuring, so the first renewals are under way.
@@ -54,6 +56,47 @@ pub struct RenewalReport {
     pub rss_first_bytes: u64,
     pub rss_min_bytes: u64,
     pub rss_max_bytes: u64,
+}
+
+impl RenewalReport {
+    pub fn table_header() -> String {
+        format!(
+            "{:<8} {:>7} {:>7} {:>10} {:>8} {:>8} {:>8} {:>9} {:>5} {:>7} {:>6} {:>9} {:>9}",
+            "workload",
+            "leases",
+            "ttl ms",
+            "renewals/s",
+            "p50 µs",
+            "p99 µs",
+            "max µs",
+            "failures",
+            "lost",
+            "held",
+            "cpu %",
+            "rss MiB",
+            "rss max"
+        )
+    }
+
+    pub fn table_row(&self) -> String {
+        let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+        format!(
+            "{:<8} {:>7} {:>7} {:>10.0} {:>8} {:>8} {:>8} {:>9} {:>5} {:>7} {:>6.1} {:>9.1} {:>9.1}",
+            self.workload,
+            self.leases,
+            self.ttl_ms,
+            self.ops_per_s,
+            self.p50_us,
+            self.p99_us,
+            self.max_us,
+            self.renewal_failures,
+            self.leases_lost,
+            self.held_at_end,
+            self.cpu_percent,
+            mib(self.rss_first_bytes),
+            mib(self.rss_max_bytes)
+        )
+    }
 }
 
 /// Holds the leases on the sidecar at `base`, measures, then releases them all.

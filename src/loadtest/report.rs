@@ -43,6 +43,12 @@ pub struct Report {
     /// included; for `--hdr-out` and `--plot`, not part of the JSON.
     #[serde(skip)]
     pub latency: Histogram<u64>,
+    /// (completed, failed) cycles per `TIMELINE_WINDOW` from the start of the run.
+    #[serde(skip)]
+    pub timeline: Vec<[u64; 2]>,
+    /// The `fault` workload's availability dip.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault: Option<super::fault::Dip>,
 }
 
 impl Report {
@@ -55,7 +61,15 @@ impl Report {
     ) -> Self {
         let (mut latency, mut service) = (histogram(), histogram());
         let (mut ops, mut errors, mut retries) = (0, 0, 0);
+        let mut timeline: Vec<[u64; 2]> = Vec::new();
         for record in records {
+            if timeline.len() < record.timeline.len() {
+                timeline.resize(record.timeline.len(), [0, 0]);
+            }
+            for (merged, window) in timeline.iter_mut().zip(&record.timeline) {
+                merged[0] += window[0];
+                merged[1] += window[1];
+            }
             // Same bounds everywhere, so adding cannot fail.
             let _ = latency.add(&record.latency);
             let _ = service.add(&record.service);
@@ -81,6 +95,8 @@ impl Report {
             contention_retries: retries,
             rate: options.rate,
             latency,
+            timeline,
+            fault: None,
         }
     }
 
@@ -155,6 +171,7 @@ impl fmt::Debug for Report {
             .field("contention_retries", &self.contention_retries)
             .field("rate", &self.rate)
             .field("latency_samples", &self.latency.len())
+            .field("fault", &self.fault)
             .finish()
     }
 }

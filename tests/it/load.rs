@@ -7,6 +7,7 @@ use std::time::Duration;
 use redlease::loadtest::{self, LoadOptions, Target, Workload};
 use serde_json::Value;
 
+use crate::assert_eventually;
 use crate::support::fleet::test_fleet_options;
 use crate::support::sidecar::TestSidecar;
 use crate::support::TestFleet;
@@ -236,4 +237,108 @@ async fn engine_target(fleet: &TestFleet) -> Target {
     Target::connect_engine(&fleet.urls(), &fleet_options, engine_options)
         .await
         .unwrap()
+}
+
+/// Runs `redlease load ARGS` and returns (exit code, stdout as JSON or Null, stderr).
+fn load_cli(args: &[&str]) -> (Option<i32>, Value, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_redlease"))
+        .arg("load")
+        .args(args)
+        .output()
+        .unwrap();
+    let report = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    (output.status.code(), report, stderr)
+}
+
+/// The fault workload starts its own masters, kills one at a third of the run and restarts
+/// it at two thirds; with 2 of 3 masters left the clients keep going, and the report says when
+/// each happened and what each phase cost.
+#[test]
+fn the_fault_workload_kills_and_restarts_a_master_it_started() {
+    let (code, report, stderr) = load_cli(&[
+        "--local-fleet",
+        "3",
+        "--workload",
+        "fault",
+        "--clients",
+        "4",
+        "--duration",
+        "3s",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let fault = &report["fault"];
+    let killed = fault["killed_at_s"].as_f64().unwrap();
+    let restarted = fault["restarted_at_s"].as_f64().unwrap();
+    assert!(
+        (0.9..1.5).contains(&killed) && (1.9..2.5).contains(&restarted),
+        "{report}"
+    );
+    assert!(
+        fault["before_ops_per_s"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        fault["after_kill"]["ops_per_s"].as_f64().unwrap() > 0.0,
+        "quorum kept: {report}"
+    );
+    assert_eq!(report["workload"], "fault");
+}
+
+/// Flag combinations the workloads cannot run are usage errors (exit 64), not panics.
+#[test]
+fn workloads_refuse_targets_they_cannot_use() {
+    let cases: [&[&str]; 3] = [
+        &["--masters", "redis://127.0.0.1:1", "--workload", "renewal"],
+        &["--masters", "redis://127.0.0.1:1", "--workload", "fault"],
+        &["--local-fleet", "2", "--workload", "fault"],
+    ];
+    for args in cases {
+        let (code, _, stderr) = load_cli(args);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains("--"), "{args:?}: {stderr}");
+    }
+}
+
+/// The renewal workload holds leases on a sidecar, which renews them while the report reads
+/// the sidecar's own metrics; every lease is still held at the end, and all are released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_renewal_workload_holds_leases_and_reads_the_sidecars_cost() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let base = sidecar.base.clone();
+    let (code, report, stderr) = tokio::task::spawn_blocking(move || {
+        load_cli(&[
+            "--sidecar",
+            &base,
+            "--workload",
+            "renewal",
+            "--leases",
+            "40",
+            "--ttl-ms",
+            "1000",
+            "--duration",
+            "2s",
+            "--json",
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(report["held_at_end"], 40, "{report}");
+    // 40 leases renewed every half second or sooner for 2 s (the metrics are process-wide, so
+    // other tests' renewals may add to the count, never subtract).
+    assert!(report["ops"].as_u64().unwrap() >= 120, "{report}");
+    assert!(report["p50_us"].as_u64().unwrap() > 0, "{report}");
+    assert!(report["rss_max_bytes"].as_u64().unwrap() > 0, "{report}");
+    assert!(report["cpu_percent"].as_f64().unwrap() >= 0.0, "{report}");
+    assert_eventually!(
+        fleet
+            .lock_keys(0)
+            .iter()
+            .all(|k| !k.contains("load:renewal")),
+        5,
+        "every lease released after the run"
+    );
 }
