@@ -108,13 +108,15 @@ impl Wakeups {
             }
         }
         let waiting = self.wait(resource);
-        let subscribed = waiting.queue.subscribed.clone();
-        let confirm_by = deadline.min(Instant::now() + SUBSCRIBE_TIMEOUT);
-        let _ = tokio::time::timeout_at(confirm_by, subscribed).await;
+        // Queue first (the fair mutex serves in the order of this call), then, as the head,
+        // make sure the release channel is subscribed before retrying.
         let turn = tokio::time::timeout_at(deadline, waiting.queue.turn.lock()).await;
         let Ok(_turn) = turn else {
             return Ok(AcquireOutcome::Contended(Refusal::queued()));
         };
+        let subscribed = waiting.queue.subscribed.clone();
+        let confirm_by = deadline.min(Instant::now() + SUBSCRIBE_TIMEOUT);
+        let _ = tokio::time::timeout_at(confirm_by, subscribed).await;
         loop {
             let released = waiting.queue.released.notified();
             tokio::pin!(released);
