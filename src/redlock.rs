@@ -74,7 +74,8 @@ impl Default for EngineOptions {
 pub struct Redlock {
     fleet: Arc<Fleet>,
     options: EngineOptions,
-    /// Every per-master task, so `settle` can wait for writes and releases still in flight.
+    /// Counts every fan-out in flight and runs the per-master calls a caller left behind, so
+    /// `settle` can wait for writes and releases still in flight.
     tasks: TaskTracker,
 }
 

@@ -40,13 +40,14 @@ pub fn fallback_delay(
 }
 
 /// The waiters of one resource.
-pub struct Queue {
+struct Queue {
     /// Fair (FIFO) mutex: whoever holds it is the one waiter allowed to retry.
-    pub turn: tokio::sync::Mutex<()>,
+    turn: tokio::sync::Mutex<()>,
     /// Signalled on every release message for the resource.
-    pub released: Notify,
-    /// Completes once every master confirmed the subscription to the resource's channel.
-    subscribed: Shared<BoxFuture<'static, ()>>,
+    released: Notify,
+    /// Completes once every master answered the subscription to the resource's channel:
+    /// `true` when all of them confirmed it.
+    subscribed: Shared<BoxFuture<'static, bool>>,
 }
 
 /// The release listener and the queues.
@@ -59,11 +60,11 @@ pub struct Wakeups {
 }
 
 /// A place in a resource's queue; the queue (and its subscription) is dropped when its last
-/// waiter leaves.
-pub struct Waiting {
+/// waiter leaves (the map and the waiters hold the only references to a queue).
+struct Waiting {
     hub: Arc<Wakeups>,
     resource: String,
-    pub queue: Arc<Queue>,
+    queue: Arc<Queue>,
 }
 
 // === impl Wakeups ===
@@ -116,7 +117,12 @@ impl Wakeups {
         };
         let subscribed = waiting.queue.subscribed.clone();
         let confirm_by = deadline.min(Instant::now() + SUBSCRIBE_TIMEOUT);
-        let _ = tokio::time::timeout_at(confirm_by, subscribed).await;
+        // Unconfirmed, a release may publish to nobody here: then do not sleep until the
+        // holder's expiry, retry at the engine's jittered pace.
+        let listening = matches!(
+            tokio::time::timeout_at(confirm_by, subscribed).await,
+            Ok(true)
+        );
         loop {
             let released = waiting.queue.released.notified();
             tokio::pin!(released);
@@ -126,8 +132,12 @@ impl Wakeups {
             let Some(refusal) = outcome.refusal().filter(|_| now < deadline) else {
                 return Ok(outcome);
             };
-            let fallback =
-                fallback_delay(engine.options(), refusal.holder_remaining(), rand::random());
+            let holder_remaining = refusal.holder_remaining();
+            let fallback = if listening {
+                fallback_delay(engine.options(), holder_remaining, rand::random())
+            } else {
+                retry_delay(engine.options(), holder_remaining, rand::random())
+            };
             tokio::select! {
                 _ = released => {}
                 _ = tokio::time::sleep_until((now + fallback).min(deadline)) => {}
@@ -136,7 +146,7 @@ impl Wakeups {
     }
 
     /// Joins the queue of `resource`, creating it (and subscribing to its channel) if needed.
-    pub fn wait(self: &Arc<Self>, resource: &str) -> Waiting {
+    fn wait(self: &Arc<Self>, resource: &str) -> Waiting {
         let mut queues = self.queues();
         let queue = match queues.get(resource) {
             Some(queue) => Arc::clone(queue),
@@ -144,9 +154,7 @@ impl Wakeups {
                 let channel = self.channel(resource);
                 let subscribed = self.send_to_each(move |client| {
                     let channel = channel.clone();
-                    async move {
-                        let _ = client.subscribe(channel).await;
-                    }
+                    async move { subscribe(&client, vec![channel]).await }
                 });
                 let queue = Arc::new(Queue {
                     turn: tokio::sync::Mutex::new(()),
@@ -189,20 +197,14 @@ impl Wakeups {
     /// Starts `command` on every subscriber connection and returns the wait for their answers.
     /// Each command is enqueued on its connection before this returns, so commands sent while
     /// the queue map is locked keep their order (a subscribe never overtakes an unsubscribe).
-    fn send_to_each<F, Fut>(&self, command: F) -> BoxFuture<'static, ()>
+    /// `true` once every command answered `true`.
+    fn send_to_each<F, Fut>(&self, command: F) -> BoxFuture<'static, bool>
     where
         F: Fn(fred::clients::Client) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
+        Fut: Future<Output = bool> + Send + 'static,
     {
-        let mut sent: Vec<BoxFuture<'static, ()>> = Vec::with_capacity(self.clients.len());
-        for client in &self.clients {
-            let mut call = command(client.clone()).boxed();
-            // The first poll enqueues the command on the connection.
-            if (&mut call).now_or_never().is_none() {
-                sent.push(call);
-            }
-        }
-        futures_util::future::join_all(sent).map(|_| ()).boxed()
+        let calls = self.clients.iter().map(|client| command(client.clone()));
+        sent_now(calls)
     }
 
     fn queues(&self) -> MutexGuard<'_, HashMap<String, Arc<Queue>>> {
@@ -222,14 +224,43 @@ impl Drop for Waiting {
             let channel = self.hub.channel(&self.resource);
             let unsubscribed = self.hub.send_to_each(move |client| {
                 let channel = channel.clone();
-                async move {
-                    let _ = client.unsubscribe(channel).await;
-                }
+                async move { client.unsubscribe(channel).await.is_ok() }
             });
             // Already enqueued; the answers only need reading, where a runtime still runs.
             if tokio::runtime::Handle::try_current().is_ok() {
                 tokio::spawn(unsubscribed);
             }
+        }
+    }
+}
+
+/// Starts every call of `calls` now (each enqueues its command on its first poll) and returns
+/// the wait for their answers: `true` once all answered `true`.
+fn sent_now<Fut>(calls: impl Iterator<Item = Fut>) -> BoxFuture<'static, bool>
+where
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    let mut pending: Vec<BoxFuture<'static, bool>> = Vec::new();
+    let mut all_ok = true;
+    for call in calls {
+        let mut call = call.boxed();
+        match (&mut call).now_or_never() {
+            Some(ok) => all_ok &= ok,
+            None => pending.push(call),
+        }
+    }
+    let answers = futures_util::future::join_all(pending);
+    answers
+        .map(move |oks| all_ok && oks.into_iter().all(|ok| ok))
+        .boxed()
+}
+
+async fn subscribe(client: &fred::clients::Client, channels: Vec<String>) -> bool {
+    match client.subscribe(channels).await {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(%error, "cannot subscribe to release messages");
+            false
         }
     }
 }
@@ -241,16 +272,17 @@ fn listen(client: &fred::clients::Client, hub: Weak<Wakeups>) {
     let on_reconnect = hub.clone();
     client.on_reconnect(move |_server| {
         let subscriber = subscriber.clone();
-        let channels: Vec<String> = on_reconnect.upgrade().map_or_else(Vec::new, |hub| {
-            let resources: Vec<String> = hub.queues().keys().cloned().collect();
-            resources.iter().map(|r| hub.channel(r)).collect()
+        // Sent while the queue map is locked, like every subscribe and unsubscribe, so a
+        // queue removed meanwhile is unsubscribed after this, not before.
+        let resubscribed = on_reconnect.upgrade().and_then(|hub| {
+            let queues = hub.queues();
+            let channels: Vec<String> = queues.keys().map(|r| hub.channel(r)).collect();
+            let call = async move { subscribe(&subscriber, channels).await };
+            (!queues.is_empty()).then(|| sent_now(std::iter::once(call)))
         });
         async move {
-            if channels.is_empty() {
-                return Ok(());
-            }
-            if let Err(error) = subscriber.subscribe(channels).await {
-                tracing::warn!(%error, "cannot subscribe to release messages");
+            if let Some(resubscribed) = resubscribed {
+                resubscribed.await;
             }
             Ok(())
         }

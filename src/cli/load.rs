@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{EXIT_OK, EXIT_USAGE};
+use super::{EXIT_IO, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
 
 use crate::dev::LocalFleet;
 use crate::loadtest::renewal::{self, RenewalOptions, RenewalReport};
@@ -103,23 +103,27 @@ pub async fn run(args: LoadArgs) -> u8 {
             Ok(fleet) => Some(fleet),
             Err(error) => {
                 eprintln!("redlease: {error}");
-                return EXIT_USAGE;
+                return EXIT_UNAVAILABLE;
             }
         },
         None => None,
     };
     let report = match (&mut local, args.workload) {
-        (Some(fleet), Workload::Fault) => fault::run(fleet, &load_options(&args)).await,
-        (fleet, _) => cycle_report(&args, fleet.as_ref().map(LocalFleet::urls)).await,
+        (Some(fleet), Workload::Fault) => fault::run(fleet, &load_options(&args))
+            .await
+            .map_err(|error| (error, EXIT_UNAVAILABLE)),
+        (fleet, _) => cycle_report(&args, fleet.as_ref().map(LocalFleet::urls))
+            .await
+            .map_err(|error| (error, EXIT_USAGE)),
     };
     if let Some(fleet) = local {
         fleet.stop().await;
     }
     let report = match report {
         Ok(report) => report,
-        Err(error) => {
+        Err((error, code)) => {
             eprintln!("redlease: {error}");
-            return EXIT_USAGE;
+            return code;
         }
     };
     print(&report, args.json);
@@ -127,7 +131,7 @@ pub async fn run(args: LoadArgs) -> u8 {
         Ok(()) => EXIT_OK,
         Err(error) => {
             eprintln!("redlease: {error}");
-            EXIT_USAGE
+            EXIT_IO
         }
     }
 }
@@ -139,6 +143,21 @@ fn check(args: &LoadArgs) -> Result<(), String> {
         .is_some_and(|rate| !(rate > 0.0 && rate.is_finite()))
     {
         return Err("--rate must be a positive number".into());
+    }
+    let engine = EngineOptions::default();
+    let ttl = Duration::from_millis(args.ttl_ms);
+    if args.sidecar.is_none() && (ttl < engine.min_ttl || ttl > engine.max_ttl) {
+        return Err(format!(
+            "--ttl-ms must be between {} and {} for the engine",
+            engine.min_ttl.as_millis(),
+            engine.max_ttl.as_millis()
+        ));
+    }
+    let fixed_length = matches!(args.workload, Workload::Renewal | Workload::Fault);
+    if fixed_length && (args.ops.is_some() || args.rate.is_some()) {
+        return Err(
+            "--ops and --rate do not apply to renewal and fault (they run for --duration)".into(),
+        );
     }
     match args.workload {
         Workload::Renewal if args.sidecar.is_none() => {
@@ -180,7 +199,7 @@ async fn run_renewal(args: &LoadArgs) -> u8 {
         }
         Err(error) => {
             eprintln!("redlease: {error}");
-            EXIT_USAGE
+            EXIT_UNAVAILABLE
         }
     }
 }
@@ -284,7 +303,10 @@ fn cannot_write(flag: &str, path: &Path, error: &std::io::Error) -> String {
     format!("cannot write {flag} {}: {error}", path.display())
 }
 
-/// `10s`, `500ms`, `2m`, or a number of seconds.
+/// The longest `--duration` accepted.
+const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// `10s`, `500ms`, `2m`, or a number of seconds (at most a day).
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
         (ms, 0.001)
@@ -302,7 +324,10 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     if !(value > 0.0 && value.is_finite()) {
         return Err(format!("not a positive duration: {text}"));
     }
-    Ok(Duration::from_secs_f64(value * scale))
+    match Duration::try_from_secs_f64(value * scale) {
+        Ok(duration) if duration <= MAX_DURATION => Ok(duration),
+        _ => Err(format!("{text} is longer than a day")),
+    }
 }
 
 #[cfg(test)]

@@ -50,16 +50,20 @@ pub async fn renew(
     ttl: Duration,
 ) -> Result<Option<LeaseView>, Error> {
     let _op = tracked.ops.lock().await;
-    let (resource, id) = {
+    let (resource, id, valid_until) = {
         let record = tracked.record();
         if record.state_at(Instant::now()).is_terminal() {
             return Ok(None);
         }
-        (record.lease.resource.clone(), record.lease.id)
+        (
+            record.lease.resource.clone(),
+            record.lease.id,
+            record.lease.valid_until,
+        )
     };
     METRICS.renewal_attempts.add(1, &[]);
     let started = Instant::now();
-    let outcome = renewals.extend(&resource, id, ttl).await?;
+    let outcome = renewals.extend(&resource, id, ttl, valid_until).await?;
     METRICS
         .renewal_latency
         .record(metrics::seconds(started.elapsed()), &[]);

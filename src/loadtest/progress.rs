@@ -97,12 +97,14 @@ async fn redraw(
         }
         let now = Instant::now();
         let (cycles, errors) = tally.read();
-        let per_second = per_second(cycles - previous.1, now - previous.0);
+        // Completed cycles only, like the report's ops/s.
+        let completed = cycles.saturating_sub(errors);
+        let per_second = per_second(completed.saturating_sub(previous.1), now - previous.0);
         draw(&format!(
             "\r{}\x1b[K",
             line(now - started, cycles, errors, per_second, goal)
         ));
-        previous = (now, cycles);
+        previous = (now, completed);
     }
     draw(ERASE_LINE);
 }

@@ -51,11 +51,12 @@ pub struct RenewalReport {
     pub leases_lost: u64,
     pub held_at_end: usize,
     /// The sidecar's CPU time over the window, as a percentage of one core.
-    pub cpu_percent: f64,
+    pub cpu_percent: Option<f64>,
     /// The sidecar's resident memory, sampled every second of the window.
-    pub rss_first_bytes: u64,
-    pub rss_min_bytes: u64,
-    pub rss_max_bytes: u64,
+    /// (`None` when the sidecar exports no process metrics, e.g. off Linux.)
+    pub rss_first_bytes: Option<u64>,
+    pub rss_min_bytes: Option<u64>,
+    pub rss_max_bytes: Option<u64>,
 }
 
 impl RenewalReport {
@@ -79,9 +80,15 @@ impl RenewalReport {
     }
 
     pub fn table_row(&self) -> String {
-        let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+        let mib = |bytes: Option<u64>| match bytes {
+            Some(bytes) => format!("{:.1}", bytes as f64 / (1024.0 * 1024.0)),
+            None => "-".into(),
+        };
+        let cpu = self
+            .cpu_percent
+            .map_or("-".into(), |cpu| format!("{cpu:.1}"));
         format!(
-            "{:<8} {:>7} {:>7} {:>10.0} {:>8} {:>8} {:>8} {:>9} {:>5} {:>7} {:>6.1} {:>9.1} {:>9.1}",
+            "{:<8} {:>7} {:>7} {:>10.0} {:>8} {:>8} {:>8} {:>9} {:>5} {:>7} {:>6} {:>9} {:>9}",
             self.workload,
             self.leases,
             self.ttl_ms,
@@ -92,7 +99,7 @@ impl RenewalReport {
             self.renewal_failures,
             self.leases_lost,
             self.held_at_end,
-            self.cpu_percent,
+            cpu,
             mib(self.rss_first_bytes),
             mib(self.rss_max_bytes)
         )
@@ -164,16 +171,18 @@ async fn measure(
 ) -> Result<RenewalReport, String> {
     tokio::time::sleep(SETTLE).await;
     let before = scrape(http, base).await?;
+    if before.get("lock_renewal_attempts_total").is_none() {
+        return Err(format!(
+            "{base}/metrics has no lock_renewal_attempts_total: not a redlease sidecar?"
+        ));
+    }
     let started = Instant::now();
-    let mut rss = vec![before.value("process_resident_memory_bytes")];
+    const RSS: &str = "process_resident_memory_bytes";
+    let mut rss: Vec<f64> = before.get(RSS).into_iter().collect();
     while started.elapsed() < options.duration {
         let left = options.duration.saturating_sub(started.elapsed());
         tokio::time::sleep(left.min(Duration::from_secs(1))).await;
-        rss.push(
-            scrape(http, base)
-                .await?
-                .value("process_resident_memory_bytes"),
-        );
+        rss.extend(scrape(http, base).await?.get(RSS));
     }
     let after = scrape(http, base).await?;
     let elapsed = started.elapsed().as_secs_f64();
@@ -187,6 +196,7 @@ async fn measure(
     let buckets = after.bucket_deltas("lock_renewal_latency_bucket", &before);
     let quantile = |q: f64| (bucket_quantile(&buckets, q) * 1e6).round() as u64;
     let not_held = (ids.len() - held_at_end) as u64;
+    const CPU: &str = "process_cpu_seconds_total";
     Ok(RenewalReport {
         workload: "renewal",
         target: "sidecar",
@@ -204,10 +214,13 @@ async fn measure(
         renewal_failures,
         leases_lost,
         held_at_end,
-        cpu_percent: 100.0 * delta("process_cpu_seconds_total") / elapsed,
-        rss_first_bytes: rss[0] as u64,
-        rss_min_bytes: rss.iter().copied().fold(f64::INFINITY, f64::min) as u64,
-        rss_max_bytes: rss.iter().copied().fold(0.0, f64::max) as u64,
+        cpu_percent: after
+            .get(CPU)
+            .zip(before.get(CPU))
+            .map(|(end, start)| 100.0 * (end - start).max(0.0) / elapsed),
+        rss_first_bytes: rss.first().map(|&b| b as u64),
+        rss_min_bytes: rss.iter().copied().reduce(f64::min).map(|b| b as u64),
+        rss_max_bytes: rss.iter().copied().reduce(f64::max).map(|b| b as u64),
     })
 }
 
@@ -267,7 +280,12 @@ impl Scrape {
 
     /// The value of an unlabelled series (0 when absent).
     pub fn value(&self, name: &str) -> f64 {
-        self.samples.get(name).copied().unwrap_or(0.0)
+        self.get(name).unwrap_or(0.0)
+    }
+
+    /// The value of an unlabelled series, if the scrape has it.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.samples.get(name).copied()
     }
 
     /// The sum over every label set of `name`.

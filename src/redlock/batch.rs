@@ -53,12 +53,15 @@ impl Renewals {
     }
 
     /// Extends lease `id` on `resource` to `ttl`, together with the other renewals due within
-    /// its [`window`]; the outcome is the one `Redlock::extend` would give.
+    /// its [`window`] (shortened to a quarter of the validity left before `valid_until`, so a
+    /// retry near expiry is not held back); the outcome is the one `Redlock::extend` would
+    /// give.
     pub async fn extend(
         &self,
         resource: &str,
         id: LeaseId,
         ttl: Duration,
+        valid_until: Instant,
     ) -> Result<ExtendOutcome, Error> {
         let (answer, outcome) = oneshot::channel();
         let extension = Extension {
@@ -66,7 +69,8 @@ impl Renewals {
             id,
             ttl,
         };
-        let send_by = Instant::now() + window(ttl);
+        let now = Instant::now();
+        let send_by = now + window(ttl).min(valid_until.saturating_duration_since(now) / 4);
         let due = Due {
             send_by,
             extension,
@@ -103,11 +107,11 @@ async fn gather(engine: Arc<Redlock>, mut due: mpsc::UnboundedReceiver<Due>) {
                 _ = &mut deadline => break,
             }
         }
-        tokio::spawn(send(Arc::clone(&engine), batch));
+        tokio::spawn(send_batch(Arc::clone(&engine), batch));
     }
 }
 
-async fn send(engine: Arc<Redlock>, batch: Vec<Due>) {
+async fn send_batch(engine: Arc<Redlock>, batch: Vec<Due>) {
     let (extensions, answers): (Vec<Extension>, Vec<_>) = batch
         .into_iter()
         .map(|due| (due.extension, due.answer))

@@ -1,5 +1,6 @@
-//! What each master's task does, and the script payloads it sends: the acquire write (with
-//! its chained release when the grant is abandoned), extend, and ungated script calls.
+//! What each master's call does (driven by a [`super::fanout::Fanout`]), and the script
+//! payloads it sends: the acquire write (with its chained release when the grant is
+//! abandoned), lock writes that vote, and ungated script calls.
 
 use std::sync::Arc;
 use std::task::Poll;

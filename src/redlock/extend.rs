@@ -25,7 +25,7 @@ pub struct Extension {
 }
 
 /// Per lease of a batch: the tally and each master's vote so far.
-struct Count {
+struct EntryVotes {
     tally: Tally,
     votes: Vec<NodeVote>,
 }
@@ -51,23 +51,35 @@ impl Redlock {
         outcomes.pop().expect("one outcome per extension")
     }
 
-    /// Extends every lease of `batch` with one script call per master. Each lease gets its own
-    /// outcome, in order, exactly as `extend` would have judged it alone; the validity of all
-    /// of them is counted from the moment the batch was sent. An invalid entry gets its
-    /// error and is left out of the call.
+    /// Extends every lease of `batch` with one script call per master (one per distinct
+    /// per-master timeout, which depends on the TTL: a short lease never shortens a long
+    /// one's timeout). Each lease gets its own outcome, in order, exactly as `extend` would
+    /// have judged it alone; its validity is counted from the moment its call was sent. An
+    /// invalid entry gets its error and is left out of the call.
     pub async fn extend_many(&self, batch: &[Extension]) -> Vec<Result<ExtendOutcome, Error>> {
         let mut outcomes: Vec<Option<Result<ExtendOutcome, Error>>> = batch
             .iter()
             .map(|ext| self.check_extension(ext).err().map(Err))
             .collect();
-        let sent: Vec<usize> = (0..batch.len())
-            .filter(|&i| outcomes[i].is_none())
-            .collect();
-        if let Some(shortest) = sent.iter().map(|&i| batch[i].ttl).min() {
+        let now = Instant::now();
+        let mut groups: Vec<(Duration, Vec<usize>)> = Vec::new();
+        for i in (0..batch.len()).filter(|&i| outcomes[i].is_none()) {
+            let timeout = self.node_timeout(batch[i].ttl, now);
+            match groups.iter_mut().find(|(t, _)| *t == timeout) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((timeout, vec![i])),
+            }
+        }
+        let calls = groups.iter().map(|(timeout, sent)| async move {
             let start = Instant::now();
-            let counts = self.extend_sent(batch, &sent, shortest, start).await;
+            let counts = self.extend_sent(batch, sent, *timeout).await;
+            (start, counts)
+        });
+        let answered = futures_util::future::join_all(calls).await;
+        for ((_, sent), (start, counts)) in groups.iter().zip(answered) {
             for (&i, count) in sent.iter().zip(counts) {
-                let judged = self.judge_extension(count.tally, count.votes, start, batch[i].ttl);
+                let ttl = batch[i].ttl;
+                let judged = self.judge_extension(count.tally, count.votes, start, ttl);
                 outcomes[i] = Some(Ok(judged));
             }
         }
@@ -86,24 +98,22 @@ impl Redlock {
         &self,
         batch: &[Extension],
         sent: &[usize],
-        shortest: Duration,
-        start: Instant,
-    ) -> Vec<Count> {
+        timeout: Duration,
+    ) -> Vec<EntryVotes> {
         let n = self.fleet.len();
-        let timeout = self.node_timeout(shortest, start);
         let call = batch_call(self, batch, sent);
         let mut replies = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
             eval_values_on(node, &SCRIPTS.extend, call.clone(), timeout, reply)
         });
-        let mut counts: Vec<Count> = sent
+        let mut counts: Vec<EntryVotes> = sent
             .iter()
-            .map(|_| Count {
+            .map(|_| EntryVotes {
                 tally: Tally::new(n),
                 votes: vec![NodeVote::NoAnswer; n],
             })
             .collect();
         let pending =
-            |counts: &[Count]| counts.iter().any(|c| c.tally.verdict() == Verdict::Pending);
+            |counts: &[EntryVotes]| counts.iter().any(|c| c.tally.verdict() == Verdict::Pending);
         while pending(&counts) {
             let Some((index, answer)) = replies.recv().await else {
                 break;

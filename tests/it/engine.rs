@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use redlease::redlock::{EngineOptions, NodeVote, Shortfall};
+use redlease::redlock::{EngineOptions, Extension, NodeVote, Shortfall};
 use redlease::{AcquireOutcome, ExtendOutcome, LeaseId};
 use tokio::time::Instant;
 
@@ -114,6 +114,82 @@ async fn extend_renews_our_lease_everywhere() {
     for i in 0..3 {
         assert!(fleet.command(i, &["PTTL", "redlease:lock:job"]).int() > 4_000);
     }
+}
+
+/// `extend_many` judges every lease alone, in order, and sends one call per master for leases
+/// that share a per-master timeout; a short lease (smaller timeout) goes in a call of its own
+/// instead of shortening the long ones' timeout.
+#[tokio::test]
+async fn extend_many_judges_each_lease_and_groups_by_timeout() {
+    let fleet = TestFleet::start(3);
+    let engine = fleet.engine().await;
+    let (short, long) = (Duration::from_millis(100), Duration::from_secs(5));
+    let mut ids = Vec::new();
+    for resource in ["a", "b", "c"] {
+        let outcome = engine.acquire(resource, "o", long).await.unwrap();
+        ids.push(outcome.lease().unwrap().id);
+    }
+    engine.settle(Duration::from_secs(2)).await;
+    let extension = |resource: &str, id, ttl| Extension {
+        resource: resource.to_string(),
+        id,
+        ttl,
+    };
+    let calls = || {
+        fleet
+            .command(0, &["INFO", "commandstats"])
+            .bulk()
+            .unwrap_or_default()
+    };
+    let evalsha = |info: String| {
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("cmdstat_evalsha:"))
+            .unwrap()
+            .to_string();
+        line.split(['=', ','])
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let before = evalsha(calls());
+    let batch = [
+        extension("a", ids[0], long),
+        extension("b", ids[1], short),
+        extension("c", ids[2], long),
+        extension("d", LeaseId::random(), long),
+        extension("", ids[0], long),
+    ];
+    let outcomes = engine.extend_many(&batch).await;
+    assert_eq!(
+        evalsha(calls()) - before,
+        2,
+        "one call for the 5 s leases, one for the 100 ms lease"
+    );
+    assert!(
+        matches!(outcomes[0], Ok(ExtendOutcome::Extended(_))),
+        "{:?}",
+        outcomes[0]
+    );
+    assert!(
+        matches!(outcomes[1], Ok(ExtendOutcome::Extended(_))),
+        "{:?}",
+        outcomes[1]
+    );
+    assert!(
+        matches!(outcomes[2], Ok(ExtendOutcome::Extended(_))),
+        "{:?}",
+        outcomes[2]
+    );
+    assert!(
+        matches!(outcomes[3], Ok(ExtendOutcome::Lost(_))),
+        "not ours: {:?}",
+        outcomes[3]
+    );
+    assert!(outcomes[4].is_err(), "an invalid entry gets its own error");
+    assert!(fleet.command(0, &["PTTL", "redlease:lock:b"]).int() <= 100);
+    assert!(fleet.command(0, &["PTTL", "redlease:lock:c"]).int() > 4_000);
 }
 
 /// A lease's validity is never reported positive once it has elapsed.

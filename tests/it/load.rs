@@ -289,10 +289,35 @@ fn the_fault_workload_kills_and_restarts_a_master_it_started() {
 /// Flag combinations the workloads cannot run are usage errors (exit 64), not panics.
 #[test]
 fn workloads_refuse_targets_they_cannot_use() {
-    let cases: [&[&str]; 3] = [
+    let cases: [&[&str]; 7] = [
         &["--masters", "redis://127.0.0.1:1", "--workload", "renewal"],
         &["--masters", "redis://127.0.0.1:1", "--workload", "fault"],
         &["--local-fleet", "2", "--workload", "fault"],
+        &["--local-fleet", "3", "--workload", "fault", "--ops", "10"],
+        &[
+            "--masters",
+            "redis://127.0.0.1:1",
+            "--workload",
+            "parallel",
+            "--ttl-ms",
+            "0",
+        ],
+        &[
+            "--masters",
+            "redis://127.0.0.1:1",
+            "--workload",
+            "parallel",
+            "--duration",
+            "1e20",
+        ],
+        &[
+            "--masters",
+            "redis://127.0.0.1:1",
+            "--workload",
+            "parallel",
+            "--duration",
+            "2000000",
+        ],
     ];
     for args in cases {
         let (code, _, stderr) = load_cli(args);
