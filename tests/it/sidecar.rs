@@ -502,3 +502,43 @@ async fn renewals_due_together_share_one_script_call_per_master() {
         "{calls} script calls on one master for at least 1000 renewals"
     );
 }
+
+/// A master that restarts while a sidecar has waiters is subscribed again to their channel
+/// once the sidecar reconnects, so its release messages keep waking them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_subscribed_again_after_a_master_restarts() {
+    let mut fleet = TestFleet::start(3);
+    let holder = TestSidecar::start(&fleet, &[]).await;
+    let waiter = std::sync::Arc::new(TestSidecar::start(&fleet, &[]).await);
+    let channel = "redlease:released:restart-job";
+    let (_, lease) = holder
+        .acquire("restart-job", json!({"owner": "a", "ttl_ms": 10000}))
+        .await;
+    let blocked = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let body = json!({"owner": "b", "wait_ms": 8000});
+            waiter.acquire("restart-job", body).await
+        })
+    };
+    assert_eventually!(
+        listeners(&fleet, channel) == vec![(1, 0); 3],
+        5,
+        "the waiter listens on every master"
+    );
+    fleet.servers[0].restart();
+    assert_eventually!(
+        listeners(&fleet, channel)[0] == (1, 0),
+        10,
+        "the restarted master has the waiter's subscription again"
+    );
+    holder
+        .delete(&format!("/v1/leases/{}", lease_id(&lease)))
+        .await;
+    let (status, granted) = blocked.await.unwrap();
+    assert_eq!(
+        (status, granted["owner"].as_str()),
+        (200, Some("b")),
+        "{granted}"
+    );
+}
