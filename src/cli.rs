@@ -18,8 +18,9 @@ pub const EXIT_HELD: u8 = 3;
 pub const EXIT_NO_QUORUM: u8 = 4;
 /// Invalid arguments or configuration (sysexits EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;
-/// A service the command needs failed at run time: a sidecar or masters that cannot be
-/// reached, a local master that cannot be started (sysexits EX_UNAVAILABLE).
+/// A service the command needs failed at run time: a listener that cannot be bound, a sidecar
+/// or masters that cannot be reached, a local master that cannot be started (sysexits
+/// EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;
 /// An output file could not be written after the run (sysexits EX_IOERR).
 pub const EXIT_IO: u8 = 74;

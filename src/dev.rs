@@ -11,6 +11,12 @@ use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+/// The `redis-server` binary local fleets run: `$REDIS_SERVER_BIN`, or `redis-server` on the
+/// PATH.
+pub fn redis_server_binary() -> String {
+    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into())
+}
+
 /// How long a master may take to answer PING after starting.
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -13,7 +13,7 @@ use clap::Args;
 
 use super::{EXIT_IO, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
 
-use crate::dev::LocalFleet;
+use crate::dev::{self, LocalFleet};
 use crate::loadtest::renewal::{self, RenewalOptions, RenewalReport};
 use crate::loadtest::{self, fault, hdr, plot, LoadOptions, Report, Target, Workload};
 use crate::redlock::EngineOptions;
@@ -99,7 +99,7 @@ pub async fn run(args: LoadArgs) -> u8 {
         }
     };
     let mut local = match args.local_fleet {
-        Some(n) => match LocalFleet::start(n, &redis_server_binary()).await {
+        Some(n) => match LocalFleet::start(n, &dev::redis_server_binary()).await {
             Ok(fleet) => Some(fleet),
             Err(error) => {
                 eprintln!("redlease: {error}");
@@ -214,10 +214,6 @@ fn print_renewal(report: &RenewalReport, json: bool) {
     }
     println!("{}", RenewalReport::table_header());
     println!("{}", report.table_row());
-}
-
-fn redis_server_binary() -> String {
-    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into())
 }
 
 fn load_options(args: &LoadArgs) -> LoadOptions {

@@ -5,13 +5,10 @@ use std::path::PathBuf;
 use clap::Args;
 use tokio::net::TcpListener;
 
-use super::{EXIT_OK, EXIT_USAGE};
+use super::{EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::config::{Overrides, Settings};
-use crate::dev::LocalFleet;
+use crate::dev::{self, LocalFleet};
 use crate::server::Sidecar;
-
-/// Could not bind the listener or serve (sysexits EX_UNAVAILABLE).
-pub const EXIT_UNAVAILABLE: u8 = 69;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -60,8 +57,7 @@ pub async fn dev(args: DevArgs) -> u8 {
         eprintln!("redlease: --count must be at least 1");
         return EXIT_USAGE;
     }
-    let binary = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
-    let fleet = match LocalFleet::start(args.count, &binary).await {
+    let fleet = match LocalFleet::start(args.count, &dev::redis_server_binary()).await {
         Ok(fleet) => fleet,
         Err(error) => {
             eprintln!("redlease: {error}");
