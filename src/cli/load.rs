@@ -205,15 +205,9 @@ async fn run_renewal(args: &LoadArgs) -> u8 {
 }
 
 fn print_renewal(report: &RenewalReport, json: bool) {
-    if json {
-        match serde_json::to_string(report) {
-            Ok(line) => println!("{line}"),
-            Err(error) => eprintln!("redlease: cannot encode the report: {error}"),
-        }
-        return;
-    }
-    println!("{}", RenewalReport::table_header());
-    println!("{}", report.table_row());
+    print_report(report, json, || {
+        format!("{}\n{}", RenewalReport::table_header(), report.table_row())
+    });
 }
 
 fn load_options(args: &LoadArgs) -> LoadOptions {
@@ -244,17 +238,24 @@ async fn target(args: &LoadArgs, local: Option<Vec<String>>) -> Result<Target, c
 }
 
 fn print(report: &Report, json: bool) {
-    if json {
-        match serde_json::to_string(report) {
-            Ok(line) => println!("{line}"),
-            Err(error) => eprintln!("redlease: cannot encode the report: {error}"),
+    print_report(report, json, || {
+        let mut table = format!("{}\n{}", Report::table_header(), report.table_row());
+        if let Some(dip) = &report.fault {
+            table = format!("{table}\n{}", dip.lines());
         }
+        table
+    });
+}
+
+/// One JSON object with `--json`, otherwise the human `table`.
+fn print_report(report: &impl serde::Serialize, json: bool, table: impl FnOnce() -> String) {
+    if !json {
+        println!("{}", table());
         return;
     }
-    println!("{}", Report::table_header());
-    println!("{}", report.table_row());
-    if let Some(dip) = &report.fault {
-        println!("{}", dip.lines());
+    match serde_json::to_string(report) {
+        Ok(line) => println!("{line}"),
+        Err(error) => eprintln!("redlease: cannot encode the report: {error}"),
     }
 }
 
