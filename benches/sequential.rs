@@ -19,6 +19,7 @@ use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis_server::RedisServer;
 use redlease::config::{Overrides, Settings};
+use redlease::metrics::process;
 use redlease::server::Sidecar;
 use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
 use tokio::time::Instant;
@@ -228,13 +229,15 @@ where
         cycle().await;
     }
     let mut samples = Vec::with_capacity(cycles);
-    let cpu_before = process_cpu();
+    let cpu_before = process::cpu_time().unwrap_or_default();
     for _ in 0..cycles {
         let start = Instant::now();
         cycle().await;
         samples.push(start.elapsed());
     }
-    let cpu = process_cpu().saturating_sub(cpu_before);
+    let cpu = process::cpu_time()
+        .unwrap_or_default()
+        .saturating_sub(cpu_before);
     Measured {
         samples,
         cpu_per_cycle: cpu / cycles as u32,
@@ -246,22 +249,6 @@ where
 struct Measured {
     samples: Vec<Duration>,
     cpu_per_cycle: Duration,
-}
-
-/// User + system CPU time of this process so far, from /proc/self/stat (clock ticks of 10 ms,
-/// the Linux default USER_HZ; a run of thousands of cycles spans hundreds of ticks).
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 /// Prints the percentiles and the CPU per cycle; returns p50 in microseconds.
