@@ -135,25 +135,7 @@ async fn extend_many_judges_each_lease_and_groups_by_timeout() {
         id,
         ttl,
     };
-    let calls = || {
-        fleet
-            .command(0, &["INFO", "commandstats"])
-            .bulk()
-            .unwrap_or_default()
-    };
-    let evalsha = |info: String| {
-        let line = info
-            .lines()
-            .find(|l| l.starts_with("cmdstat_evalsha:"))
-            .unwrap()
-            .to_string();
-        line.split(['=', ','])
-            .nth(1)
-            .unwrap()
-            .parse::<u64>()
-            .unwrap()
-    };
-    let before = evalsha(calls());
+    let before = fleet.evalsha_calls(0);
     let batch = [
         extension("a", ids[0], long),
         extension("b", ids[1], short),
@@ -163,7 +145,7 @@ async fn extend_many_judges_each_lease_and_groups_by_timeout() {
     ];
     let outcomes = engine.extend_many(&batch).await;
     assert_eq!(
-        evalsha(calls()) - before,
+        fleet.evalsha_calls(0) - before,
         2,
         "one call for the 5 s leases, one for the 100 ms lease"
     );

@@ -463,17 +463,6 @@ async fn waiters_in_one_sidecar_are_served_in_arrival_order() {
     assert_eq!(*order.lock().unwrap(), [1, 2, 3]);
 }
 
-/// EVALSHA calls master `i` has served so far.
-fn evalsha_calls(fleet: &TestFleet, i: usize) -> u64 {
-    let info = fleet
-        .command(i, &["INFO", "commandstats"])
-        .bulk()
-        .unwrap_or_default();
-    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:"));
-    let calls = line.and_then(|l| l.split(['=', ',']).nth(1));
-    calls.and_then(|n| n.parse().ok()).unwrap_or(0)
-}
-
 /// Renewals due together share one script call per master: 200 auto-renewed 1 s leases stay
 /// held for 3 s (at least 1000 renewals, one per lease every half TTL), yet the master serves
 /// far fewer script calls than that.
@@ -486,9 +475,9 @@ async fn renewals_due_together_share_one_script_call_per_master() {
         let body = json!({"owner": "batch", "ttl_ms": 1000});
         ids.push(held(&sidecar, &format!("batch-{i}"), body).await);
     }
-    let before = evalsha_calls(&fleet, 0);
+    let before = fleet.evalsha_calls(0);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let calls = evalsha_calls(&fleet, 0) - before;
+    let calls = fleet.evalsha_calls(0) - before;
     for id in &ids {
         let (status, view) = sidecar.get(&format!("/v1/leases/{id}")).await;
         assert_eq!(

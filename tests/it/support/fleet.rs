@@ -85,6 +85,15 @@ impl TestFleet {
         line.trim_end()["run_id:".len()..].to_string()
     }
 
+    /// EVALSHA calls master `i` has served so far (0 before the first).
+    pub fn evalsha_calls(&self, i: usize) -> u64 {
+        let info = self.command(i, &["INFO", "commandstats"]).bulk();
+        let info = info.unwrap_or_default();
+        let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:"));
+        let calls = line.and_then(|l| l.split(['=', ',']).nth(1));
+        calls.map_or(0, |n| n.parse().unwrap())
+    }
+
     pub fn fence(&self, i: usize) -> u64 {
         let value = self.command(i, &["GET", "redlease:fence"]).bulk();
         value.map_or(0, |v| v.parse().unwrap())

@@ -62,36 +62,22 @@ impl TestSidecar {
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        answer(
-            self.http
-                .get(format!("{}{path}", self.base))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
+        self.call(reqwest::Method::GET, path).await
     }
 
     pub async fn post(&self, path: &str) -> (u16, Value) {
-        answer(
-            self.http
-                .post(format!("{}{path}", self.base))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
+        self.call(reqwest::Method::POST, path).await
     }
 
     pub async fn delete(&self, path: &str) -> (u16, Value) {
-        answer(
-            self.http
-                .delete(format!("{}{path}", self.base))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
+        self.call(reqwest::Method::DELETE, path).await
+    }
+
+    /// A body-less `method` request to `path`: its status and JSON body.
+    async fn call(&self, method: reqwest::Method, path: &str) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
+        let response = self.http.request(method, url).send().await.unwrap();
+        answer(response).await
     }
 
     /// Opens the event stream of a lease.
