@@ -95,24 +95,20 @@ async fn open_loop_keeps_its_rate() {
 #[test]
 fn the_cli_prints_one_json_object_per_workload() {
     let fleet = TestFleet::start(3);
-    let output = Command::new(env!("CARGO_BIN_EXE_redlease"))
-        .args([
-            "load",
-            "--masters",
-            &fleet.urls().join(","),
-            "--workload",
-            "parallel",
-        ])
-        .args(["--clients", "2", "--ops", "20", "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let masters = fleet.urls().join(",");
+    let (code, stdout, stderr) = load_cli(&[
+        "--masters",
+        &masters,
+        "--workload",
+        "parallel",
+        "--clients",
+        "2",
+        "--ops",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report = report_of(&stdout);
     for field in [
         "workload",
         "ops",
@@ -139,30 +135,28 @@ fn the_cli_writes_the_histogram_text_and_plot_without_progress_off_a_terminal() 
     let fleet = TestFleet::start(3);
     let dir = tempfile::tempdir().unwrap();
     let (hgrm, svg) = (dir.path().join("run.hgrm"), dir.path().join("run.svg"));
-    let output = Command::new(env!("CARGO_BIN_EXE_redlease"))
-        .args(["load", "--masters", &fleet.urls().join(",")])
-        .args([
-            "--workload",
-            "parallel",
-            "--clients",
-            "2",
-            "--ops",
-            "40",
-            "--json",
-        ])
-        .arg("--hdr-out")
-        .arg(&hgrm)
-        .arg("--plot")
-        .arg(&svg)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let masters = fleet.urls().join(",");
+    let (code, stdout, stderr) = load_cli(&[
+        "--masters",
+        &masters,
+        "--workload",
+        "parallel",
+        "--clients",
+        "2",
+        "--ops",
+        "40",
+        "--json",
+        "--hdr-out",
+        hgrm.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
     assert!(
         !stderr.contains('\r') && !stderr.contains("cycles") && !stderr.contains("\x1b["),
         "progress output off a terminal: {stderr:?}"
     );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = report_of(&stdout);
     assert_eq!(
         (report["ops"].as_u64(), report["errors"].as_u64()),
         (Some(40), Some(0))
@@ -204,25 +198,20 @@ fn the_cli_writes_the_histogram_text_and_plot_without_progress_off_a_terminal() 
 fn an_unwritable_output_file_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-dir").join("run.svg");
-    let output = Command::new(env!("CARGO_BIN_EXE_redlease"))
-        .args([
-            "load",
-            "--masters",
-            "redis://127.0.0.1:1",
-            "--workload",
-            "sequential",
-        ])
-        .arg("--plot")
-        .arg(&missing)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    let (code, stdout, stderr) = load_cli(&[
+        "--masters",
+        "redis://127.0.0.1:1",
+        "--workload",
+        "sequential",
+        "--plot",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(64), "{stderr}");
     assert!(
         stderr.contains("cannot write --plot") && stderr.contains("no-such-dir"),
         "{stderr}"
     );
-    assert!(output.stdout.is_empty());
+    assert!(stdout.is_empty());
 }
 
 /// The `Total count` of an HdrHistogram text footer.
@@ -239,16 +228,24 @@ async fn engine_target(fleet: &TestFleet) -> Target {
         .unwrap()
 }
 
-/// Runs `redlease load ARGS` and returns (exit code, stdout as JSON or Null, stderr).
-fn load_cli(args: &[&str]) -> (Option<i32>, Value, String) {
+/// Runs `redlease load ARGS` and returns (exit code, stdout, stderr).
+fn load_cli(args: &[&str]) -> (Option<i32>, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_redlease"))
         .arg("load")
         .args(args)
         .output()
         .unwrap();
-    let report = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
-    (output.status.code(), report, stderr)
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
+    (
+        output.status.code(),
+        text(&output.stdout),
+        text(&output.stderr),
+    )
+}
+
+/// The one JSON object a `--json` run printed.
+fn report_of(stdout: &str) -> Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
 /// The fault workload starts its own masters, kills one at a third of the run and restarts
@@ -256,7 +253,7 @@ fn load_cli(args: &[&str]) -> (Option<i32>, Value, String) {
 /// each happened and what each phase cost.
 #[test]
 fn the_fault_workload_kills_and_restarts_a_master_it_started() {
-    let (code, report, stderr) = load_cli(&[
+    let (code, stdout, stderr) = load_cli(&[
         "--local-fleet",
         "3",
         "--workload",
@@ -268,6 +265,7 @@ fn the_fault_workload_kills_and_restarts_a_master_it_started() {
         "--json",
     ]);
     assert_eq!(code, Some(0), "{stderr}");
+    let report = report_of(&stdout);
     let fault = &report["fault"];
     let killed = fault["killed_at_s"].as_f64().unwrap();
     let restarted = fault["restarted_at_s"].as_f64().unwrap();
@@ -333,7 +331,7 @@ async fn the_renewal_workload_holds_leases_and_reads_the_sidecars_cost() {
     let fleet = TestFleet::start(3);
     let sidecar = TestSidecar::start(&fleet, &[]).await;
     let base = sidecar.base.clone();
-    let (code, report, stderr) = tokio::task::spawn_blocking(move || {
+    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
         load_cli(&[
             "--sidecar",
             &base,
@@ -351,6 +349,7 @@ async fn the_renewal_workload_holds_leases_and_reads_the_sidecars_cost() {
     .await
     .unwrap();
     assert_eq!(code, Some(0), "{stderr}");
+    let report = report_of(&stdout);
     assert_eq!(report["held_at_end"], 40, "{report}");
     // 40 leases renewed every half second or sooner for 2 s (the metrics are process-wide, so
     // other tests' renewals may add to the count, never subtract).
