@@ -11,6 +11,10 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::time::Instant;
 
+/// The sidecar's memory and CPU series (see `metrics::process`).
+const RSS: &str = "process_resident_memory_bytes";
+const CPU: &str = "process_cpu_seconds_total";
+
 /// Measured time when `--duration` is not given.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 /// Requests in flight while acquiring, checking and releasing the leases.
@@ -177,7 +181,6 @@ async fn measure(
         ));
     }
     let started = Instant::now();
-    const RSS: &str = "process_resident_memory_bytes";
     let mut rss: Vec<f64> = before.get(RSS).into_iter().collect();
     while started.elapsed() < options.duration {
         let left = options.duration.saturating_sub(started.elapsed());
@@ -196,7 +199,6 @@ async fn measure(
     let buckets = after.bucket_deltas("lock_renewal_latency_bucket", &before);
     let quantile = |q: f64| (bucket_quantile(&buckets, q) * 1e6).round() as u64;
     let not_held = (ids.len() - held_at_end) as u64;
-    const CPU: &str = "process_cpu_seconds_total";
     Ok(RenewalReport {
         workload: "renewal",
         target: "sidecar",

@@ -10,7 +10,6 @@
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
@@ -100,8 +99,7 @@ where
         .collect();
     let mut calls: Calls = Box::pin(futures_util::future::join_all(calls).map(|_| ()));
     // Each call enqueues its command on its first poll: do that now, before the caller waits.
-    let finished = poll_fn(|cx| Poll::Ready(calls.as_mut().poll(cx).is_ready()));
-    let finished = finished.now_or_never().unwrap_or(false);
+    let finished = (&mut calls).now_or_never().is_some();
     Fanout {
         answers,
         calls: (!finished).then_some(calls),
