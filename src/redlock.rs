@@ -213,8 +213,11 @@ impl Redlock {
         }
     }
 
-    /// Deletes lease `id` on `resource` everywhere it stands. Waits for every master that is
-    /// up; the release to a master that is down is still sent, in the background.
+    /// Deletes lease `id` on `resource` everywhere it stands. The release goes to every
+    /// master, down or not, and returns once a quorum answered with at least one deletion
+    /// among them (no majority can hold the lease any more), or once every master that is up
+    /// answered. The slower masters' releases are already enqueued on their connections, ahead
+    /// of any later write there, and finish in the background ([`Redlock::settle`] waits for them).
     #[tracing::instrument(skip(self), fields(lease = %id))]
     pub async fn release(&self, resource: &str, id: LeaseId) -> Result<ReleaseOutcome, Error> {
         validate_resource(resource)?;
@@ -228,8 +231,9 @@ impl Redlock {
             deleted_on: 0,
             answered: 0,
         };
+        let quorum = self.fleet.quorum();
         let mut waiting = awaited.iter().filter(|up| **up).count();
-        while waiting > 0 {
+        while waiting > 0 && !outcome.settles(quorum) {
             let Some((index, result)) = replies.recv().await else {
                 break;
             };

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
@@ -75,6 +76,9 @@ impl Sidecar {
                 tracing::warn!("grace period expired before every lease was released");
             }
         };
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let serve = axum::serve(listener, api::app(Arc::clone(&self.manager)))
             .with_graceful_shutdown(release_then_drain);
         let deadline = async {

@@ -166,7 +166,7 @@ pub enum ExtendOutcome {
 pub struct ReleaseOutcome {
     /// Masters where a key of this lease was deleted.
     pub deleted_on: usize,
-    /// Masters that answered in time.
+    /// Masters that answered before the release returned (a quorum at least when they could).
     pub answered: usize,
 }
 
@@ -174,5 +174,11 @@ impl ReleaseOutcome {
     /// Whether the lease held anything anywhere that is now gone.
     pub fn released(&self) -> bool {
         self.deleted_on > 0
+    }
+
+    /// A quorum answered and one of them deleted the lease: no majority can hold it any more,
+    /// so the caller need not wait for the slower masters.
+    pub(crate) fn settles(&self, quorum: usize) -> bool {
+        self.answered >= quorum && self.deleted_on > 0
     }
 }

@@ -29,7 +29,8 @@ async fn acquire_then_release_leaves_nothing_behind() {
 
     let released = engine.release("job", lease.id).await.unwrap();
     assert!(released.released());
-    assert_eq!(released.answered, 5);
+    assert!(released.answered >= 3, "returned before a quorum answered");
+    assert!(engine.settle(Duration::from_secs(2)).await);
     assert_eq!(fleet.lock_keys_on(&[0, 1, 2, 3, 4]), Vec::<String>::new());
 }
 

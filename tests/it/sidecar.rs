@@ -106,7 +106,8 @@ async fn closing_the_stream_releases_the_lease_after_the_idle_timeout() {
         "released late: {:?}",
         closed.elapsed()
     );
-    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+    // The release returns at a quorum; the last master's follows within moments.
+    assert_eventually!(fleet.lock_keys_on(&[0, 1, 2]).is_empty(), 2, "keys left");
 }
 
 /// With 3 of 5 masters frozen the lease cannot be renewed: the app hears `lost` within the
@@ -203,7 +204,7 @@ async fn lease_endpoints_follow_the_contract() {
     assert!(renewed["validity_ms"].as_u64().unwrap() > 2_500);
     let (status, released) = sidecar.delete(&format!("/v1/leases/{id}")).await;
     assert_eq!((status, released["released"].clone()), (200, json!(true)));
-    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+    assert_eventually!(fleet.lock_keys_on(&[0, 1, 2]).is_empty(), 2, "keys left");
     let (status, gone) = sidecar.post(&format!("/v1/leases/{id}/renew")).await;
     assert_eq!((status, gone["reason"].as_str()), (410, Some("lease_lost")));
     let unknown = "00000000000000000000000000000000";
