@@ -3,6 +3,9 @@
 //! baseline (SET NX PX to all 5 in parallel, wait for the 3rd reply, then a compare-and-delete
 //! script to all 5). Prints p50/p90/p99/p99.9 per path and the p50 ratios to the baseline.
 //!
+//! The three sequential paths take turns in blocks of 250 cycles, so the machine's slow spells
+//! weigh on each alike.
+//!
 //! `cargo bench --bench sequential` (CYCLES=N to change the number of measured cycles;
 //! ONLY=engine|sidecar|baseline|parallel-engine|parallel-baseline to measure one path alone, e.g. under `perf record`).
 
@@ -83,12 +86,19 @@ async fn main() {
         println!("parallel baseline: {:.0} cycles/s", rate.await);
         return;
     }
-    let engine_samples = measure(cycles, || engine_cycle(&engine, "bench")).await;
-    let sidecar_samples = measure(cycles, || sidecar_cycle(&http, &base)).await;
-    let baseline_samples = measure(cycles, || baseline_cycle(&clients, &script, "baseline")).await;
-    let engine_p50 = report("engine (acquire+release)", engine_samples);
-    let sidecar_p50 = report("sidecar over HTTP", sidecar_samples);
-    let baseline_p50 = report("raw quorum baseline", baseline_samples);
+    // The three paths take turns in blocks, so a slow spell of this shared machine weighs on
+    // all of them alike rather than on whichever ran during it.
+    let mut paths: Vec<Cycle<'_>> = vec![
+        Box::new(|| Box::pin(engine_cycle(&engine, "bench"))),
+        Box::new(|| Box::pin(sidecar_cycle(&http, &base))),
+        Box::new(|| Box::pin(baseline_cycle(&clients, &script, "baseline"))),
+    ];
+    let mut measured = measure_in_turns(cycles, &mut paths).await.into_iter();
+    let mut next = || measured.next().expect("one result per path");
+    let engine_p50 = report("engine (acquire+release)", next());
+    let sidecar_p50 = report("sidecar over HTTP", next());
+    let baseline_p50 = report("raw quorum baseline", next());
+    drop(paths);
     println!(
         "p50 ratio engine/baseline: {:.2}",
         engine_p50 / baseline_p50
@@ -218,6 +228,47 @@ async fn baseline_cycle(clients: &[fred::clients::Client], script: &Script, key:
         .map(|c| script.evalsha_with_reload::<i64, _, _>(c, key, value.as_str()));
     futures_util::future::join_all(releases).await;
     drop(sets);
+}
+
+/// One acquire+release cycle of a path, boxed so the paths can take turns.
+type Cycle<'a> = Box<dyn FnMut() -> futures_util::future::LocalBoxFuture<'a, ()> + 'a>;
+
+/// Blocks of this many cycles per path alternate in `measure_in_turns`.
+const TURN: usize = 250;
+
+/// Warms every path up, then measures `cycles` cycles of each, the paths taking turns in
+/// blocks of `TURN` cycles; CPU time is charged to the path whose block ran.
+async fn measure_in_turns(cycles: usize, paths: &mut [Cycle<'_>]) -> Vec<Measured> {
+    for path in paths.iter_mut() {
+        for _ in 0..WARMUP {
+            path().await;
+        }
+    }
+    let mut samples: Vec<Vec<Duration>> =
+        paths.iter().map(|_| Vec::with_capacity(cycles)).collect();
+    let mut cpu = vec![Duration::ZERO; paths.len()];
+    while samples[0].len() < cycles {
+        let block = TURN.min(cycles - samples[0].len());
+        for (i, path) in paths.iter_mut().enumerate() {
+            let cpu_before = process::cpu_time().unwrap_or_default();
+            for _ in 0..block {
+                let start = Instant::now();
+                path().await;
+                samples[i].push(start.elapsed());
+            }
+            cpu[i] += process::cpu_time()
+                .unwrap_or_default()
+                .saturating_sub(cpu_before);
+        }
+    }
+    samples
+        .into_iter()
+        .zip(cpu)
+        .map(|(samples, cpu)| Measured {
+            cpu_per_cycle: cpu / samples.len().max(1) as u32,
+            samples,
+        })
+        .collect()
 }
 
 async fn measure<F, Fut>(cycles: usize, mut cycle: F) -> Measured
