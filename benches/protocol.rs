@@ -1,0 +1,246 @@
+//! What each master costs per acquire+release cycle under candidate lock protocols, without
+//! the engine around them: the raw-quorum baseline against redlease's scripts and against
+//! Lua-free or leaner alternatives, on 5 local masters through the same fred clients.
+//!
+//! Each protocol is `ACQUIRE/RELEASE`; every cycle sends the acquire to all 5 masters, waits
+//! for 3 grants, then sends the release to all 5 and waits for every answer.
+//!
+//! | acquire | per master |
+//! |---|---|
+//! | `set` | `SET lock v NX PX ttl` (the baseline: no fencing, no shadow check) |
+//! | `lua3` | `lua/acquire.lua`: EXISTS lock shadow, SET, INCR fence (redlease today) |
+//! | `lua2` | a script with SET NX PX, then INCR fence or PTTL (shadow folded into the lock key) |
+//! | `two` | `SET lock v NX PX ttl` and `INCR fence` sent together as two plain commands |
+//! | `pipe2` | the same two commands through fred's `Pipeline` |
+//!
+//! | release | per master |
+//! |---|---|
+//! | `cad` | compare-and-delete script (the baseline) |
+//! | `rel4` | `lua/release.lua`: lock and shadow compared and deleted, PUBLISH (redlease today) |
+//! | `rel3` | lock compared and deleted, PUBLISH (no shadow key) |
+//!
+//! `cargo bench --bench protocol` prints the sequential p50 (protocols taking turns in blocks
+//! of 250 cycles) and then 16-client throughput; `PROTOCOLS=set/cad,two/rel3` picks protocols.
+
+#[path = "../tests/it/support/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::prelude::{Expiration, KeysInterface, SetOptions, Value};
+use fred::types::scripts::Script;
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis_server::RedisServer;
+use redlease::scripts::SCRIPTS;
+use redlease::{Fleet, FleetOptions, LeaseId};
+use tokio::time::Instant;
+
+const TTL_MS: i64 = 10_000;
+const CLIENTS: usize = 16;
+const DEFAULT_PROTOCOLS: &str = "set/cad,lua3/rel4,lua2/rel3,two/rel3,pipe2/rel3";
+
+const COMPARE_AND_DELETE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0"#;
+const ACQUIRE_TWO_CALLS: &str = r#"
+local ok = redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'NX', 'PX', ARGV[3])
+if ok then return redis.call('INCR', KEYS[2]) end
+return -redis.call('PTTL', KEYS[1])"#;
+const RELEASE_LOCK_ONLY: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 1, 32) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], ARGV[1])
+  return 1
+end
+return 0"#;
+
+/// The masters' clients and the scripts of every candidate.
+struct Bench {
+    clients: Vec<Client>,
+    cad: Script,
+    acquire_two_calls: Script,
+    release_lock_only: Script,
+}
+
+#[tokio::main]
+async fn main() {
+    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let fleet = Fleet::connect(&urls, &FleetOptions::default())
+        .await
+        .unwrap();
+    let bench = Arc::new(Bench {
+        clients: fleet.nodes().iter().map(|n| n.client().clone()).collect(),
+        cad: Script::from_lua(COMPARE_AND_DELETE),
+        acquire_two_calls: Script::from_lua(ACQUIRE_TWO_CALLS),
+        release_lock_only: Script::from_lua(RELEASE_LOCK_ONLY),
+    });
+    for client in &bench.clients {
+        for script in [
+            &bench.cad,
+            &bench.acquire_two_calls,
+            &bench.release_lock_only,
+        ] {
+            script.load(client).await.unwrap();
+        }
+    }
+    let protocols = std::env::var("PROTOCOLS").unwrap_or_else(|_| DEFAULT_PROTOCOLS.into());
+    let protocols: Vec<String> = protocols.split(',').map(str::to_string).collect();
+    sequential(&bench, &protocols).await;
+    for protocol in &protocols {
+        let rate = throughput(Arc::clone(&bench), protocol.clone()).await;
+        println!("{protocol:<12} {CLIENTS} clients: {rate:.0} cycles/s");
+    }
+}
+
+/// Sequential p50 of every protocol, taking turns in blocks (the first two rounds warm up).
+async fn sequential(bench: &Bench, protocols: &[String]) {
+    let mut samples: Vec<Vec<Duration>> = protocols.iter().map(|_| Vec::new()).collect();
+    for round in 0..12 {
+        for (i, protocol) in protocols.iter().enumerate() {
+            for _ in 0..250 {
+                let start = Instant::now();
+                cycle(bench, protocol, &format!("seq-{i}")).await;
+                if round >= 2 {
+                    samples[i].push(start.elapsed());
+                }
+            }
+        }
+    }
+    for (protocol, mut samples) in protocols.iter().zip(samples) {
+        samples.sort_unstable();
+        let p50 = samples[samples.len() / 2].as_secs_f64() * 1e6;
+        println!("{protocol:<12} sequential p50 {p50:.0} us");
+    }
+}
+
+/// Cycles per second of `CLIENTS` tasks, each on its own resource, over 3 s after 1 s of warm-up.
+async fn throughput(bench: Arc<Bench>, protocol: String) -> f64 {
+    let measure_from = Instant::now() + Duration::from_secs(1);
+    let end = measure_from + Duration::from_secs(3);
+    let counted = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let (bench, protocol, counted) =
+                (Arc::clone(&bench), protocol.clone(), Arc::clone(&counted));
+            tokio::spawn(async move {
+                let key = format!("par-{i}");
+                while Instant::now() < end {
+                    let started = Instant::now();
+                    cycle(&bench, &protocol, &key).await;
+                    if started >= measure_from {
+                        counted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    futures_util::future::join_all(workers).await;
+    counted.load(Ordering::Relaxed) as f64 / 3.0
+}
+
+/// One acquire (to all, until 3 grants) and one release (to all, every answer) of `key`.
+async fn cycle(bench: &Bench, protocol: &str, key: &str) {
+    let (acquire, release) = protocol.split_once('/').expect("ACQUIRE/RELEASE");
+    let id = LeaseId::random().to_string();
+    let mut grants: FuturesUnordered<_> = bench
+        .clients
+        .iter()
+        .map(|client| acquire_on(bench, client, acquire, key, &id))
+        .collect();
+    let mut granted = 0;
+    while let Some(grant) = grants.next().await {
+        granted += usize::from(grant);
+        if granted == 3 {
+            break;
+        }
+    }
+    assert_eq!(
+        granted, 3,
+        "{protocol}: an uncontended acquire lost its quorum"
+    );
+    let releases = bench
+        .clients
+        .iter()
+        .map(|client| release_on(bench, client, release, key, &id));
+    futures_util::future::join_all(releases).await;
+}
+
+fn acquire_on<'a>(
+    bench: &'a Bench,
+    client: &'a Client,
+    acquire: &str,
+    key: &'a str,
+    id: &str,
+) -> BoxFuture<'a, bool> {
+    let value = format!("{id}|bench");
+    let set = move |value: String| {
+        let expiry = Some(Expiration::PX(TTL_MS));
+        client.set::<Option<String>, _, _>(key, value, expiry, Some(SetOptions::NX), false)
+    };
+    match acquire {
+        "set" => Box::pin(async move { matches!(set(value).await, Ok(Some(_))) }),
+        "lua3" => {
+            let keys = vec![key.to_string(), format!("{key}:shadow"), "fence".into()];
+            let args = vec![id.to_string(), "bench".into(), TTL_MS.to_string()];
+            let call = SCRIPTS.acquire.evalsha::<i64, _, _, _>(client, keys, args);
+            Box::pin(async move { matches!(call.await, Ok(n) if n > 0) })
+        }
+        "lua2" => {
+            let keys = vec![key.to_string(), "fence".into()];
+            let args = vec![id.to_string(), "bench".into(), TTL_MS.to_string()];
+            let call = bench
+                .acquire_two_calls
+                .evalsha::<i64, _, _, _>(client, keys, args);
+            Box::pin(async move { matches!(call.await, Ok(n) if n > 0) })
+        }
+        "two" => Box::pin(async move {
+            let (set, _) = futures_util::join!(set(value), client.incr::<i64, _>("fence"));
+            matches!(set, Ok(Some(_)))
+        }),
+        "pipe2" => Box::pin(async move {
+            let pipeline = client.pipeline();
+            let expiry = Some(Expiration::PX(TTL_MS));
+            let nx = Some(SetOptions::NX);
+            let _: () = pipeline.set(key, value, expiry, nx, false).await.unwrap();
+            let _: () = pipeline.incr("fence").await.unwrap();
+            matches!(pipeline.all::<Vec<Value>>().await, Ok(v) if !v[0].is_null())
+        }),
+        other => panic!("unknown acquire {other}"),
+    }
+}
+
+fn release_on<'a>(
+    bench: &'a Bench,
+    client: &'a Client,
+    release: &str,
+    key: &'a str,
+    id: &str,
+) -> BoxFuture<'a, ()> {
+    let channel = format!("{key}:released");
+    let id = id.to_string();
+    let script = match release {
+        "cad" => {
+            let call = bench
+                .cad
+                .evalsha::<i64, _, _, _>(client, key, format!("{id}|bench"));
+            return Box::pin(async move { call.await.map(drop).unwrap() });
+        }
+        "rel4" => &SCRIPTS.release,
+        "rel3" => &bench.release_lock_only,
+        other => panic!("unknown release {other}"),
+    };
+    let keys = if release == "rel4" {
+        vec![key.to_string(), format!("{key}:shadow")]
+    } else {
+        vec![key.to_string()]
+    };
+    let call = script.evalsha::<i64, _, _, _>(client, keys, vec![id, channel]);
+    Box::pin(async move { call.await.map(drop).unwrap() })
+}
