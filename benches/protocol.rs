@@ -20,16 +20,19 @@
 //! | `rel3` | lock compared and deleted, PUBLISH (no shadow key) |
 //!
 //! `cargo bench --bench protocol` prints the sequential p50 (protocols taking turns in blocks
-//! of 250 cycles) and then 16-client throughput; `PROTOCOLS=set/cad,two/rel3` picks protocols.
+//! of 250 cycles) and then 16-client throughput (`PARALLEL_SECS`, default 3 s, after 1 s of
+//! warm-up); `PROTOCOLS=set/cad,two/rel3` picks protocols.
 
+#[path = "support/common.rs"]
+mod common;
 #[path = "../tests/it/support/redis_server.rs"]
 #[allow(dead_code)]
 mod redis_server;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{throughput, COMPARE_AND_DELETE, PARALLEL_CLIENTS};
 use fred::clients::Client;
 use fred::prelude::{Expiration, KeysInterface, SetOptions, Value};
 use fred::types::scripts::Script;
@@ -41,12 +44,8 @@ use redlease::{Fleet, FleetOptions, LeaseId};
 use tokio::time::Instant;
 
 const TTL_MS: i64 = 10_000;
-const CLIENTS: usize = 16;
 const DEFAULT_PROTOCOLS: &str = "set/cad,lua3/rel4,lua2/rel3,two/rel3,pipe2/rel3";
 
-const COMPARE_AND_DELETE: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0"#;
 const ACQUIRE_TWO_CALLS: &str = r#"
 local ok = redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'NX', 'PX', ARGV[3])
 if ok then return redis.call('INCR', KEYS[2]) end
@@ -93,9 +92,14 @@ async fn main() {
     let protocols = std::env::var("PROTOCOLS").unwrap_or_else(|_| DEFAULT_PROTOCOLS.into());
     let protocols: Vec<String> = protocols.split(',').map(str::to_string).collect();
     sequential(&bench, &protocols).await;
-    for protocol in &protocols {
-        let rate = throughput(Arc::clone(&bench), protocol.clone()).await;
-        println!("{protocol:<12} {CLIENTS} clients: {rate:.0} cycles/s");
+    for protocol in protocols {
+        let (shared, name) = (Arc::clone(&bench), protocol.clone());
+        let rate = throughput(move |i| {
+            let (bench, protocol) = (Arc::clone(&shared), name.clone());
+            async move { cycle(&bench, &protocol, &format!("par-{i}")).await }
+        })
+        .await;
+        println!("{protocol:<12} {PARALLEL_CLIENTS} clients: {rate:.0} cycles/s");
     }
 }
 
@@ -118,31 +122,6 @@ async fn sequential(bench: &Bench, protocols: &[String]) {
         let p50 = samples[samples.len() / 2].as_secs_f64() * 1e6;
         println!("{protocol:<12} sequential p50 {p50:.0} us");
     }
-}
-
-/// Cycles per second of `CLIENTS` tasks, each on its own resource, over 3 s after 1 s of warm-up.
-async fn throughput(bench: Arc<Bench>, protocol: String) -> f64 {
-    let measure_from = Instant::now() + Duration::from_secs(1);
-    let end = measure_from + Duration::from_secs(3);
-    let counted = Arc::new(AtomicU64::new(0));
-    let workers: Vec<_> = (0..CLIENTS)
-        .map(|i| {
-            let (bench, protocol, counted) =
-                (Arc::clone(&bench), protocol.clone(), Arc::clone(&counted));
-            tokio::spawn(async move {
-                let key = format!("par-{i}");
-                while Instant::now() < end {
-                    let started = Instant::now();
-                    cycle(&bench, &protocol, &key).await;
-                    if started >= measure_from {
-                        counted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    futures_util::future::join_all(workers).await;
-    counted.load(Ordering::Relaxed) as f64 / 3.0
 }
 
 /// One acquire (to all, until 3 grants) and one release (to all, every answer) of `key`.
@@ -225,21 +204,19 @@ fn release_on<'a>(
 ) -> BoxFuture<'a, ()> {
     let channel = format!("{key}:released");
     let id = id.to_string();
-    let script = match release {
+    let (script, keys) = match release {
         "cad" => {
             let call = bench
                 .cad
                 .evalsha::<i64, _, _, _>(client, key, format!("{id}|bench"));
             return Box::pin(async move { call.await.map(drop).unwrap() });
         }
-        "rel4" => &SCRIPTS.release,
-        "rel3" => &bench.release_lock_only,
+        "rel4" => (
+            &SCRIPTS.release,
+            vec![key.to_string(), format!("{key}:shadow")],
+        ),
+        "rel3" => (&bench.release_lock_only, vec![key.to_string()]),
         other => panic!("unknown release {other}"),
-    };
-    let keys = if release == "rel4" {
-        vec![key.to_string(), format!("{key}:shadow")]
-    } else {
-        vec![key.to_string()]
     };
     let call = script.evalsha::<i64, _, _, _>(client, keys, vec![id, channel]);
     Box::pin(async move { call.await.map(drop).unwrap() })

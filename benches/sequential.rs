@@ -9,14 +9,16 @@
 //! `cargo bench --bench sequential` (CYCLES=N to change the number of measured cycles;
 //! ONLY=engine|sidecar|baseline|parallel-engine|parallel-baseline to measure one path alone, e.g. under `perf record`).
 
+#[path = "support/common.rs"]
+mod common;
 #[path = "../tests/it/support/redis_server.rs"]
 #[allow(dead_code)]
 mod redis_server;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{throughput, COMPARE_AND_DELETE, PARALLEL_CLIENTS};
 use fred::prelude::{Expiration, KeysInterface, SetOptions};
 use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -29,10 +31,6 @@ use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
 const WARMUP: usize = 500;
-
-const COMPARE_AND_DELETE: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0"#;
 
 #[tokio::main]
 async fn main() {
@@ -57,14 +55,8 @@ async fn main() {
 
     // ONLY=engine|sidecar|baseline measures just that path (for profiling it alone).
     let only = std::env::var("ONLY").unwrap_or_default();
-    let measured = match only.as_str() {
-        "engine" => Some(measure(cycles, || engine_cycle(&engine, "bench")).await),
-        "sidecar" => Some(measure(cycles, || sidecar_cycle(&http, &base)).await),
-        "baseline" => Some(measure(cycles, || baseline_cycle(&clients, &script, "baseline")).await),
-        _ => None,
-    };
-    if let Some(measured) = measured {
-        report(&only, measured);
+    if let Some(path) = path_named(&only, &engine, &http, &base, (&clients, &script)) {
+        report(&only, measure_alone(cycles, path).await);
         return;
     }
     let engine = Arc::new(engine);
@@ -129,44 +121,6 @@ async fn main() {
         "throughput ratio engine/baseline: {:.2}",
         engine_rate / baseline_rate
     );
-}
-
-const PARALLEL_CLIENTS: usize = 16;
-
-/// Cycles per second of `PARALLEL_CLIENTS` tasks looping `cycle(client index)` for
-/// PARALLEL_SECS seconds (default 3), after a one-second warm-up.
-async fn throughput<F, Fut>(cycle: F) -> f64
-where
-    F: Fn(usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let secs: f64 = std::env::var("PARALLEL_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
-    let measure_from = Instant::now() + Duration::from_secs(1);
-    let end = measure_from + Duration::from_secs_f64(secs);
-    let cycle = Arc::new(cycle);
-    let counted = Arc::new(AtomicU64::new(0));
-    let workers: Vec<_> = (0..PARALLEL_CLIENTS)
-        .map(|i| {
-            let (counted, cycle) = (Arc::clone(&counted), Arc::clone(&cycle));
-            tokio::spawn(async move {
-                loop {
-                    let started = Instant::now();
-                    if started >= end {
-                        break;
-                    }
-                    cycle(i).await;
-                    if started >= measure_from {
-                        counted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    futures_util::future::join_all(workers).await;
-    counted.load(Ordering::Relaxed) as f64 / secs
 }
 
 /// A sidecar on the same masters, served in-process on 127.0.0.1:0; returns its base URL.
@@ -271,28 +225,28 @@ async fn measure_in_turns(cycles: usize, paths: &mut [Cycle<'_>]) -> Vec<Measure
         .collect()
 }
 
-async fn measure<F, Fut>(cycles: usize, mut cycle: F) -> Measured
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    for _ in 0..WARMUP {
-        cycle().await;
+/// The sequential path ONLY names (engine, sidecar, baseline), to measure it alone.
+fn path_named<'a>(
+    only: &str,
+    engine: &'a Redlock,
+    http: &'a reqwest::Client,
+    base: &'a str,
+    (clients, script): (&'a [fred::clients::Client], &'a Script),
+) -> Option<Cycle<'a>> {
+    match only {
+        "engine" => Some(Box::new(|| Box::pin(engine_cycle(engine, "bench")))),
+        "sidecar" => Some(Box::new(|| Box::pin(sidecar_cycle(http, base)))),
+        "baseline" => Some(Box::new(|| {
+            Box::pin(baseline_cycle(clients, script, "baseline"))
+        })),
+        _ => None,
     }
-    let mut samples = Vec::with_capacity(cycles);
-    let cpu_before = process::cpu_time().unwrap_or_default();
-    for _ in 0..cycles {
-        let start = Instant::now();
-        cycle().await;
-        samples.push(start.elapsed());
-    }
-    let cpu = process::cpu_time()
-        .unwrap_or_default()
-        .saturating_sub(cpu_before);
-    Measured {
-        samples,
-        cpu_per_cycle: cpu / cycles as u32,
-    }
+}
+
+/// `cycles` cycles of one path alone (after its warm-up).
+async fn measure_alone(cycles: usize, path: Cycle<'_>) -> Measured {
+    let mut measured = measure_in_turns(cycles, &mut [path]).await;
+    measured.pop().expect("one result per path")
 }
 
 /// One path's latencies and this process's CPU time per cycle (the client's side: engine,
