@@ -1,23 +1,23 @@
 //! What each master costs per acquire+release cycle under candidate lock protocols, without
-//! the engine around them: the raw-quorum baseline against redlease's scripts and against
-//! Lua-free or leaner alternatives, on 5 local masters through the same fred clients.
+//! the engine around them: the raw-quorum baseline against redlease's protocol and the
+//! alternatives it was chosen from, on 5 local masters through the same fred clients.
 //!
 //! Each protocol is `ACQUIRE/RELEASE`; every cycle sends the acquire to all 5 masters, waits
 //! for 3 grants, then sends the release to all 5 and waits for every answer.
 //!
 //! | acquire | per master |
 //! |---|---|
-//! | `set` | `SET lock v NX PX ttl` (the baseline: no fencing, no shadow check) |
-//! | `lua3` | `lua/acquire.lua`: EXISTS lock shadow, SET, INCR fence (redlease today) |
-//! | `lua2` | a script with SET NX PX, then INCR fence or PTTL (shadow folded into the lock key) |
-//! | `two` | `SET lock v NX PX ttl` and `INCR fence` sent together as two plain commands |
+//! | `set` | `SET lock v NX PX ttl` (the baseline: no fencing) |
+//! | `lua3` | the script redlease used before its shadow moved into the lock key: EXISTS lock shadow, SET, INCR fence |
+//! | `lua2` | a script with SET NX PX, then INCR fence or PTTL |
+//! | `two` | `SET lock v NX PX ttl` and `INCR fence` sent together as two plain commands (redlease) |
 //! | `pipe2` | the same two commands through fred's `Pipeline` |
 //!
 //! | release | per master |
 //! |---|---|
 //! | `cad` | compare-and-delete script (the baseline) |
-//! | `rel4` | `lua/release.lua`: lock and shadow compared and deleted, PUBLISH (redlease today) |
-//! | `rel3` | lock compared and deleted, PUBLISH (no shadow key) |
+//! | `rel4` | lock and shadow compared and deleted, PUBLISH (redlease's release before the move) |
+//! | `rel3` | `lua/release.lua`: lock compared and deleted, PUBLISH (redlease) |
 //!
 //! `cargo bench --bench protocol` prints the sequential p50 (protocols taking turns in blocks
 //! of 250 cycles) and then 16-client throughput (`PARALLEL_SECS`, default 3 s, after 1 s of
@@ -46,25 +46,43 @@ use tokio::time::Instant;
 const TTL_MS: i64 = 10_000;
 const DEFAULT_PROTOCOLS: &str = "set/cad,lua3/rel4,lua2/rel3,two/rel3,pipe2/rel3";
 
+/// What `lua/acquire.lua` was while the shadow had its own key.
+const ACQUIRE_WITH_SHADOW_KEY: &str = r#"
+if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'PX', ARGV[3])
+  return redis.call('INCR', KEYS[3])
+end
+local remaining = redis.call('PTTL', KEYS[1])
+if remaining == -2 then remaining = redis.call('PTTL', KEYS[2]) end
+if remaining < 0 then remaining = 0 end
+return -remaining"#;
+/// What `lua/release.lua` was while the shadow had its own key.
+const RELEASE_WITH_SHADOW_KEY: &str = r#"
+local deleted = 0
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 1, 32) == ARGV[1] then
+  deleted = redis.call('DEL', KEYS[1])
+end
+current = redis.call('GET', KEYS[2])
+if current and string.sub(current, 1, 32) == ARGV[1] then
+  deleted = deleted + redis.call('DEL', KEYS[2])
+end
+if deleted > 0 then
+  redis.call('PUBLISH', ARGV[2], ARGV[1])
+end
+return deleted"#;
 const ACQUIRE_TWO_CALLS: &str = r#"
 local ok = redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'NX', 'PX', ARGV[3])
 if ok then return redis.call('INCR', KEYS[2]) end
 return -redis.call('PTTL', KEYS[1])"#;
-const RELEASE_LOCK_ONLY: &str = r#"
-local current = redis.call('GET', KEYS[1])
-if current and string.sub(current, 1, 32) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[1])
-  return 1
-end
-return 0"#;
 
 /// The masters' clients and the scripts of every candidate.
 struct Bench {
     clients: Vec<Client>,
     cad: Script,
+    acquire_with_shadow_key: Script,
+    release_with_shadow_key: Script,
     acquire_two_calls: Script,
-    release_lock_only: Script,
 }
 
 #[tokio::main]
@@ -77,14 +95,17 @@ async fn main() {
     let bench = Arc::new(Bench {
         clients: fleet.nodes().iter().map(|n| n.client().clone()).collect(),
         cad: Script::from_lua(COMPARE_AND_DELETE),
+        acquire_with_shadow_key: Script::from_lua(ACQUIRE_WITH_SHADOW_KEY),
+        release_with_shadow_key: Script::from_lua(RELEASE_WITH_SHADOW_KEY),
         acquire_two_calls: Script::from_lua(ACQUIRE_TWO_CALLS),
-        release_lock_only: Script::from_lua(RELEASE_LOCK_ONLY),
     });
     for client in &bench.clients {
         for script in [
             &bench.cad,
+            &bench.acquire_with_shadow_key,
+            &bench.release_with_shadow_key,
             &bench.acquire_two_calls,
-            &bench.release_lock_only,
+            &SCRIPTS.release,
         ] {
             script.load(client).await.unwrap();
         }
@@ -168,7 +189,9 @@ fn acquire_on<'a>(
         "lua3" => {
             let keys = vec![key.to_string(), format!("{key}:shadow"), "fence".into()];
             let args = vec![id.to_string(), "bench".into(), TTL_MS.to_string()];
-            let call = SCRIPTS.acquire.evalsha::<i64, _, _, _>(client, keys, args);
+            let call = bench
+                .acquire_with_shadow_key
+                .evalsha::<i64, _, _, _>(client, keys, args);
             Box::pin(async move { matches!(call.await, Ok(n) if n > 0) })
         }
         "lua2" => {
@@ -212,10 +235,10 @@ fn release_on<'a>(
             return Box::pin(async move { call.await.map(drop).unwrap() });
         }
         "rel4" => (
-            &SCRIPTS.release,
+            &bench.release_with_shadow_key,
             vec![key.to_string(), format!("{key}:shadow")],
         ),
-        "rel3" => (&bench.release_lock_only, vec![key.to_string()]),
+        "rel3" => (&SCRIPTS.release, vec![key.to_string()]),
         other => panic!("unknown release {other}"),
     };
     let call = script.evalsha::<i64, _, _, _>(client, keys, vec![id, channel]);

@@ -1,10 +1,13 @@
--- shadow.lua: degraded-mode reservation; set our shadow where the lock is ours or free.
+-- shadow.lua: degraded-mode reservation. Where the lock is ours or free, (re)set it to our
+-- lease for the shadow TTL, so it outlives the renewals that cannot reach a quorum. The
+-- shadow is the lock key itself: the plain `SET NX` of every acquisition respects it, and
+-- the next renewal (extend.lua) sets the lock's own TTL back.
 -- KEYS[1]: lock key        (<prefix>lock:<resource>)
--- KEYS[2]: shadow key      (<prefix>shadow:<resource>)
 -- ARGV[1]: lease id        (32 lowercase hex digits)
 -- ARGV[2]: lease value     (<lease id>|<owner>)
 -- ARGV[3]: shadow ttl ms   (positive integer)
--- Returns: 1 shadow set (or refreshed); 0 refused (the lock or the shadow holds another lease).
+-- Returns: 1 reserved (the lock holds our lease for at least the shadow TTL);
+--          0 refused (the lock holds another lease).
 local lease_id, value, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if string.len(lease_id) ~= 32 or string.sub(value, 1, 33) ~= lease_id .. '|' then
   return redis.error_reply('ERR redlease: lease value must start with its lease id')
@@ -12,10 +15,17 @@ end
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then
   return redis.error_reply('ERR redlease: ttl must be a positive integer')
 end
-local prefix = lease_id .. '|'
-for _, key in ipairs({KEYS[1], KEYS[2]}) do
-  local current = redis.call('GET', key)
-  if current and string.sub(current, 1, 33) ~= prefix then return 0 end
+local current = redis.call('GET', KEYS[1])
+if not current then
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
+  return 1
 end
-redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
+if string.sub(current, 1, 33) ~= lease_id .. '|' then
+  return 0
+end
+-- Ours already: only ever lengthen it (a key without expiry, -1, is left alone).
+local remaining = redis.call('PTTL', KEYS[1])
+if remaining >= 0 and remaining < ttl then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
 return 1

@@ -12,10 +12,9 @@ pub const MAX_OWNER_BYTES: usize = 256;
 /// The names of everything one resource touches on a master.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceKeys {
-    /// `<prefix>lock:<resource>`: holds the lease value.
+    /// `<prefix>lock:<resource>`: holds the lease value (and, for a degraded lease, is its
+    /// shadow: the same key kept for the shadow TTL).
     pub lock: String,
-    /// `<prefix>shadow:<resource>`: the degraded-mode reservation.
-    pub shadow: String,
     /// `<prefix>fence`: the master's fencing counter (one per master, no TTL).
     pub fence: String,
     /// `<prefix>released:<resource>`: pub/sub channel announcing releases.
@@ -46,7 +45,6 @@ impl Keyspace {
         let p = &self.prefix;
         ResourceKeys {
             lock: format!("{p}lock:{resource}"),
-            shadow: format!("{p}shadow:{resource}"),
             fence: self.fence(),
             released_channel: format!("{p}released:{resource}"),
         }
@@ -112,7 +110,6 @@ mod tests {
     fn keys_live_under_the_prefix() {
         let keys = Keyspace::new("p:").resource("r");
         assert_eq!(keys.lock, "p:lock:r");
-        assert_eq!(keys.shadow, "p:shadow:r");
         assert_eq!(keys.fence, "p:fence");
         assert_eq!(keys.released_channel, "p:released:r");
     }

@@ -7,8 +7,8 @@
 //! - [`rtt`]: a pure sliding-window RTT estimator (takes `now`).
 //! - [`fleet`]: the N masters, one fred client each, with per-node timeout, RTT record and a
 //!   circuit breaker ([`fleet::health`]).
-//! - [`scripts`]: the Lua scripts of `lua/`, loaded with `include_str!` and called with EVALSHA
-//!   that reloads on NOSCRIPT.
+//! - [`scripts`]: what each master is sent: the acquisition's plain commands (`SET NX PX` and
+//!   `INCR`) and the Lua scripts of `lua/`, loaded with `include_str!` and called with EVALSHA.
 //! - [`redlock`]: the engine: acquire, extend and release fanned out to all masters, with the
 //!   pure quorum and validity arithmetic in [`redlock::quorum`].
 //! - [`fencing`]: fencing-token computation and the raise plan.

@@ -21,14 +21,14 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use self::calls::{
-    acquire_call, acquire_on, eval_on, release_call, AcquireEvent, Decision, ScriptCall,
+    acquire_commands, acquire_on, eval_on, release_call, AcquireEvent, Decision, ScriptCall,
 };
 use self::fanout::{fan_out, Fanout};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
 use crate::fleet::{CallError, Fleet, Node};
 use crate::keys::{validate_owner, validate_resource};
 use crate::metrics::{self, METRICS};
-use crate::scripts::{ExtendReply, SCRIPTS};
+use crate::scripts::SCRIPTS;
 use crate::{fencing, Error, LeaseId};
 pub use extend::Extension;
 pub use lease::{
@@ -136,12 +136,12 @@ impl Redlock {
         let start = Instant::now();
         let timeout = self.node_timeout(ttl, start);
         let (decision, decided) = watch::channel(Decision::Pending);
-        let call = acquire_call(&keys, id, owner, ttl);
+        let commands = acquire_commands(&keys, id, owner, ttl);
         let release = release_call(&keys, id);
         let mut events = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
             acquire_on(
                 node,
-                call.clone(),
+                commands.clone(),
                 release.clone(),
                 timeout,
                 decided.clone(),
@@ -367,7 +367,6 @@ impl Redlock {
                         ttl,
                         validity,
                         valid_until: now + validity,
-                        restored: count_restored(&votes),
                     }),
                     None => ExtendOutcome::NoQuorum(refusal(Shortfall::ValidityExpired)),
                 }
@@ -442,11 +441,6 @@ fn count_vote(tally: &mut Tally, vote: &NodeVote) {
     }
 }
 
-fn count_restored(votes: &[NodeVote]) -> usize {
-    let restored = NodeVote::Extend(ExtendReply::Restored);
-    votes.iter().filter(|vote| **vote == restored).count()
-}
-
 /// Tells every master's task to release, then waits (at most one node timeout past the
 /// acquisition's own) until every master has voted and each one that answered with a write
 /// has confirmed its release. Masters that timed out release in the background.
@@ -477,7 +471,7 @@ async fn abandon(mut attempt: Attempt, mut votes: Vec<NodeVote>, cause: Shortfal
 fn answered_with_write(vote: &NodeVote) -> bool {
     matches!(
         vote,
-        NodeVote::Granted { .. } | NodeVote::Failed(CallError::Reply(_))
+        NodeVote::Granted { .. } | NodeVote::Failed(CallError::Reply(_) | CallError::LostMemory)
     )
 }
 

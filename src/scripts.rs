@@ -1,16 +1,17 @@
-//! The Lua scripts of `lua/` (the only `include_str!` of them) and their typed replies.
+//! What the engine sends each master and the typed replies: the Lua scripts of `lua/` (the
+//! only `include_str!` of them) and the plain commands of an acquisition.
 //!
-//! Every master is an independent server, so scripts are called per node with EVALSHA that
-//! loads the script on NOSCRIPT (a restarted master has an empty script cache).
+//! Every master is an independent server, so scripts are called per node with EVALSHA
+//! (a restarted master has an empty script cache: see `fleet::node` for what NOSCRIPT does).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
+use fred::types::{Key, Value};
 
 /// One script per operation; each file opens with its KEYS/ARGV/Returns contract.
 pub struct Scripts {
-    pub acquire: Script,
     pub raise_fence: Script,
     pub release: Script,
     pub extend: Script,
@@ -19,7 +20,6 @@ pub struct Scripts {
 
 /// The scripts, hashed once per process.
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: Script::from_lua(include_str!("../lua/acquire.lua")),
     raise_fence: Script::from_lua(include_str!("../lua/raise_fence.lua")),
     release: Script::from_lua(include_str!("../lua/release.lua")),
     extend: Script::from_lua(include_str!("../lua/extend.lua")),
@@ -29,40 +29,60 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 // === impl Scripts ===
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 5] {
-        [
-            &self.acquire,
-            &self.raise_fence,
-            &self.release,
-            &self.extend,
-            &self.shadow,
-        ]
+    pub fn all(&self) -> [&Script; 4] {
+        [&self.raise_fence, &self.release, &self.extend, &self.shadow]
     }
 }
 
-/// What `acquire.lua` answered on one master.
+/// An acquisition's write to one master: two plain commands sent back to back on its
+/// connection, `SET <lock> <value> NX PX <ttl>` then `INCR <fence>`. The INCR runs whether
+/// the SET wrote or not: counters only ever grow, which is all fencing needs, and the pair
+/// costs the master far less than a script doing the same (see bench/). Built once per
+/// attempt, cloned per master (cheap: shared bytes).
+#[derive(Clone, Debug)]
+pub struct AcquireCommands {
+    /// `<prefix>lock:<resource>`
+    pub lock: Key,
+    /// `<lease id>|<owner>`
+    pub value: Value,
+    pub ttl_ms: i64,
+    /// `<prefix>fence`
+    pub fence: Key,
+}
+
+/// What an acquisition's commands answered on one master.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AcquireReply {
     /// The lock is ours here; the master's fence counter after its INCR.
     Granted { counter: u64 },
-    /// Another lease holds the lock or its shadow; its remaining time when it has one.
+    /// Another lease holds the lock (or its shadow, which is the lock key itself); its
+    /// remaining time when it has one.
     Refused { holder_remaining: Option<Duration> },
 }
 
 impl AcquireReply {
-    pub fn from_script(reply: i64) -> Self {
-        match reply {
-            1.. => Self::Granted {
-                counter: reply as u64,
-            },
-            0 => Self::Refused {
-                holder_remaining: None,
-            },
-            _ => Self::Refused {
-                holder_remaining: Some(Duration::from_millis(reply.unsigned_abs())),
-            },
+    /// From whether `SET NX` wrote, the counter after `INCR`, and, for a refusal, the lock's
+    /// `PTTL` when it came back (`-1`: no expiry; `-2`: gone since, so retrying at once is
+    /// worth it).
+    pub fn from_commands(written: bool, counter: u64, holder_pttl: Option<i64>) -> Self {
+        if written {
+            return Self::Granted { counter };
         }
+        let holder_remaining = match holder_pttl {
+            Some(-2) => Some(Duration::ZERO),
+            Some(ms) if ms >= 0 => Some(Duration::from_millis(ms as u64)),
+            _ => None,
+        };
+        Self::Refused { holder_remaining }
     }
+}
+
+/// Whether the counter an acquisition's `INCR` returned shows the master lost its memory.
+/// `floor` is the largest counter this process had seen from the master when the INCR was
+/// sent (a counter only grows, so a healthy master answers more); every master holds at least
+/// 1 once prepared (`fleet::membership`), so an INCR answering 1 found the key gone.
+pub fn fence_was_lost(counter: i64, floor: u64) -> bool {
+    counter <= floor.max(1) as i64
 }
 
 /// What `extend.lua` answered on one master.
@@ -70,11 +90,9 @@ impl AcquireReply {
 pub enum ExtendReply {
     /// The lock held our lease and was extended.
     Extended,
-    /// The lock had expired here but our shadow stood: the lock was re-set from it.
-    Restored,
     /// Nothing of ours is here (it expired or was force-released).
     Absent,
-    /// Another lease holds the lock or the shadow.
+    /// Another lease holds the lock.
     HeldByOther,
 }
 
@@ -82,7 +100,6 @@ impl ExtendReply {
     pub fn from_script(reply: i64) -> Self {
         match reply {
             1 => Self::Extended,
-            2 => Self::Restored,
             0 => Self::Absent,
             _ => Self::HeldByOther,
         }
@@ -90,6 +107,44 @@ impl ExtendReply {
 
     /// Whether our lease stands on this master after the call.
     pub fn is_ours(self) -> bool {
-        matches!(self, Self::Extended | Self::Restored)
+        self == Self::Extended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A written SET grants with the INCR's counter, whatever PTTL would say.
+    #[test]
+    fn a_written_set_grants_with_the_counter() {
+        let reply = AcquireReply::from_commands(true, 7, None);
+        assert_eq!(reply, AcquireReply::Granted { counter: 7 });
+    }
+
+    /// A refusal carries the holder's remaining time: none without expiry (or without a
+    /// PTTL answer), zero when the lock went away since the SET.
+    #[test]
+    fn a_refusal_reads_the_holders_pttl() {
+        let refused = |pttl| match AcquireReply::from_commands(false, 9, pttl) {
+            AcquireReply::Refused { holder_remaining } => holder_remaining,
+            granted => panic!("{granted:?}"),
+        };
+        assert_eq!(refused(Some(1500)), Some(Duration::from_millis(1500)));
+        assert_eq!(refused(Some(-2)), Some(Duration::ZERO));
+        assert_eq!(refused(Some(-1)), None);
+        assert_eq!(refused(None), None);
+    }
+
+    /// Prepared masters hold a counter of at least 1, so an INCR answering 1 found none; an
+    /// INCR answering no more than a counter seen before it was sent went backwards.
+    #[test]
+    fn a_counter_that_did_not_grow_means_the_fence_was_lost() {
+        assert!(fence_was_lost(1, 0));
+        assert!(fence_was_lost(0, 0));
+        assert!(!fence_was_lost(2, 0));
+        assert!(fence_was_lost(2, 5000), "flushed, then a second INCR");
+        assert!(fence_was_lost(5000, 5000));
+        assert!(!fence_was_lost(5001, 5000));
     }
 }

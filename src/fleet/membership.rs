@@ -1,6 +1,6 @@
-//! Preparing a master before it takes lock writes, on every (re)connection or NOSCRIPT:
-//! load the scripts, identify the server, apply restart quarantine, sync its fence counter
-//! from a quorum of the others, mark it as a fleet member.
+//! Preparing a master before it takes lock writes, on every (re)connection, NOSCRIPT or lost
+//! fence counter: load the scripts, identify the server, apply restart quarantine, sync its
+//! fence counter from a quorum of the others (at least 1), mark it as a fleet member.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -66,7 +66,11 @@ async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
     let Some(fleet) = fleet.upgrade() else {
         return;
     };
-    if standing != Standing::Member && !sync_fence(&fleet, node).await {
+    let fenced = match standing {
+        Standing::Member => raise_own_fence(&fleet, node, 1).await,
+        _ => sync_fence(&fleet, node).await,
+    };
+    if !fenced {
         tracing::warn!(node = node.index(), "fence sync failed; master stays out");
         return;
     }
@@ -76,6 +80,7 @@ async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
     {
         return;
     }
+    node.set_marked_here();
     node.set_quarantine(None);
     node.set_ready(true);
     tracing::info!(
@@ -91,7 +96,8 @@ async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<Standing> {
     if !node.load_scripts(PREPARE_STEP_TIMEOUT).await {
         return None;
     }
-    let fleet_marked = fleet.was_marked(node).await;
+    // A master this process marked is part of a marked fleet, fresh as the fleet was then.
+    let fleet_marked = node.marked_here() || fleet.was_marked(node).await;
     let marker = fleet.keyspace().marker();
     let (identity, has_marker) = node.identify(&marker, PREPARE_STEP_TIMEOUT).await?;
     let previous = node.swap_run_id(identity.run_id.clone());
@@ -125,7 +131,9 @@ async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<Standing> {
     Some(standing)
 }
 
-/// Raises the master's fence counter to the largest counter among the others. Needs answers
+/// Raises the master's fence counter to the largest counter among the others (at least 1, so
+/// an acquisition's INCR answering 1 shows a lost memory, see `scripts::fence_was_lost`).
+/// Needs answers
 /// from a quorum of the fleet among the others (all others when N ≤ 3), so the read meets
 /// every majority that could have issued the latest token.
 async fn sync_fence(fleet: &Fleet, node: &Node) -> bool {
@@ -147,12 +155,25 @@ async fn sync_fence(fleet: &Fleet, node: &Node) -> bool {
     if counters.len() < needed {
         return false;
     }
-    let target = counters.into_iter().max().unwrap_or(0);
+    let target = counters.into_iter().max().unwrap_or(0).max(1);
+    raise_own_fence(fleet, node, target).await
+}
+
+/// Max-assigns `target` to the master's fence counter: `true` once it holds at least that,
+/// which its acquisitions' INCRs must then exceed.
+async fn raise_own_fence(fleet: &Fleet, node: &Node, target: u64) -> bool {
+    let fence = fleet.keyspace().fence();
     let keys = vec![fence.as_str().into()];
     let args = vec![target.to_string().into()];
     let script = &SCRIPTS.raise_fence;
     let raised = node
         .eval::<i64>(script, keys, args, PREPARE_STEP_TIMEOUT, Admission::Always)
         .await;
-    matches!(raised, Ok(counter) if counter as u64 >= target)
+    match raised {
+        Ok(counter) if counter as u64 >= target => {
+            node.reset_fence_seen(counter as u64);
+            true
+        }
+        _ => false,
+    }
 }

@@ -1,13 +1,13 @@
 //! One Redis master: its fred client, the per-call timeout, its RTT record, its breaker and
 //! whether it may take lock writes (`ready`, maintained by `membership`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use fred::prelude::{ClientLike, ErrorKind, KeysInterface, LuaInterface};
 use fred::types::scripts::Script;
-use fred::types::{CustomCommand, FromValue, Key, Value};
+use fred::types::{CustomCommand, Expiration, FromValue, Key, SetOptions, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -15,7 +15,7 @@ use super::health::Breaker;
 use super::quarantine::{parse_info, Identity};
 use crate::metrics::{self, METRICS};
 use crate::rtt::RttWindow;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{fence_was_lost, AcquireCommands, AcquireReply, SCRIPTS};
 
 /// Why a call to one master produced no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -32,6 +32,11 @@ pub enum CallError {
     /// The master answered with an error reply.
     #[error("error reply: {0}")]
     Reply(String),
+    /// The master's fence counter was gone when an acquisition INCRed it: it lost its memory
+    /// (a restart without persistence not yet seen as a reconnect, or a FLUSHALL). Its vote
+    /// does not count, and it is prepared again (restart quarantine) before it takes writes.
+    #[error("lost its memory (fence counter gone)")]
+    LostMemory,
 }
 
 /// Whether a call goes out while the master may not take lock writes.
@@ -55,6 +60,8 @@ pub struct Node {
     preparing: AtomicBool,
     /// Asks the fleet's membership task to prepare this master (again).
     prepare_tx: mpsc::UnboundedSender<usize>,
+    /// The largest fence counter seen from this master since it was last prepared.
+    fence_seen: AtomicU64,
     state: Mutex<NodeState>,
 }
 
@@ -65,6 +72,9 @@ struct NodeState {
     run_id: Option<String>,
     /// Set while the master must not vote before this instant and then needs a fence sync.
     quarantine: Option<Instant>,
+    /// This process set the fleet marker here: losing it later means a lost memory, even in
+    /// a fleet that was fresh when this process came.
+    marked_here: bool,
 }
 
 // === impl Node ===
@@ -82,6 +92,7 @@ impl Node {
             breaker,
             run_id: None,
             quarantine: None,
+            marked_here: false,
         };
         Arc::new(Self {
             index,
@@ -90,6 +101,7 @@ impl Node {
             ready: AtomicBool::new(false),
             preparing: AtomicBool::new(false),
             prepare_tx,
+            fence_seen: AtomicU64::new(0),
             state: Mutex::new(state),
         })
     }
@@ -146,6 +158,58 @@ impl Node {
         let call = Box::pin(self.evalsha(script, keys, args, admission));
         let result = tokio::time::timeout(timeout, call).await;
         self.settle(result, start)
+    }
+
+    /// Runs an acquisition's two commands here within `timeout`, recording their round trip
+    /// and feeding the breaker; when the SET was refused, a `PTTL` of the lock follows (in
+    /// what is left of `timeout`) to tell the holder's remaining time. Lock writes are sent
+    /// once, only to a master that is up.
+    ///
+    /// NOSCRIPT cannot reveal a restarted master here (no script runs), so the fence counter
+    /// does: an INCR answering no more than a counter seen before it was sent (or 1, the key
+    /// gone) turns the vote into [`CallError::LostMemory`] and the master is prepared again,
+    /// as NOSCRIPT does for the scripted writes.
+    pub async fn acquire(
+        &self,
+        commands: &AcquireCommands,
+        timeout: Duration,
+    ) -> Result<AcquireReply, CallError> {
+        if !self.admit() {
+            return Err(CallError::Down);
+        }
+        let floor = self.fence_seen.load(Ordering::Acquire);
+        let start = Instant::now();
+        // Boxed for the reason `eval` gives.
+        let pair = Box::pin(self.set_nx_and_incr(commands));
+        let result = tokio::time::timeout(timeout, pair).await;
+        let (written, counter) = self.settle(result, start)?;
+        if fence_was_lost(counter, floor) {
+            tracing::warn!(
+                node = self.index,
+                counter,
+                floor,
+                "fence counter went back: memory lost"
+            );
+            self.set_ready_false_and_prepare();
+            return Err(CallError::LostMemory);
+        }
+        self.fence_seen.fetch_max(counter as u64, Ordering::AcqRel);
+        let holder_pttl = if written {
+            None
+        } else {
+            let left = timeout.saturating_sub(start.elapsed());
+            let pttl = self.client.pttl::<i64, _>(commands.lock.clone());
+            tokio::time::timeout(left, pttl)
+                .await
+                .ok()
+                .and_then(Result::ok)
+        };
+        // The counter is at least 2 here (`fence_was_lost` caught anything smaller).
+        Ok(AcquireReply::from_commands(
+            written,
+            counter as u64,
+            holder_pttl,
+        ))
     }
 
     /// PINGs this master within `timeout`, feeding the RTT window and the breaker.
@@ -206,6 +270,19 @@ impl Node {
 
     pub(super) fn quarantine(&self) -> Option<Instant> {
         self.state().quarantine
+    }
+
+    /// The fence counter a preparation left here: later INCRs must answer more.
+    pub(super) fn reset_fence_seen(&self, counter: u64) {
+        self.fence_seen.store(counter, Ordering::Release);
+    }
+
+    pub(super) fn marked_here(&self) -> bool {
+        self.state().marked_here
+    }
+
+    pub(super) fn set_marked_here(&self) {
+        self.state().marked_here = true;
     }
 
     pub(super) fn set_quarantine(&self, until: Option<Instant>) {
@@ -279,6 +356,24 @@ impl Node {
             self.set_ready_false_and_prepare();
         }
         result
+    }
+
+    /// `SET lock value NX PX ttl` and `INCR fence`, both enqueued on the connection on the
+    /// first poll, so they travel together: whether the SET wrote, and the counter.
+    async fn set_nx_and_incr(
+        &self,
+        commands: &AcquireCommands,
+    ) -> Result<(bool, i64), fred::error::Error> {
+        let set = self.client.set::<Value, _, _>(
+            commands.lock.clone(),
+            commands.value.clone(),
+            Some(Expiration::PX(commands.ttl_ms)),
+            Some(SetOptions::NX),
+            false,
+        );
+        let incr = self.client.incr::<i64, _>(commands.fence.clone());
+        let (set, incr) = futures_util::future::join(set, incr).await;
+        Ok((!set?.is_null(), incr?))
     }
 
     fn settle<R>(

@@ -165,7 +165,8 @@ fn settle(
     }
     let was_degraded = record.state == LeaseState::Degraded;
     let event = if shadowed == Shadowed::Yes {
-        // The shadow lends its validity; the lock keeps its own TTL for the next renewal.
+        // The shadow lends its validity; the lease keeps its own TTL, which the next renewal
+        // sets back on the lock key.
         record.lease.validity = renewal.validity;
         record.lease.valid_until = renewal.valid_until;
         record.state = LeaseState::Degraded;

@@ -1,6 +1,6 @@
-//! What each master's call does (driven by a [`super::fanout::Fanout`]), and the script
-//! payloads it sends: the acquire write (with its chained release when the grant is
-//! abandoned), lock writes that vote, and ungated script calls.
+//! What each master's call does (driven by a [`super::fanout::Fanout`]), and the payloads it
+//! sends: the acquire write (plain commands, with its chained release when the grant is
+//! abandoned), scripted lock writes that vote, and ungated script calls.
 
 use std::sync::Arc;
 use std::task::Poll;
@@ -14,7 +14,7 @@ use super::fanout::Reply;
 use super::NodeVote;
 use crate::fleet::{Admission, CallError, Node};
 use crate::keys::ResourceKeys;
-use crate::scripts::{AcquireReply, SCRIPTS};
+use crate::scripts::{AcquireCommands, AcquireReply, SCRIPTS};
 use crate::LeaseId;
 
 /// What the engine decided about a grant, told to every master's task.
@@ -45,14 +45,13 @@ pub(super) struct ScriptCall {
 /// is dropped — the release, sent on the same connection after the write.
 pub(super) async fn acquire_on(
     node: Arc<Node>,
-    call: ScriptCall,
+    commands: AcquireCommands,
     release: ScriptCall,
     timeout: Duration,
     mut decided: watch::Receiver<Decision>,
     reply: Reply<AcquireEvent>,
 ) {
-    let script = &SCRIPTS.acquire;
-    let write = node.eval(script, call.keys, call.args, timeout, Admission::WhenUp);
+    let write = node.acquire(&commands, timeout);
     tokio::pin!(write);
     let first_poll = futures_util::poll!(&mut write);
     reply.send(AcquireEvent::Sent);
@@ -88,8 +87,8 @@ pub(super) async fn acquire_on(
     }
 }
 
-pub(super) fn acquire_vote(result: Result<i64, CallError>) -> NodeVote {
-    match result.map(AcquireReply::from_script) {
+pub(super) fn acquire_vote(result: Result<AcquireReply, CallError>) -> NodeVote {
+    match result {
         Ok(AcquireReply::Granted { counter }) => NodeVote::Granted { counter },
         Ok(AcquireReply::Refused { holder_remaining }) => NodeVote::Refused { holder_remaining },
         Err(error) => NodeVote::Failed(error),
@@ -139,23 +138,18 @@ pub(super) async fn eval_on(
     reply.send(result);
 }
 
-pub(super) fn acquire_call(
+pub(super) fn acquire_commands(
     keys: &ResourceKeys,
     id: LeaseId,
     owner: &str,
     ttl: Duration,
-) -> ScriptCall {
-    ScriptCall {
-        keys: vec![
-            Key::from(keys.lock.as_str()),
-            Key::from(keys.shadow.as_str()),
-            Key::from(keys.fence.as_str()),
-        ],
-        args: vec![
-            Value::from(id.to_string()),
-            Value::from(owner),
-            Value::from(ttl.as_millis().to_string()),
-        ],
+) -> AcquireCommands {
+    AcquireCommands {
+        lock: Key::from(keys.lock.as_str()),
+        value: Value::from(id.value_for(owner)),
+        // Checked against max_ttl before any write: far below i64::MAX ms.
+        ttl_ms: ttl.as_millis() as i64,
+        fence: Key::from(keys.fence.as_str()),
     }
 }
 
@@ -166,7 +160,7 @@ pub(super) fn shadow_call(
     shadow_ttl: Duration,
 ) -> ScriptCall {
     ScriptCall {
-        keys: lock_and_shadow(keys),
+        keys: vec![Key::from(keys.lock.as_str())],
         args: vec![
             Value::from(id.to_string()),
             Value::from(id.value_for(owner)),
@@ -177,17 +171,10 @@ pub(super) fn shadow_call(
 
 pub(super) fn release_call(keys: &ResourceKeys, id: LeaseId) -> ScriptCall {
     ScriptCall {
-        keys: lock_and_shadow(keys),
+        keys: vec![Key::from(keys.lock.as_str())],
         args: vec![
             Value::from(id.to_string()),
             Value::from(keys.released_channel.as_str()),
         ],
     }
-}
-
-fn lock_and_shadow(keys: &ResourceKeys) -> Vec<Key> {
-    vec![
-        Key::from(keys.lock.as_str()),
-        Key::from(keys.shadow.as_str()),
-    ]
 }

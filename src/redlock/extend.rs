@@ -128,16 +128,15 @@ impl Redlock {
     }
 }
 
-/// KEYS lock₁, shadow₁, lock₂, shadow₂, …; ARGV id₁, ttl₁, id₂, ttl₂, …
+/// KEYS lock₁, lock₂, …; ARGV id₁, ttl₁, id₂, ttl₂, …
 fn batch_call(engine: &Redlock, batch: &[Extension], sent: &[usize]) -> ScriptCall {
     let keyspace = engine.fleet().keyspace();
-    let mut keys = Vec::with_capacity(sent.len() * 2);
+    let mut keys = Vec::with_capacity(sent.len());
     let mut args = Vec::with_capacity(sent.len() * 2);
     for &i in sent {
         let extension = &batch[i];
         let names = keyspace.resource(&extension.resource);
         keys.push(Key::from(names.lock));
-        keys.push(Key::from(names.shadow));
         args.push(Value::from(extension.id.to_string()));
         args.push(Value::from(extension.ttl.as_millis().to_string()));
     }

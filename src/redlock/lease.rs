@@ -50,8 +50,6 @@ pub struct Renewal {
     /// `ttl − elapsed − drift`, measured from the start of this renewal.
     pub validity: Duration,
     pub valid_until: Instant,
-    /// Masters where the lock had expired and was restored from our shadow.
-    pub restored: usize,
 }
 
 /// One master's answer to a lock write.

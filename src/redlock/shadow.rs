@@ -1,7 +1,8 @@
 //! Shadow reservation: the degraded-mode fallback when a renewal could not reach a quorum
-//! because masters were slow or unreachable. `shadow.lua` sets `shadow:{resource}` to our
-//! lease where the lock is ours or free; acquisitions respect it, so a quorum of shadows keeps
-//! the resource ours for the shadow TTL while the lock keys cannot be renewed.
+//! because masters were slow or unreachable. `shadow.lua` (re)sets the lock key itself to our
+//! lease for the shadow TTL where it is ours or free; acquisitions respect it like any lock,
+//! so a quorum of shadows keeps the resource ours for the shadow TTL while renewals cannot get
+//! through, and the next renewal that does sets the lock's own TTL back (recovered).
 
 use std::time::Duration;
 

@@ -207,6 +207,35 @@ async fn a_restarted_master_takes_no_votes_during_quarantine() {
     assert!(fleet.fence(0) >= token, "rejoined without its fence raised");
 }
 
+/// A master that loses its memory while connected (FLUSHALL: no reconnect, no NOSCRIPT) gives
+/// away a held lock on its next SET NX; its fence counter going back voids that vote, so it
+/// cannot complete a second majority, and it is quarantined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_lost_its_memory_while_connected_does_not_vote() {
+    let fleet = TestFleet::start(5);
+    let engine = fleet.engine_with(short_leases()).await;
+    let held = engine.acquire("job", "a", SHORT_TTL).await.unwrap();
+    let token = held.lease().expect("granted").fencing_token;
+    engine.settle(Duration::from_secs(2)).await;
+    // The holder's majority is now masters 0, 1 and 2; master 0 then forgets it.
+    for i in [3, 4] {
+        fleet.command(i, &["DEL", "redlease:lock:job"]);
+    }
+    fleet.command(0, &["FLUSHALL"]);
+
+    let contender = engine.acquire("job", "b", SHORT_TTL).await.unwrap();
+    let refusal = contender.refusal().expect("a second majority was granted");
+    assert_eq!(
+        refusal.votes[0],
+        redlease::redlock::NodeVote::Failed(redlease::fleet::CallError::LostMemory)
+    );
+    assert_eq!(fleet.lock_keys_on(&[0, 3, 4]), Vec::<String>::new());
+    let node = &engine.fleet().nodes()[0];
+    assert_eventually!(node.is_quarantined(Instant::now()), 5, "not quarantined");
+    engine.all_up().await;
+    assert!(fleet.fence(0) > token, "rejoined without its fence raised");
+}
+
 /// A process that first meets a master lacking the fleet marker, while the others have it,
 /// treats it as restarted `uptime` ago and quarantines it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
