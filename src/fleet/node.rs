@@ -198,7 +198,7 @@ impl Node {
             None
         } else {
             let left = timeout.saturating_sub(start.elapsed());
-            let pttl = self.client.pttl::<i64, _>(commands.lock.clone());
+            let pttl = Box::pin(self.client.pttl::<i64, _>(commands.lock.clone()));
             tokio::time::timeout(left, pttl)
                 .await
                 .ok()

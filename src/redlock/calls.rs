@@ -51,8 +51,9 @@ pub(super) async fn acquire_on(
     mut decided: watch::Receiver<Decision>,
     reply: Reply<AcquireEvent>,
 ) {
-    let write = node.acquire(&commands, timeout);
-    tokio::pin!(write);
+    // Boxed: the per-master futures are moved as the fan-out starts, and this one would
+    // otherwise carry the whole write (a fred command future is kilobytes).
+    let mut write = Box::pin(node.acquire(&commands, timeout));
     let first_poll = futures_util::poll!(&mut write);
     reply.send(AcquireEvent::Sent);
     let result = match first_poll {
