@@ -31,8 +31,18 @@ pub use quarantine::DEFAULT_QUARANTINE;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a long-running fleet PINGs every master.
 pub const DEFAULT_PROBE_PERIOD: Duration = Duration::from_millis(500);
-/// Upper bound fred puts on any command (our per-node timeouts are far shorter).
-const CLIENT_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// What fred bounds each command by on a client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CommandBound {
+    /// None: every command of a lock client already runs under our own per-node timeout,
+    /// and fred's would cost a timer per command.
+    OursOnly,
+    /// A generous bound (pub/sub clients, whose (un)subscribes may be left to finish alone).
+    Generous,
+}
+
+/// fred's bound for `CommandBound::Generous` (our per-node timeouts are far shorter).
+const GENEROUS_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Settings of the fleet.
 #[derive(Clone, Debug)]
@@ -93,7 +103,7 @@ impl Fleet {
         let (prepare_tx, prepare_rx) = mpsc::unbounded_channel();
         let mut nodes = Vec::with_capacity(urls.len());
         for (index, url) in urls.iter().enumerate() {
-            let client = build_client(url, options)?;
+            let client = build_client(url, options, CommandBound::OursOnly)?;
             let rtt = RttWindow::new(options.rtt_window, now);
             let breaker = Breaker::new(options.breaker_threshold, options.probe_interval);
             let url = mask_credentials(url);
@@ -326,6 +336,7 @@ fn prepare_on_every_connection(node: &Arc<Node>) {
 pub(crate) fn build_client(
     url: &str,
     options: &FleetOptions,
+    bound: CommandBound,
 ) -> Result<fred::clients::Client, Error> {
     let invalid = |reason: String| Error::InvalidMaster {
         url: mask_credentials(url),
@@ -352,7 +363,12 @@ pub(crate) fn build_client(
                 ..TcpConfig::default()
             };
         })
-        .with_performance_config(|p| p.default_command_timeout = CLIENT_COMMAND_TIMEOUT)
+        .with_performance_config(|p| {
+            p.default_command_timeout = match bound {
+                CommandBound::OursOnly => Duration::ZERO,
+                CommandBound::Generous => GENEROUS_COMMAND_TIMEOUT,
+            }
+        })
         .set_policy(ReconnectPolicy::new_exponential(0, 10, 1_000, 2));
     builder.build().map_err(|e| invalid(e.details().into()))
 }

@@ -17,7 +17,7 @@ use futures_util::FutureExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::fleet::{build_client, FleetOptions};
+use crate::fleet::{build_client, CommandBound, FleetOptions};
 use crate::redlock::{retry_delay, AcquireOutcome, EngineOptions, Redlock, Refusal};
 use crate::Error;
 
@@ -76,7 +76,7 @@ impl Wakeups {
     pub fn connect(urls: &[String], options: &FleetOptions) -> Result<Arc<Self>, Error> {
         let clients = urls
             .iter()
-            .map(|url| build_client(url, options))
+            .map(|url| build_client(url, options, CommandBound::Generous))
             .collect::<Result<Vec<_>, _>>()?;
         let hub = Arc::new(Self {
             queues: Mutex::new(HashMap::new()),
