@@ -133,9 +133,8 @@ async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<Standing> {
 
 /// Raises the master's fence counter to the largest counter among the others (at least 1, so
 /// an acquisition's INCR answering 1 shows a lost memory, see `scripts::fence_was_lost`).
-/// Needs answers
-/// from a quorum of the fleet among the others (all others when N ≤ 3), so the read meets
-/// every majority that could have issued the latest token.
+/// Needs answers from a quorum of the fleet among the others (all others when N ≤ 3), so the
+/// read meets every majority that could have issued the latest token.
 async fn sync_fence(fleet: &Fleet, node: &Node) -> bool {
     let fence = fleet.keyspace().fence();
     let others: Vec<&Arc<Node>> = fleet

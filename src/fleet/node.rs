@@ -32,10 +32,11 @@ pub enum CallError {
     /// The master answered with an error reply.
     #[error("error reply: {0}")]
     Reply(String),
-    /// The master's fence counter was gone when an acquisition INCRed it: it lost its memory
-    /// (a restart without persistence not yet seen as a reconnect, or a FLUSHALL). Its vote
-    /// does not count, and it is prepared again (restart quarantine) before it takes writes.
-    #[error("lost its memory (fence counter gone)")]
+    /// The master's fence counter went back (or was gone) when an acquisition INCRed it: it
+    /// lost its memory (a restart without persistence not yet seen as a reconnect, or a
+    /// FLUSHALL). Its vote does not count, and it is prepared again (restart quarantine)
+    /// before it takes writes.
+    #[error("lost its memory (fence counter went back)")]
     LostMemory,
 }
 
