@@ -121,7 +121,7 @@ impl Redlock {
     }
 
     /// One attempt to take `resource` for `owner` for `ttl`.
-    #[tracing::instrument(level = "debug", skip(self), fields(ttl_ms = ttl.as_millis() as u64))]
+    #[tracing::instrument(skip(self), fields(ttl_ms = ttl.as_millis() as u64))]
     pub async fn acquire(
         &self,
         resource: &str,
@@ -218,7 +218,7 @@ impl Redlock {
     /// among them (no majority can hold the lease any more), or once every master that is up
     /// answered. The slower masters' releases are already enqueued on their connections, ahead
     /// of any later write there, and finish in the background ([`Redlock::settle`] waits for them).
-    #[tracing::instrument(level = "debug", skip(self), fields(lease = %id))]
+    #[tracing::instrument(skip(self), fields(lease = %id))]
     pub async fn release(&self, resource: &str, id: LeaseId) -> Result<ReleaseOutcome, Error> {
         validate_resource(resource)?;
         let keys = self.fleet.keyspace().resource(resource);

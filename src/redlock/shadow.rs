@@ -21,7 +21,7 @@ impl Redlock {
     /// Sets our shadow for `shadow_ttl` on every master where the lock is ours or free, each
     /// master bounded by `timeout`. `Extended` when a quorum took it (validity from the
     /// shadow); `Lost` when a majority said another lease holds the resource.
-    #[tracing::instrument(level = "debug", skip(self, owner), fields(lease = %id, shadow_ttl_ms = shadow_ttl.as_millis() as u64))]
+    #[tracing::instrument(skip(self, owner), fields(lease = %id, shadow_ttl_ms = shadow_ttl.as_millis() as u64))]
     pub async fn reserve_shadow(
         &self,
         resource: &str,
