@@ -44,10 +44,15 @@ impl Keyspace {
     pub fn resource(&self, resource: &str) -> ResourceKeys {
         let p = &self.prefix;
         ResourceKeys {
-            lock: format!("{p}lock:{resource}"),
+            lock: self.lock(resource),
             fence: self.fence(),
             released_channel: format!("{p}released:{resource}"),
         }
+    }
+
+    /// `<prefix>lock:<resource>` alone (renewals need no other key).
+    pub fn lock(&self, resource: &str) -> String {
+        format!("{}lock:{resource}", self.prefix)
     }
 
     pub fn fence(&self) -> String {
@@ -110,6 +115,7 @@ mod tests {
     fn keys_live_under_the_prefix() {
         let keys = Keyspace::new("p:").resource("r");
         assert_eq!(keys.lock, "p:lock:r");
+        assert_eq!(Keyspace::new("p:").lock("r"), keys.lock);
         assert_eq!(keys.fence, "p:fence");
         assert_eq!(keys.released_channel, "p:released:r");
     }

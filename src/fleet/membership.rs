@@ -66,9 +66,10 @@ async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
     let Some(fleet) = fleet.upgrade() else {
         return;
     };
+    let fence = fleet.keyspace().fence();
     let fenced = match standing {
-        Standing::Member => raise_own_fence(&fleet, node, 1).await,
-        _ => sync_fence(&fleet, node).await,
+        Standing::Member => raise_own_fence(node, &fence, 1).await,
+        _ => sync_fence(&fleet, node, &fence).await,
     };
     if !fenced {
         tracing::warn!(node = node.index(), "fence sync failed; master stays out");
@@ -135,8 +136,7 @@ async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<Standing> {
 /// an acquisition's INCR answering 1 shows a lost memory, see `scripts::fence_was_lost`).
 /// Needs answers from a quorum of the fleet among the others (all others when N ≤ 3), so the
 /// read meets every majority that could have issued the latest token.
-async fn sync_fence(fleet: &Fleet, node: &Node) -> bool {
-    let fence = fleet.keyspace().fence();
+async fn sync_fence(fleet: &Fleet, node: &Node, fence: &str) -> bool {
     let others: Vec<&Arc<Node>> = fleet
         .nodes()
         .iter()
@@ -145,7 +145,7 @@ async fn sync_fence(fleet: &Fleet, node: &Node) -> bool {
     let needed = quorum_of(fleet.len()).min(others.len());
     let reads = others
         .iter()
-        .map(|n| n.get_counter(&fence, PREPARE_STEP_TIMEOUT));
+        .map(|n| n.get_counter(fence, PREPARE_STEP_TIMEOUT));
     let counters: Vec<u64> = futures_util::future::join_all(reads)
         .await
         .into_iter()
@@ -155,14 +155,13 @@ async fn sync_fence(fleet: &Fleet, node: &Node) -> bool {
         return false;
     }
     let target = counters.into_iter().max().unwrap_or(0).max(1);
-    raise_own_fence(fleet, node, target).await
+    raise_own_fence(node, fence, target).await
 }
 
-/// Max-assigns `target` to the master's fence counter: `true` once it holds at least that,
-/// which its acquisitions' INCRs must then exceed.
-async fn raise_own_fence(fleet: &Fleet, node: &Node, target: u64) -> bool {
-    let fence = fleet.keyspace().fence();
-    let keys = vec![fence.as_str().into()];
+/// Max-assigns `target` to the master's fence counter (`fence`, its key): `true` once it
+/// holds at least that, which its acquisitions' INCRs must then exceed.
+async fn raise_own_fence(node: &Node, fence: &str, target: u64) -> bool {
+    let keys = vec![fence.into()];
     let args = vec![target.to_string().into()];
     let script = &SCRIPTS.raise_fence;
     let raised = node

@@ -135,8 +135,7 @@ fn batch_call(engine: &Redlock, batch: &[Extension], sent: &[usize]) -> ScriptCa
     let mut args = Vec::with_capacity(sent.len() * 2);
     for &i in sent {
         let extension = &batch[i];
-        let names = keyspace.resource(&extension.resource);
-        keys.push(Key::from(names.lock));
+        keys.push(Key::from(keyspace.lock(&extension.resource)));
         args.push(Value::from(extension.id.to_string()));
         args.push(Value::from(extension.ttl.as_millis().to_string()));
     }

@@ -177,6 +177,6 @@ impl ReleaseOutcome {
     /// A quorum answered and one of them deleted the lease: no majority can hold it any more,
     /// so the caller need not wait for the slower masters.
     pub(crate) fn settles(&self, quorum: usize) -> bool {
-        self.answered >= quorum && self.deleted_on > 0
+        self.answered >= quorum && self.released()
     }
 }
