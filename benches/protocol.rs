@@ -43,6 +43,10 @@ use redlease::scripts::SCRIPTS;
 use redlease::{Fleet, FleetOptions, LeaseId};
 use tokio::time::Instant;
 
+/// The allocator the `redlease` binary uses (src/main.rs), for every protocol alike.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const TTL_MS: i64 = 10_000;
 const DEFAULT_PROTOCOLS: &str = "set/cad,lua3/rel4,lua2/rel3,two/rel3,pipe2/rel3";
 

@@ -29,6 +29,11 @@ use redlease::server::Sidecar;
 use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
 use tokio::time::Instant;
 
+/// The allocator the `redlease` binary uses (src/main.rs), for both the engine and the
+/// baseline: with glibc's malloc both lose to arena-lock wake-ups between the two workers.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const TTL: Duration = Duration::from_secs(10);
 const WARMUP: usize = 500;
 

@@ -1,5 +1,11 @@
 //! The `redlease` binary: everything lives in the library; this only hands over to it.
 
+/// mimalloc instead of glibc's malloc: the engine's per-master calls allocate on one worker
+/// thread and free on another, and glibc's arena locks then cost a futex wake-up per
+/// acquire+release cycle under load (bench/results.md, "Allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     redlease::cli::main()
 }

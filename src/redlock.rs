@@ -255,7 +255,7 @@ impl Redlock {
         &self,
         nodes: impl IntoIterator<Item = &'a Arc<Node>>,
         script: &'static Script,
-        call: ScriptCall,
+        call: Arc<ScriptCall>,
         timeout: Duration,
     ) -> Fanout<Result<i64, CallError>> {
         fan_out(&self.tasks, nodes, |node, reply| {
@@ -333,10 +333,10 @@ impl Redlock {
         if plan.to_raise.is_empty() {
             return 0;
         }
-        let call = ScriptCall {
+        let call = Arc::new(ScriptCall {
             keys: vec![Key::from(self.fleet.keyspace().fence())],
             args: vec![Value::from(plan.token.to_string())],
-        };
+        });
         let nodes = plan.to_raise.iter().map(|&i| &self.fleet.nodes()[i]);
         let mut replies = self.send_ungated(nodes, &SCRIPTS.raise_fence, call, timeout);
         let mut raised = 0;

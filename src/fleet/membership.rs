@@ -161,11 +161,17 @@ async fn sync_fence(fleet: &Fleet, node: &Node, fence: &str) -> bool {
 /// Max-assigns `target` to the master's fence counter (`fence`, its key): `true` once it
 /// holds at least that, which its acquisitions' INCRs must then exceed.
 async fn raise_own_fence(node: &Node, fence: &str, target: u64) -> bool {
-    let keys = vec![fence.into()];
-    let args = vec![target.to_string().into()];
+    let keys = [fence.into()];
+    let args = [target.to_string().into()];
     let script = &SCRIPTS.raise_fence;
     let raised = node
-        .eval::<i64>(script, keys, args, PREPARE_STEP_TIMEOUT, Admission::Always)
+        .eval::<i64>(
+            script,
+            &keys,
+            &args,
+            PREPARE_STEP_TIMEOUT,
+            Admission::Always,
+        )
         .await;
     match raised {
         Ok(counter) if counter as u64 >= target => {

@@ -1,6 +1,8 @@
 //! One Redis master: its fred client, the per-call timeout, its RTT record, its breaker and
 //! whether it may take lock writes (`ready`, maintained by `membership`).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -142,11 +144,12 @@ impl Node {
     }
 
     /// Runs `script` here within `timeout`, recording the round trip and feeding the breaker.
-    pub async fn eval<R: FromValue + Send>(
+    /// `keys` and `args` are copied into the command (their bytes are shared, not copied).
+    pub async fn eval<R: FromValue + Send + 'static>(
         &self,
         script: &Script,
-        keys: Vec<Key>,
-        args: Vec<Value>,
+        keys: &[Key],
+        args: &[Value],
         timeout: Duration,
         admission: Admission,
     ) -> Result<R, CallError> {
@@ -154,10 +157,8 @@ impl Node {
             return Err(CallError::Down);
         }
         let start = Instant::now();
-        // Boxed: fred's command future is kilobytes, and every fan-out moves its per-master
-        // futures around; moving a pointer instead halved the engine's CPU per cycle (bench/).
-        let call = Box::pin(self.evalsha(script, keys, args, admission));
-        let result = tokio::time::timeout(timeout, call).await;
+        let result =
+            tokio::time::timeout(timeout, self.evalsha(script, keys, args, admission)).await;
         self.settle(result, start)
     }
 
@@ -180,9 +181,7 @@ impl Node {
         }
         let floor = self.fence_seen.load(Ordering::Acquire);
         let start = Instant::now();
-        // Boxed for the reason `eval` gives.
-        let pair = Box::pin(self.set_nx_and_incr(commands));
-        let result = tokio::time::timeout(timeout, pair).await;
+        let result = tokio::time::timeout(timeout, self.set_nx_and_incr(commands)).await;
         let (written, counter) = self.settle(result, start)?;
         if fence_was_lost(counter, floor) {
             tracing::warn!(
@@ -342,37 +341,62 @@ impl Node {
     /// run, and re-sending it later could put it behind a release of the same lease. The
     /// master is prepared again (scripts, identity, quarantine) before it takes writes.
     /// Releases and fence raises reload and retry at once: running them late is harmless.
-    async fn evalsha<R: FromValue + Send>(
+    async fn evalsha<R: FromValue + Send + 'static>(
         &self,
         script: &Script,
-        keys: Vec<Key>,
-        args: Vec<Value>,
+        keys: &[Key],
+        args: &[Value],
         admission: Admission,
     ) -> Result<R, fred::error::Error> {
-        if admission == Admission::Always {
-            return script.evalsha_with_reload(&self.client, keys, args).await;
+        let result = self.send_evalsha(script, keys, args).await;
+        let noscript = matches!(&result, Err(e) if e.details().starts_with("NOSCRIPT"));
+        match admission {
+            _ if !noscript => result,
+            Admission::WhenUp => {
+                self.set_ready_false_and_prepare();
+                result
+            }
+            Admission::Always => Box::pin(self.reload_and_evalsha(script, keys, args)).await,
         }
-        let result = self.client.evalsha(script.sha1().clone(), keys, args).await;
-        if matches!(&result, Err(e) if e.details().starts_with("NOSCRIPT")) {
-            self.set_ready_false_and_prepare();
-        }
-        result
+    }
+
+    /// Sends one EVALSHA. Every fred command future is kilobytes; boxing it where it is made
+    /// keeps the futures that wrap it (and the fan-outs that move them) small.
+    fn send_evalsha<R: FromValue + Send + 'static>(
+        &self,
+        script: &Script,
+        keys: &[Key],
+        args: &[Value],
+    ) -> Pin<Box<impl Future<Output = Result<R, fred::error::Error>> + Send + '_>> {
+        let sha = script.sha1().clone();
+        Box::pin(self.client.evalsha(sha, keys.to_vec(), args.to_vec()))
+    }
+
+    async fn reload_and_evalsha<R: FromValue + Send + 'static>(
+        &self,
+        script: &Script,
+        keys: &[Key],
+        args: &[Value],
+    ) -> Result<R, fred::error::Error> {
+        script.load(&self.client).await?;
+        self.send_evalsha(script, keys, args).await
     }
 
     /// `SET lock value NX PX ttl` and `INCR fence`, both enqueued on the connection on the
-    /// first poll, so they travel together: whether the SET wrote, and the counter.
+    /// first poll, so they travel together: whether the SET wrote, and the counter. Each
+    /// command's future is boxed where it is made, as in `send_evalsha`.
     async fn set_nx_and_incr(
         &self,
         commands: &AcquireCommands,
     ) -> Result<(bool, i64), fred::error::Error> {
-        let set = self.client.set::<Value, _, _>(
+        let set = Box::pin(self.client.set::<Value, _, _>(
             commands.lock.clone(),
             commands.value.clone(),
             Some(Expiration::PX(commands.ttl_ms)),
             Some(SetOptions::NX),
             false,
-        );
-        let incr = self.client.incr::<i64, _>(commands.fence.clone());
+        ));
+        let incr = Box::pin(self.client.incr::<i64, _>(commands.fence.clone()));
         let (set, incr) = futures_util::future::join(set, incr).await;
         Ok((!set?.is_null(), incr?))
     }

@@ -34,8 +34,7 @@ pub(super) enum AcquireEvent {
     Released,
 }
 
-/// The payload of one script call, built once and cloned per master (cheap: shared bytes).
-#[derive(Clone)]
+/// The payload of one script call, built once and shared by every master's call.
 pub(super) struct ScriptCall {
     pub(super) keys: Vec<Key>,
     pub(super) args: Vec<Value>,
@@ -46,14 +45,12 @@ pub(super) struct ScriptCall {
 pub(super) async fn acquire_on(
     node: Arc<Node>,
     commands: AcquireCommands,
-    release: ScriptCall,
+    release: Arc<ScriptCall>,
     timeout: Duration,
     mut decided: watch::Receiver<Decision>,
     reply: Reply<AcquireEvent>,
 ) {
-    // Boxed: the per-master futures are moved as the fan-out starts, and this one would
-    // otherwise carry the whole write (a fred command future is kilobytes).
-    let mut write = Box::pin(node.acquire(&commands, timeout));
+    let mut write = std::pin::pin!(node.acquire(&commands, timeout));
     let first_poll = futures_util::poll!(&mut write);
     reply.send(AcquireEvent::Sent);
     let result = match first_poll {
@@ -78,8 +75,8 @@ pub(super) async fn acquire_on(
         let _ = node
             .eval::<i64>(
                 script,
-                release.keys,
-                release.args,
+                &release.keys,
+                &release.args,
                 timeout,
                 Admission::Always,
             )
@@ -100,13 +97,13 @@ pub(super) fn acquire_vote(result: Result<AcquireReply, CallError>) -> NodeVote 
 pub(super) async fn vote_on(
     node: Arc<Node>,
     script: &'static Script,
-    call: ScriptCall,
+    call: Arc<ScriptCall>,
     timeout: Duration,
     to_vote: fn(i64) -> NodeVote,
     reply: Reply<NodeVote>,
 ) {
     let result = node
-        .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
+        .eval(script, &call.keys, &call.args, timeout, Admission::WhenUp)
         .await;
     reply.send(result.map_or_else(NodeVote::Failed, to_vote));
 }
@@ -116,12 +113,12 @@ pub(super) async fn vote_on(
 pub(super) async fn eval_values_on(
     node: Arc<Node>,
     script: &'static Script,
-    call: ScriptCall,
+    call: Arc<ScriptCall>,
     timeout: Duration,
     reply: Reply<Result<Vec<i64>, CallError>>,
 ) {
     let result = node
-        .eval(script, call.keys, call.args, timeout, Admission::WhenUp)
+        .eval(script, &call.keys, &call.args, timeout, Admission::WhenUp)
         .await;
     reply.send(result);
 }
@@ -129,12 +126,12 @@ pub(super) async fn eval_values_on(
 pub(super) async fn eval_on(
     node: Arc<Node>,
     script: &'static Script,
-    call: ScriptCall,
+    call: Arc<ScriptCall>,
     timeout: Duration,
     reply: Reply<Result<i64, CallError>>,
 ) {
     let result = node
-        .eval(script, call.keys, call.args, timeout, Admission::Always)
+        .eval(script, &call.keys, &call.args, timeout, Admission::Always)
         .await;
     reply.send(result);
 }
@@ -159,23 +156,23 @@ pub(super) fn shadow_call(
     id: LeaseId,
     owner: &str,
     shadow_ttl: Duration,
-) -> ScriptCall {
-    ScriptCall {
+) -> Arc<ScriptCall> {
+    Arc::new(ScriptCall {
         keys: vec![Key::from(keys.lock.as_str())],
         args: vec![
             Value::from(id.to_string()),
             Value::from(id.value_for(owner)),
             Value::from(shadow_ttl.as_millis().to_string()),
         ],
-    }
+    })
 }
 
-pub(super) fn release_call(keys: &ResourceKeys, id: LeaseId) -> ScriptCall {
-    ScriptCall {
+pub(super) fn release_call(keys: &ResourceKeys, id: LeaseId) -> Arc<ScriptCall> {
+    Arc::new(ScriptCall {
         keys: vec![Key::from(keys.lock.as_str())],
         args: vec![
             Value::from(id.to_string()),
             Value::from(keys.released_channel.as_str()),
         ],
-    }
+    })
 }

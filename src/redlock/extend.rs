@@ -2,6 +2,7 @@
 //! judged by its own quorum. `extend` is a batch of one; [`super::batch`] gathers the
 //! renewals that fall due together.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
@@ -129,7 +130,7 @@ impl Redlock {
 }
 
 /// KEYS lock₁, lock₂, …; ARGV id₁, ttl₁, id₂, ttl₂, …
-fn batch_call(engine: &Redlock, batch: &[Extension], sent: &[usize]) -> ScriptCall {
+fn batch_call(engine: &Redlock, batch: &[Extension], sent: &[usize]) -> Arc<ScriptCall> {
     let keyspace = engine.fleet().keyspace();
     let mut keys = Vec::with_capacity(sent.len());
     let mut args = Vec::with_capacity(sent.len() * 2);
@@ -139,7 +140,7 @@ fn batch_call(engine: &Redlock, batch: &[Extension], sent: &[usize]) -> ScriptCa
         args.push(Value::from(extension.id.to_string()));
         args.push(Value::from(extension.ttl.as_millis().to_string()));
     }
-    ScriptCall { keys, args }
+    Arc::new(ScriptCall { keys, args })
 }
 
 /// The vote for entry `j` of a batch of `len` in one master's answer.
