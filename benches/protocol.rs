@@ -20,10 +20,11 @@
 //! | `rel3` | `lua/release.lua`: lock compared and deleted, PUBLISH (redlease) |
 //!
 //! `cargo bench --bench protocol` prints the sequential p50 (protocols taking turns in blocks
-//! of 250 cycles) and then 16-client throughput (`PARALLEL_SECS`, default 3 s, after 1 s of
-//! warm-up); `PROTOCOLS=set/cad,two/rel3` picks protocols.
+//! of 250 cycles) and then 16-client throughput (`PARALLEL_SECS`, default 3 s per protocol, the
+//! protocols taking turns in half-second windows); `PROTOCOLS=set/cad,two/rel3` picks protocols.
 
 #[path = "support/common.rs"]
+#[allow(dead_code)]
 mod common;
 #[path = "../tests/it/support/redis_server.rs"]
 #[allow(dead_code)]
@@ -32,7 +33,7 @@ mod redis_server;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{throughput, COMPARE_AND_DELETE, PARALLEL_CLIENTS};
+use common::{throughput_in_turns, ParallelCycle, COMPARE_AND_DELETE, PARALLEL_CLIENTS};
 use fred::clients::Client;
 use fred::prelude::{Expiration, KeysInterface, SetOptions, Value};
 use fred::types::scripts::Script;
@@ -117,13 +118,19 @@ async fn main() {
     let protocols = std::env::var("PROTOCOLS").unwrap_or_else(|_| DEFAULT_PROTOCOLS.into());
     let protocols: Vec<String> = protocols.split(',').map(str::to_string).collect();
     sequential(&bench, &protocols).await;
-    for protocol in protocols {
-        let (shared, name) = (Arc::clone(&bench), protocol.clone());
-        let rate = throughput(move |i| {
-            let (bench, protocol) = (Arc::clone(&shared), name.clone());
-            async move { cycle(&bench, &protocol, &format!("par-{i}")).await }
+    let paths: Vec<Arc<ParallelCycle>> = protocols
+        .iter()
+        .map(|protocol| {
+            let (shared, name) = (Arc::clone(&bench), protocol.clone());
+            let path: Arc<ParallelCycle> = Arc::new(move |i| {
+                let (bench, protocol) = (Arc::clone(&shared), name.clone());
+                Box::pin(async move { cycle(&bench, &protocol, &format!("par-{i}")).await })
+            });
+            path
         })
-        .await;
+        .collect();
+    let rates = throughput_in_turns(&paths).await;
+    for (protocol, rate) in protocols.iter().zip(rates) {
         println!("{protocol:<12} {PARALLEL_CLIENTS} clients: {rate:.0} cycles/s");
     }
 }

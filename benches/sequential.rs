@@ -7,10 +7,12 @@
 //! weigh on each alike.
 //!
 //! `cargo bench --bench sequential` (CYCLES=N to change the number of measured cycles;
-//! ONLY=engine|sidecar|baseline|parallel-engine|parallel-baseline to measure one path alone, e.g. under `perf record`).
+//! ONLY=engine|sidecar|sidecar-lean|baseline|parallel-engine|parallel-baseline to measure one path alone, e.g. under `perf record`).
 
 #[path = "support/common.rs"]
 mod common;
+#[path = "support/http.rs"]
+mod http;
 #[path = "../tests/it/support/redis_server.rs"]
 #[allow(dead_code)]
 mod redis_server;
@@ -18,7 +20,9 @@ mod redis_server;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{throughput, COMPARE_AND_DELETE, PARALLEL_CLIENTS};
+use common::{
+    throughput, throughput_in_turns, ParallelCycle, COMPARE_AND_DELETE, PARALLEL_CLIENTS,
+};
 use fred::prelude::{Expiration, KeysInterface, SetOptions};
 use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -57,10 +61,11 @@ async fn main() {
 
     let base = start_sidecar(&urls).await;
     let http = reqwest::Client::new();
+    let raw = tokio::sync::Mutex::new(http::RawHttp::connect(&base).await.unwrap());
 
-    // ONLY=engine|sidecar|baseline measures just that path (for profiling it alone).
+    // ONLY=engine|sidecar|sidecar-lean|baseline measures just that path (for profiling it alone).
     let only = std::env::var("ONLY").unwrap_or_default();
-    if let Some(path) = path_named(&only, &engine, &http, &base, (&clients, &script)) {
+    if let Some(path) = path_named(&only, &engine, (&http, &raw, &base), (&clients, &script)) {
         report(&only, measure_alone(cycles, path).await);
         return;
     }
@@ -88,12 +93,14 @@ async fn main() {
     let mut paths: Vec<Cycle<'_>> = vec![
         Box::new(|| Box::pin(engine_cycle(&engine, "bench"))),
         Box::new(|| Box::pin(sidecar_cycle(&http, &base))),
+        Box::new(|| Box::pin(sidecar_raw_cycle(&raw))),
         Box::new(|| Box::pin(baseline_cycle(&clients, &script, "baseline"))),
     ];
     let mut measured = measure_in_turns(cycles, &mut paths).await.into_iter();
     let mut next = || measured.next().expect("one result per path");
     let engine_p50 = report("engine (acquire+release)", next());
-    let sidecar_p50 = report("sidecar over HTTP", next());
+    let sidecar_p50 = report("sidecar over HTTP (reqwest)", next());
+    let sidecar_raw_p50 = report("sidecar over HTTP (lean client)", next());
     let baseline_p50 = report("raw quorum baseline", next());
     drop(paths);
     println!(
@@ -101,23 +108,29 @@ async fn main() {
         engine_p50 / baseline_p50
     );
     println!(
-        "p50 ratio sidecar/baseline: {:.2}",
+        "p50 ratio sidecar (reqwest)/baseline: {:.2}",
         sidecar_p50 / baseline_p50
     );
+    println!(
+        "p50 ratio sidecar (lean client)/baseline: {:.2}",
+        sidecar_raw_p50 / baseline_p50
+    );
 
-    // 16 clients at once, each on its own resource: throughput.
+    // 16 clients at once, each on its own resource: throughput, the two taking turns.
     let shared_engine = Arc::clone(&engine);
-    let engine_rate = throughput(move |i| {
+    let engine_path: Arc<ParallelCycle> = Arc::new(move |i| {
         let engine = Arc::clone(&shared_engine);
-        async move { engine_cycle(&engine, &format!("bench-{i}")).await }
-    })
-    .await;
+        Box::pin(async move { engine_cycle(&engine, &format!("bench-{i}")).await })
+    });
     let shared = Arc::new((clients, script));
-    let baseline_rate = throughput(move |i| {
+    let baseline_path: Arc<ParallelCycle> = Arc::new(move |i| {
         let shared = Arc::clone(&shared);
-        async move { baseline_cycle(&shared.0, &shared.1, &format!("baseline-{i}")).await }
-    })
-    .await;
+        Box::pin(
+            async move { baseline_cycle(&shared.0, &shared.1, &format!("baseline-{i}")).await },
+        )
+    });
+    let rates = throughput_in_turns(&[engine_path, baseline_path]).await;
+    let (engine_rate, baseline_rate) = (rates[0], rates[1]);
     println!("parallel engine ({PARALLEL_CLIENTS} clients): {engine_rate:.0} cycles/s");
     println!(
         "parallel raw quorum baseline ({PARALLEL_CLIENTS} clients): {baseline_rate:.0} cycles/s"
@@ -157,6 +170,21 @@ async fn sidecar_cycle(http: &reqwest::Client, base: &str) {
         .await
         .unwrap();
     assert_eq!(released.status(), 200);
+}
+
+/// The same cycle through [`http::RawHttp`]: one keep-alive connection read and written in
+/// this task, as a lean app client would.
+async fn sidecar_raw_cycle(raw: &tokio::sync::Mutex<http::RawHttp>) {
+    let mut raw = raw.lock().await;
+    let body = r#"{"owner":"bench","ttl_ms":10000,"auto_renew":false}"#;
+    let acquired = raw
+        .send("POST", "/v1/locks/bench-raw/acquire", Some(body))
+        .await;
+    assert_eq!(acquired.status, 200, "uncontended acquire");
+    let lease: serde_json::Value = serde_json::from_slice(&acquired.body).unwrap();
+    let id = lease["lease_id"].as_str().unwrap();
+    let released = raw.send("DELETE", &format!("/v1/leases/{id}"), None).await;
+    assert_eq!(released.status, 200);
 }
 
 async fn engine_cycle(engine: &Redlock, resource: &str) {
@@ -234,13 +262,17 @@ async fn measure_in_turns(cycles: usize, paths: &mut [Cycle<'_>]) -> Vec<Measure
 fn path_named<'a>(
     only: &str,
     engine: &'a Redlock,
-    http: &'a reqwest::Client,
-    base: &'a str,
+    (http, raw, base): (
+        &'a reqwest::Client,
+        &'a tokio::sync::Mutex<http::RawHttp>,
+        &'a str,
+    ),
     (clients, script): (&'a [fred::clients::Client], &'a Script),
 ) -> Option<Cycle<'a>> {
     match only {
         "engine" => Some(Box::new(|| Box::pin(engine_cycle(engine, "bench")))),
         "sidecar" => Some(Box::new(|| Box::pin(sidecar_cycle(http, base)))),
+        "sidecar-lean" => Some(Box::new(|| Box::pin(sidecar_raw_cycle(raw)))),
         "baseline" => Some(Box::new(|| {
             Box::pin(baseline_cycle(clients, script, "baseline"))
         })),
