@@ -1,7 +1,9 @@
 //! Running one call per master at once and collecting their answers as they come.
 //!
 //! The per-master futures are driven inside the caller's own task (no spawn, no cross-task
-//! wake-up per answer: on a 2-core machine those hops cost more than the Redis round trip).
+//! wake-up per answer: on a 2-core machine those hops cost more than the Redis round trip),
+//! in a `FuturesUnordered`, so an answer polls only the call it woke (a joined future polls
+//! every unfinished call on each wake-up, each through its fred command).
 //! A caller that returns at quorum (or is cancelled) drops its [`Fanout`], which hands the
 //! unfinished calls to a tracked task: the slower masters' calls still run to completion, their
 //! RTT is recorded, and any clean-up chained after a write (see `acquire_on`) still runs after
@@ -10,7 +12,9 @@
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -31,12 +35,12 @@ impl<T> Reply<T> {
     }
 }
 
-type Calls = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Calls = FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>>;
 
 /// The calls of one fan-out and the answers they sent.
 pub(crate) struct Fanout<T> {
     answers: mpsc::UnboundedReceiver<(usize, T)>,
-    /// Every master's call, joined; `None` once all have finished.
+    /// Every master's call still running; `None` once all have finished.
     calls: Option<Calls>,
     tasks: TaskTracker,
     /// Counts this fan-out as in flight for [`TaskTracker::wait`] (the engine's `settle`).
@@ -49,7 +53,7 @@ impl<T> Fanout<T> {
     pub(crate) async fn recv(&mut self) -> Option<(usize, T)> {
         poll_fn(|cx| {
             if let Some(calls) = self.calls.as_mut() {
-                if calls.as_mut().poll(cx).is_ready() {
+                if drive(calls, cx).is_ready() {
                     // Drops the calls' senders, so the channel ends once drained.
                     self.calls = None;
                 }
@@ -65,12 +69,13 @@ impl<T> Drop for Fanout<T> {
         let Some(mut calls) = self.calls.take() else {
             return;
         };
-        if calls.as_mut().now_or_never().is_some() {
+        let mut finish = poll_fn(move |cx| drive(&mut calls, cx));
+        if (&mut finish).now_or_never().is_some() {
             return;
         }
         // Outside a runtime (it is shutting down) the calls can no longer run: they are dropped.
         if tokio::runtime::Handle::try_current().is_ok() {
-            self.tasks.spawn(calls);
+            self.tasks.spawn(finish);
         }
     }
 }
@@ -87,23 +92,34 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let (tx, answers) = mpsc::unbounded_channel();
-    let calls: Vec<Fut> = nodes
+    let mut calls: Calls = nodes
         .into_iter()
         .map(|node| {
             let reply = Reply {
                 index: node.index(),
                 tx: tx.clone(),
             };
-            per_node(Arc::clone(node), reply)
+            let call: Pin<Box<dyn Future<Output = ()> + Send>> =
+                Box::pin(per_node(Arc::clone(node), reply));
+            call
         })
         .collect();
-    let mut calls: Calls = Box::pin(futures_util::future::join_all(calls).map(|_| ()));
     // Each call enqueues its command on its first poll: do that now, before the caller waits.
-    let finished = (&mut calls).now_or_never().is_some();
+    let finished = poll_fn(|cx| drive(&mut calls, cx)).now_or_never().is_some();
     Fanout {
         answers,
         calls: (!finished).then_some(calls),
         tasks: tasks.clone(),
         _in_flight: tasks.token(),
     }
+}
+
+/// Polls the calls that were woken; ready once every call has finished.
+fn drive(calls: &mut Calls, cx: &mut Context<'_>) -> Poll<()> {
+    while let Poll::Ready(finished) = calls.poll_next_unpin(cx) {
+        if finished.is_none() {
+            return Poll::Ready(());
+        }
+    }
+    Poll::Pending
 }
