@@ -8,38 +8,52 @@
 //! unfinished calls to a tracked task: the slower masters' calls still run to completion, their
 //! RTT is recorded, and any clean-up chained after a write (see `acquire_on`) still runs after
 //! that write was sent.
+//!
+//! Answers go into a queue the caller reads after driving the calls, not through a channel:
+//! both sides run in the same task, and a channel's wake-up of its own reader would poll that
+//! task once more for nothing after every answer.
 
+use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use tokio::sync::mpsc;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
 use crate::fleet::Node;
 
+/// Answers not yet read, as `(node index, answer)`.
+type Answers<T> = Arc<Mutex<VecDeque<(usize, T)>>>;
+
 /// The way back from one master's call to the caller.
 pub(crate) struct Reply<T> {
     index: usize,
-    tx: mpsc::UnboundedSender<(usize, T)>,
+    answers: Answers<T>,
 }
 
 impl<T> Reply<T> {
-    /// Reports `value` for this master; ignored once the caller stopped listening.
+    /// Reports `value` for this master; unread once the caller stopped listening.
     pub(crate) fn send(&self, value: T) {
-        let _ = self.tx.send((self.index, value));
+        lock(&self.answers).push_back((self.index, value));
     }
+}
+
+fn lock<T>(answers: &Answers<T>) -> std::sync::MutexGuard<'_, VecDeque<(usize, T)>> {
+    // Pushes and pops only: a poisoned queue is still consistent.
+    answers
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 type Calls = FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>>;
 
 /// The calls of one fan-out and the answers they sent.
 pub(crate) struct Fanout<T> {
-    answers: mpsc::UnboundedReceiver<(usize, T)>,
+    answers: Answers<T>,
     /// Every master's call still running; `None` once all have finished.
     calls: Option<Calls>,
     tasks: TaskTracker,
@@ -52,13 +66,22 @@ impl<T> Fanout<T> {
     /// call has finished and its answers were read.
     pub(crate) async fn recv(&mut self) -> Option<(usize, T)> {
         poll_fn(|cx| {
-            if let Some(calls) = self.calls.as_mut() {
-                if drive(calls, cx).is_ready() {
-                    // Drops the calls' senders, so the channel ends once drained.
-                    self.calls = None;
-                }
+            if let Some(answer) = lock(&self.answers).pop_front() {
+                return Poll::Ready(Some(answer));
             }
-            self.answers.poll_recv(cx)
+            let Some(calls) = self.calls.as_mut() else {
+                return Poll::Ready(None);
+            };
+            // Registers this task with every pending call, so any answer wakes it.
+            let finished = drive(calls, cx).is_ready();
+            if finished {
+                self.calls = None;
+            }
+            match lock(&self.answers).pop_front() {
+                Some(answer) => Poll::Ready(Some(answer)),
+                None if finished => Poll::Ready(None),
+                None => Poll::Pending,
+            }
         })
         .await
     }
@@ -91,13 +114,13 @@ where
     F: Fn(Arc<Node>, Reply<T>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let (tx, answers) = mpsc::unbounded_channel();
+    let answers: Answers<T> = Arc::default();
     let mut calls: Calls = nodes
         .into_iter()
         .map(|node| {
             let reply = Reply {
                 index: node.index(),
-                tx: tx.clone(),
+                answers: Arc::clone(&answers),
             };
             let call: Pin<Box<dyn Future<Output = ()> + Send>> =
                 Box::pin(per_node(Arc::clone(node), reply));
