@@ -2,7 +2,7 @@
 
 /// mimalloc instead of glibc's malloc: the engine's per-master calls allocate on one worker
 /// thread and free on another, and glibc's arena locks then cost a futex wake-up per
-/// acquire+release cycle under load (bench/results.md, "Allocator").
+/// acquire+release cycle under load (README: The library, Measured).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
