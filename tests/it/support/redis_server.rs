@@ -1,4 +1,5 @@
-//! A real `redis-server` on a kernel-chosen loopback port, in a temp dir, killed on drop.
+//! A real `redis-server` on a kernel-chosen loopback port, in a temp dir, killed on drop (and
+//! when the thread that started it exits, so a killed run leaves no server behind).
 //!
 //! `$REDIS_SERVER_BIN` overrides the binary. The server can be paused (SIGSTOP), resumed,
 //! stopped and restarted on the same port (with empty memory: `--save ""`, no AOF).
@@ -119,8 +120,20 @@ fn free_port() -> u16 {
 }
 
 fn spawn(port: u16, dir: &TempDir) -> Result<Child, String> {
+    use std::os::unix::process::CommandExt;
     let log = log_path(dir);
-    let mut child = Command::new(binary())
+    let mut command = Command::new(binary());
+    // SAFETY: the closure runs in the forked child before exec and only makes one syscall
+    // (prctl), which is async-signal-safe. The server is killed when the thread that started
+    // it exits, so a killed test or bench run leaves no server behind; every server is started
+    // by the thread that owns it (a test's body, the bench's main) and dropped before that
+    // thread ends.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+    let mut child = command
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .arg("--dir")
