@@ -156,10 +156,8 @@ impl Node {
         if admission == Admission::WhenUp && !self.admit() {
             return Err(CallError::Down);
         }
-        let start = Instant::now();
-        let result =
-            tokio::time::timeout(timeout, self.evalsha(script, keys, args, admission)).await;
-        self.settle(result, start)
+        let call = self.evalsha(script, keys, args, admission);
+        self.timed(Instant::now(), timeout, call).await
     }
 
     /// Runs an acquisition's two commands here within `timeout`, recording their round trip
@@ -181,8 +179,8 @@ impl Node {
         }
         let floor = self.fence_seen.load(Ordering::Acquire);
         let start = Instant::now();
-        let result = tokio::time::timeout(timeout, self.set_nx_and_incr(commands)).await;
-        let (written, counter) = self.settle(result, start)?;
+        let pair = self.set_nx_and_incr(commands);
+        let (written, counter) = self.timed(start, timeout, pair).await?;
         if fence_was_lost(counter, floor) {
             tracing::warn!(
                 node = self.index,
@@ -214,10 +212,8 @@ impl Node {
 
     /// PINGs this master within `timeout`, feeding the RTT window and the breaker.
     pub async fn ping(&self, timeout: Duration) -> bool {
-        let start = Instant::now();
         let ping = self.client.ping::<String>(None);
-        let result = tokio::time::timeout(timeout, ping).await;
-        self.settle(result.map(|r| r.map(|_pong| 0)), start).is_ok()
+        self.timed(Instant::now(), timeout, ping).await.is_ok()
     }
 
     /// Asks for this master to be prepared unless that is already under way or done.
@@ -401,11 +397,15 @@ impl Node {
         Ok((!set?.is_null(), incr?))
     }
 
-    fn settle<R>(
+    /// Awaits `call` until `start + timeout`, recording the round trip from `start` and
+    /// feeding the breaker.
+    async fn timed<R>(
         &self,
-        result: Result<Result<R, fred::error::Error>, tokio::time::error::Elapsed>,
         start: Instant,
+        timeout: Duration,
+        call: impl Future<Output = Result<R, fred::error::Error>>,
     ) -> Result<R, CallError> {
+        let result = tokio::time::timeout_at(start + timeout, call).await;
         let now = Instant::now();
         match result {
             Ok(Ok(reply)) => {
