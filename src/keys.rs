@@ -42,17 +42,21 @@ impl Keyspace {
 
     /// The keys of `resource`, which must already be validated.
     pub fn resource(&self, resource: &str) -> ResourceKeys {
-        let p = &self.prefix;
         ResourceKeys {
             lock: self.lock(resource),
             fence: self.fence(),
-            released_channel: format!("{p}released:{resource}"),
+            released_channel: self.released_channel(resource),
         }
     }
 
     /// `<prefix>lock:<resource>` alone (renewals need no other key).
     pub fn lock(&self, resource: &str) -> String {
         format!("{}lock:{resource}", self.prefix)
+    }
+
+    /// `<prefix>released:<resource>` alone (a release needs no fence key).
+    pub fn released_channel(&self, resource: &str) -> String {
+        format!("{}released:{resource}", self.prefix)
     }
 
     pub fn fence(&self) -> String {
@@ -116,6 +120,10 @@ mod tests {
         let keys = Keyspace::new("p:").resource("r");
         assert_eq!(keys.lock, "p:lock:r");
         assert_eq!(Keyspace::new("p:").lock("r"), keys.lock);
+        assert_eq!(
+            Keyspace::new("p:").released_channel("r"),
+            keys.released_channel
+        );
         assert_eq!(keys.fence, "p:fence");
         assert_eq!(keys.released_channel, "p:released:r");
     }

@@ -137,7 +137,7 @@ impl Redlock {
         let timeout = self.node_timeout(ttl, start);
         let (decision, decided) = watch::channel(Decision::Pending);
         let commands = acquire_commands(&keys, id, owner, ttl);
-        let release = release_call(&keys, id);
+        let release = release_call(&keys.lock, &keys.released_channel, id);
         let mut events = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
             acquire_on(
                 node,
@@ -221,10 +221,11 @@ impl Redlock {
     #[tracing::instrument(skip(self), fields(lease = %id))]
     pub async fn release(&self, resource: &str, id: LeaseId) -> Result<ReleaseOutcome, Error> {
         validate_resource(resource)?;
-        let keys = self.fleet.keyspace().resource(resource);
+        let keyspace = self.fleet.keyspace();
         let now = Instant::now();
         let timeout = self.node_timeout(self.options.max_ttl, now);
-        let call = release_call(&keys, id);
+        let (lock, channel) = (keyspace.lock(resource), keyspace.released_channel(resource));
+        let call = release_call(&lock, &channel, id);
         let awaited: Vec<bool> = self.fleet.nodes().iter().map(|n| n.is_up()).collect();
         let mut replies = self.send_ungated(self.fleet.nodes(), &SCRIPTS.release, call, timeout);
         let mut outcome = ReleaseOutcome {

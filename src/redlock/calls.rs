@@ -151,14 +151,15 @@ pub(super) fn acquire_commands(
     }
 }
 
+/// `lock` is the lease's lock key, `<prefix>lock:<resource>`.
 pub(super) fn shadow_call(
-    keys: &ResourceKeys,
+    lock: String,
     id: LeaseId,
     owner: &str,
     shadow_ttl: Duration,
 ) -> Arc<ScriptCall> {
     Arc::new(ScriptCall {
-        keys: vec![Key::from(keys.lock.as_str())],
+        keys: vec![Key::from(lock)],
         args: vec![
             Value::from(id.to_string()),
             Value::from(id.value_for(owner)),
@@ -167,12 +168,10 @@ pub(super) fn shadow_call(
     })
 }
 
-pub(super) fn release_call(keys: &ResourceKeys, id: LeaseId) -> Arc<ScriptCall> {
+/// `lock` and `channel` are the resource's lock key and release channel.
+pub(super) fn release_call(lock: &str, channel: &str, id: LeaseId) -> Arc<ScriptCall> {
     Arc::new(ScriptCall {
-        keys: vec![Key::from(keys.lock.as_str())],
-        args: vec![
-            Value::from(id.to_string()),
-            Value::from(keys.released_channel.as_str()),
-        ],
+        keys: vec![Key::from(lock)],
+        args: vec![Value::from(id.to_string()), Value::from(channel)],
     })
 }

@@ -38,8 +38,8 @@ impl Redlock {
                 "shadow ttl must be between 1 and {bound} ms"
             )));
         }
-        let keys = self.fleet.keyspace().resource(resource);
-        let call = shadow_call(&keys, id, owner, shadow_ttl);
+        let lock = self.fleet.keyspace().lock(resource);
+        let call = shadow_call(lock, id, owner, shadow_ttl);
         let start = Instant::now();
         let mut replies = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
             let to_vote = |set: i64| NodeVote::Shadow(set == 1);
