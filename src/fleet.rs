@@ -10,11 +10,14 @@ pub mod health;
 mod membership;
 pub mod node;
 pub mod quarantine;
+pub mod wire;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fred::prelude::{Builder, ClientLike, Config, EventInterface, ReconnectPolicy, TcpConfig};
+use fred::prelude::{
+    Builder, ClientLike, Config, EventInterface, ReconnectPolicy, ServerConfig, TcpConfig,
+};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -104,13 +107,14 @@ impl Fleet {
         let mut nodes = Vec::with_capacity(urls.len());
         for (index, url) in urls.iter().enumerate() {
             let client = build_client(url, options, CommandBound::OursOnly)?;
+            let target = lock_target(url, options)?;
             let rtt = RttWindow::new(options.rtt_window, now);
             let breaker = Breaker::new(options.breaker_threshold, options.probe_interval);
             let url = mask_credentials(url);
             nodes.push(Node::new(
                 index,
                 url,
-                client,
+                (client, target),
                 (rtt, breaker),
                 prepare_tx.clone(),
             ));
@@ -209,6 +213,7 @@ impl Fleet {
 
     /// Closes every connection (best effort, each bounded by `timeout`).
     pub async fn quit(&self, timeout: Duration) {
+        self.nodes.iter().for_each(|n| n.wire().close());
         let quits = self
             .nodes
             .iter()
@@ -245,8 +250,13 @@ impl Fleet {
         let waits = self.nodes.iter().map(|node| {
             prepare_on_every_connection(node);
             node.client().connect();
-            let timeout = self.options.connect_timeout;
-            tokio::time::timeout(timeout, node.client().wait_for_connect())
+            node.wire().connect();
+            let both = async {
+                node.client().wait_for_connect().await?;
+                node.wire().wait_for_connect().await;
+                Ok::<_, fred::error::Error>(())
+            };
+            tokio::time::timeout(self.options.connect_timeout, both)
         });
         let results = futures_util::future::join_all(waits).await;
         for (node, result) in self.nodes.iter().zip(results) {
@@ -266,11 +276,7 @@ impl Fleet {
     async fn survey(&self) {
         let marker = self.keyspace().marker();
         let timeout = self.options.connect_timeout;
-        let connected: Vec<&Arc<Node>> = self
-            .nodes
-            .iter()
-            .filter(|n| n.client().is_connected())
-            .collect();
+        let connected: Vec<&Arc<Node>> = self.nodes.iter().filter(|n| n.is_connected()).collect();
         let checks = connected.iter().map(|n| n.identify(&marker, timeout));
         let answers = futures_util::future::join_all(checks).await;
         let answered = answers.iter().flatten().count();
@@ -289,11 +295,7 @@ impl Fleet {
 
     async fn wait_until_prepared(&self) {
         let deadline = Instant::now() + self.options.connect_timeout;
-        let connected: Vec<&Arc<Node>> = self
-            .nodes
-            .iter()
-            .filter(|n| n.client().is_connected())
-            .collect();
+        let connected: Vec<&Arc<Node>> = self.nodes.iter().filter(|n| n.is_connected()).collect();
         let settled = |n: &&Arc<Node>| n.is_up() || n.is_quarantined(Instant::now());
         while Instant::now() < deadline && !connected.iter().all(settled) {
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -338,20 +340,11 @@ pub(crate) fn build_client(
     options: &FleetOptions,
     bound: CommandBound,
 ) -> Result<fred::clients::Client, Error> {
+    let config = parse_url(url)?;
     let invalid = |reason: String| Error::InvalidMaster {
         url: mask_credentials(url),
         reason,
     };
-    if url.starts_with("rediss://") {
-        return Err(invalid(
-            "TLS (rediss://) is not built into this release".into(),
-        ));
-    }
-    if !url.starts_with("redis://") {
-        return Err(invalid("expected a redis:// URL".into()));
-    }
-    let mut config = Config::from_url_centralized(url).map_err(|e| invalid(e.details().into()))?;
-    config.fail_fast = false;
     let mut builder = Builder::from_config(config);
     builder
         .with_connection_config(|c| {
@@ -371,6 +364,44 @@ pub(crate) fn build_client(
         })
         .set_policy(ReconnectPolicy::new_exponential(0, 10, 1_000, 2));
     builder.build().map_err(|e| invalid(e.details().into()))
+}
+
+/// Parses a master's URL as fred does (host, port, credentials, database).
+fn parse_url(url: &str) -> Result<Config, Error> {
+    let invalid = |reason: String| Error::InvalidMaster {
+        url: mask_credentials(url),
+        reason,
+    };
+    if url.starts_with("rediss://") {
+        return Err(invalid(
+            "TLS (rediss://) is not built into this release".into(),
+        ));
+    }
+    if !url.starts_with("redis://") {
+        return Err(invalid("expected a redis:// URL".into()));
+    }
+    let mut config = Config::from_url_centralized(url).map_err(|e| invalid(e.details().into()))?;
+    config.fail_fast = false;
+    Ok(config)
+}
+
+/// Where the lock path's own connection ([`wire`]) to a master goes.
+fn lock_target(url: &str, options: &FleetOptions) -> Result<wire::Target, Error> {
+    let config = parse_url(url)?;
+    let ServerConfig::Centralized { server } = &config.server else {
+        return Err(Error::InvalidMaster {
+            url: mask_credentials(url),
+            reason: "expected one server per URL".into(),
+        });
+    };
+    Ok(wire::Target {
+        host: server.host.to_string(),
+        port: server.port,
+        username: config.username.clone(),
+        password: config.password.clone(),
+        database: config.database,
+        connect_timeout: options.connect_timeout,
+    })
 }
 
 /// `redis://user:secret@host:6379` → `redis://user:***@host:6379`; URLs without a password

@@ -1,20 +1,21 @@
-//! One Redis master: its fred client, the per-call timeout, its RTT record, its breaker and
-//! whether it may take lock writes (`ready`, maintained by `membership`).
+//! One Redis master: its lock connection ([`Wire`]) and fred client, the per-call timeout, its
+//! RTT record, its breaker and whether it may take lock writes (`ready`, maintained by
+//! `membership`).
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, ErrorKind, KeysInterface, LuaInterface};
+use fred::prelude::{ClientLike, ErrorKind, KeysInterface};
 use fred::types::scripts::Script;
-use fred::types::{CustomCommand, Expiration, FromValue, Key, SetOptions, Value};
+use fred::types::{CustomCommand, FromValue, Key, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::health::Breaker;
 use super::quarantine::{parse_info, Identity};
+use super::wire::{self, Target, Wire, WireError};
 use crate::metrics::{self, METRICS};
 use crate::rtt::RttWindow;
 use crate::scripts::{fence_was_lost, AcquireCommands, AcquireReply, SCRIPTS};
@@ -56,6 +57,10 @@ pub struct Node {
     index: usize,
     /// The URL with its password masked, fit for logs and the fleet view.
     url: String,
+    /// Every lock command goes here, in order.
+    wire: Arc<Wire>,
+    /// Preparation (scripts, identity, markers, fence reads) and the pub/sub-free admin
+    /// commands go here.
     client: fred::clients::Client,
     /// Scripts loaded, identity checked, quarantine over, fence synced: lock writes may go here.
     ready: AtomicBool,
@@ -86,7 +91,7 @@ impl Node {
     pub(super) fn new(
         index: usize,
         url: String,
-        client: fred::clients::Client,
+        (client, target): (fred::clients::Client, Target),
         (rtt, breaker): (RttWindow, Breaker),
         prepare_tx: mpsc::UnboundedSender<usize>,
     ) -> Arc<Self> {
@@ -97,15 +102,25 @@ impl Node {
             quarantine: None,
             marked_here: false,
         };
-        Arc::new(Self {
-            index,
-            url,
-            client,
-            ready: AtomicBool::new(false),
-            preparing: AtomicBool::new(false),
-            prepare_tx,
-            fence_seen: AtomicU64::new(0),
-            state: Mutex::new(state),
+        Arc::new_cyclic(|me: &std::sync::Weak<Self>| {
+            let me = me.clone();
+            // Every new lock connection may lead to a restarted master, as fred's do.
+            let on_connect = Box::new(move || {
+                if let Some(node) = me.upgrade() {
+                    node.set_ready_false_and_prepare();
+                }
+            });
+            Self {
+                index,
+                url,
+                wire: Wire::new(target, on_connect),
+                client,
+                ready: AtomicBool::new(false),
+                preparing: AtomicBool::new(false),
+                prepare_tx,
+                fence_seen: AtomicU64::new(0),
+                state: Mutex::new(state),
+            }
         })
     }
 
@@ -121,6 +136,15 @@ impl Node {
 
     pub fn client(&self) -> &fred::clients::Client {
         &self.client
+    }
+
+    pub fn wire(&self) -> &Wire {
+        &self.wire
+    }
+
+    /// Both connections are up.
+    pub fn is_connected(&self) -> bool {
+        self.client.is_connected() && self.wire.is_connected()
     }
 
     /// Takes lock writes: connected, prepared, not quarantined, breaker closed.
@@ -144,7 +168,6 @@ impl Node {
     }
 
     /// Runs `script` here within `timeout`, recording the round trip and feeding the breaker.
-    /// `keys` and `args` are copied into the command (their bytes are shared, not copied).
     pub async fn eval<R: FromValue + Send + 'static>(
         &self,
         script: &Script,
@@ -196,11 +219,12 @@ impl Node {
             None
         } else {
             let left = timeout.saturating_sub(start.elapsed());
-            let pttl = Box::pin(self.client.pttl::<i64, _>(commands.lock.clone()));
-            tokio::time::timeout(left, pttl)
-                .await
-                .ok()
-                .and_then(Result::ok)
+            let pttl = self.wire.call(1, |out| {
+                wire::encode(out, &[b"PTTL", commands.lock.as_bytes()]);
+                Ok(())
+            });
+            let reply = tokio::time::timeout(left, pttl).await;
+            reply.ok().and_then(|r| one_reply::<i64>(r).ok())
         };
         // The counter is at least 2 here (`fence_was_lost` caught anything smaller).
         Ok(AcquireReply::from_commands(
@@ -212,14 +236,20 @@ impl Node {
 
     /// PINGs this master within `timeout`, feeding the RTT window and the breaker.
     pub async fn ping(&self, timeout: Duration) -> bool {
-        let ping = self.client.ping::<String>(None);
+        let ping = async {
+            let replies = self.wire.call(1, |out| {
+                wire::encode(out, &[b"PING"]);
+                Ok(())
+            });
+            one_reply::<String>(replies.await)
+        };
         self.timed(Instant::now(), timeout, ping).await.is_ok()
     }
 
     /// Asks for this master to be prepared unless that is already under way or done.
     pub fn prepare_if_needed(&self) {
         let idle = !self.preparing.load(Ordering::Acquire);
-        if idle && self.client.is_connected() && !self.ready.load(Ordering::Acquire) {
+        if idle && self.is_connected() && !self.ready.load(Ordering::Acquire) {
             self.request_prepare();
         }
     }
@@ -326,7 +356,7 @@ impl Node {
     }
 
     fn takes_writes(&self) -> bool {
-        self.client.is_connected() && self.ready.load(Ordering::Acquire)
+        self.is_connected() && self.ready.load(Ordering::Acquire)
     }
 
     fn admit(&self) -> bool {
@@ -337,15 +367,15 @@ impl Node {
     /// run, and re-sending it later could put it behind a release of the same lease. The
     /// master is prepared again (scripts, identity, quarantine) before it takes writes.
     /// Releases and fence raises reload and retry at once: running them late is harmless.
-    async fn evalsha<R: FromValue + Send + 'static>(
+    async fn evalsha<R: FromValue>(
         &self,
         script: &Script,
         keys: &[Key],
         args: &[Value],
         admission: Admission,
-    ) -> Result<R, fred::error::Error> {
+    ) -> Result<R, CallError> {
         let result = self.send_evalsha(script, keys, args).await;
-        let noscript = matches!(&result, Err(e) if e.details().starts_with("NOSCRIPT"));
+        let noscript = matches!(&result, Err(CallError::Reply(e)) if e.starts_with("NOSCRIPT"));
         match admission {
             _ if !noscript => result,
             Admission::WhenUp => {
@@ -356,45 +386,58 @@ impl Node {
         }
     }
 
-    /// Sends one EVALSHA. Every fred command future is kilobytes; boxing it where it is made
-    /// keeps the futures that wrap it (and the fan-outs that move them) small.
-    fn send_evalsha<R: FromValue + Send + 'static>(
+    /// Sends one EVALSHA on the lock connection and waits for its reply.
+    async fn send_evalsha<R: FromValue>(
         &self,
         script: &Script,
         keys: &[Key],
         args: &[Value],
-    ) -> Pin<Box<impl Future<Output = Result<R, fred::error::Error>> + Send + '_>> {
-        let sha = script.sha1().clone();
-        Box::pin(self.client.evalsha(sha, keys.to_vec(), args.to_vec()))
+    ) -> Result<R, CallError> {
+        let sha = script.sha1();
+        let replies = self
+            .wire
+            .call(1, |out| wire::encode_evalsha(out, sha, keys, args));
+        one_reply(replies.await)
     }
 
-    async fn reload_and_evalsha<R: FromValue + Send + 'static>(
+    async fn reload_and_evalsha<R: FromValue>(
         &self,
         script: &Script,
         keys: &[Key],
         args: &[Value],
-    ) -> Result<R, fred::error::Error> {
-        script.load(&self.client).await?;
+    ) -> Result<R, CallError> {
+        script.load(&self.client).await.map_err(|error| {
+            if is_connection_error(&error) {
+                CallError::Connection(error.details().to_string())
+            } else {
+                CallError::Reply(error.details().to_string())
+            }
+        })?;
         self.send_evalsha(script, keys, args).await
     }
 
-    /// `SET lock value NX PX ttl` and `INCR fence`, both enqueued on the connection on the
-    /// first poll, so they travel together: whether the SET wrote, and the counter. Each
-    /// command's future is boxed where it is made, as in `send_evalsha`.
-    async fn set_nx_and_incr(
-        &self,
-        commands: &AcquireCommands,
-    ) -> Result<(bool, i64), fred::error::Error> {
-        let set = Box::pin(self.client.set::<Value, _, _>(
-            commands.lock.clone(),
-            commands.value.clone(),
-            Some(Expiration::PX(commands.ttl_ms)),
-            Some(SetOptions::NX),
-            false,
-        ));
-        let incr = Box::pin(self.client.incr::<i64, _>(commands.fence.clone()));
-        let (set, incr) = futures_util::future::join(set, incr).await;
-        Ok((!set?.is_null(), incr?))
+    /// `SET lock value NX PX ttl` and `INCR fence`, written together on the lock connection
+    /// on the first poll: whether the SET wrote, and the counter.
+    async fn set_nx_and_incr(&self, commands: &AcquireCommands) -> Result<(bool, i64), CallError> {
+        let value = commands
+            .value
+            .as_bytes()
+            .ok_or_else(|| CallError::Reply("the lease value is not a string".into()))?;
+        let mut ttl = itoa::Buffer::new();
+        let ttl = ttl.format(commands.ttl_ms).as_bytes();
+        let replies = self.wire.call(2, |out| {
+            let lock = commands.lock.as_bytes();
+            wire::encode(out, &[b"SET", lock, value, b"NX", b"PX", ttl]);
+            wire::encode(out, &[b"INCR", commands.fence.as_bytes()]);
+            Ok(())
+        });
+        let mut replies = replies.await?.into_iter();
+        let (Some(set), Some(incr)) = (replies.next(), replies.next()) else {
+            return Err(CallError::Reply("fewer replies than commands".into()));
+        };
+        let written = !set.map_err(CallError::Reply)?.is_null();
+        let counter = one_reply(Ok(vec![incr]))?;
+        Ok((written, counter))
     }
 
     /// Awaits `call` until `start + timeout`, recording the round trip from `start` and
@@ -403,7 +446,7 @@ impl Node {
         &self,
         start: Instant,
         timeout: Duration,
-        call: impl Future<Output = Result<R, fred::error::Error>>,
+        call: impl Future<Output = Result<R, CallError>>,
     ) -> Result<R, CallError> {
         let result = tokio::time::timeout_at(start + timeout, call).await;
         let now = Instant::now();
@@ -412,14 +455,15 @@ impl Node {
                 self.record_rtt(now - start, now);
                 Ok(reply)
             }
-            Ok(Err(error)) if is_connection_error(&error) => {
+            Ok(Err(CallError::Connection(reason))) => {
                 self.state().breaker.record_failure(now);
-                Err(CallError::Connection(error.details().to_string()))
+                Err(CallError::Connection(reason))
             }
-            Ok(Err(error)) => {
+            Ok(Err(CallError::Reply(reason))) => {
                 self.record_rtt(now - start, now);
-                Err(CallError::Reply(error.details().to_string()))
+                Err(CallError::Reply(reason))
             }
+            Ok(Err(other)) => Err(other),
             Err(_elapsed) => {
                 self.state().breaker.record_failure(now);
                 Err(CallError::Timeout)
@@ -433,6 +477,24 @@ impl Node {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The one reply of a one-command call, converted to `R`.
+fn one_reply<R: FromValue>(replies: Result<Vec<wire::Reply>, WireError>) -> Result<R, CallError> {
+    let reply = replies?.into_iter().next();
+    let value = reply.ok_or_else(|| CallError::Reply("no reply".into()))?;
+    let value = value.map_err(CallError::Reply)?;
+    R::from_value(value).map_err(|e| CallError::Reply(format!("unexpected reply: {}", e.details())))
+}
+
+impl From<WireError> for CallError {
+    fn from(error: WireError) -> Self {
+        match error {
+            WireError::Down => CallError::Down,
+            WireError::Connection(reason) => CallError::Connection(reason),
+            WireError::Argument(reason) => CallError::Reply(reason.into()),
+        }
     }
 }
 
