@@ -3,11 +3,17 @@
 //! baseline (SET NX PX to all 5 in parallel, wait for the 3rd reply, then a compare-and-delete
 //! script to all 5). Prints p50/p90/p99/p99.9 per path and the p50 ratios to the baseline.
 //!
-//! The three sequential paths take turns in blocks of 250 cycles, so the machine's slow spells
-//! weigh on each alike.
+//! The baseline is measured twice: through fred (the budget's reference: the raw quorum as a
+//! Rust program would write it with a standard client) and through the engine's own lock
+//! connections (`fleet::wire`), which shows what the engine adds to the protocol alone on the
+//! same transport.
+//!
+//! The sequential paths take turns in blocks of 250 cycles and the throughput paths in
+//! half-second windows, so the machine's slow spells weigh on each alike.
 //!
 //! `cargo bench --bench sequential` (CYCLES=N to change the number of measured cycles;
-//! ONLY=engine|sidecar|sidecar-lean|baseline|parallel-engine|parallel-baseline to measure one path alone, e.g. under `perf record`).
+//! ONLY=engine|sidecar|sidecar-lean|baseline|baseline-wire|parallel-engine|parallel-baseline|parallel-baseline-wire
+//! to measure one path alone, e.g. under `perf record`).
 
 #[path = "support/common.rs"]
 mod common;
@@ -28,6 +34,7 @@ use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis_server::RedisServer;
 use redlease::config::{Overrides, Settings};
+use redlease::fleet::wire::encode;
 use redlease::metrics::process;
 use redlease::server::Sidecar;
 use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
@@ -58,6 +65,7 @@ async fn main() {
     for client in &clients {
         script.load(client).await.unwrap();
     }
+    let sha = script.sha1().to_string();
 
     let base = start_sidecar(&urls).await;
     let http = reqwest::Client::new();
@@ -65,7 +73,12 @@ async fn main() {
 
     // ONLY=engine|sidecar|sidecar-lean|baseline measures just that path (for profiling it alone).
     let only = std::env::var("ONLY").unwrap_or_default();
-    if let Some(path) = path_named(&only, &engine, (&http, &raw, &base), (&clients, &script)) {
+    if let Some(path) = path_named(
+        &only,
+        &engine,
+        (&http, &raw, &base),
+        (&clients, &script, &sha),
+    ) {
         report(&only, measure_alone(cycles, path).await);
         return;
     }
@@ -88,6 +101,15 @@ async fn main() {
         println!("parallel baseline: {:.0} cycles/s", rate.await);
         return;
     }
+    if only == "parallel-baseline-wire" {
+        let shared = Arc::new((fleet.clone(), sha.clone()));
+        let rate = throughput(move |i| {
+            let shared = Arc::clone(&shared);
+            async move { wire_baseline_cycle(&shared.0, &shared.1, &format!("wire-{i}")).await }
+        });
+        println!("parallel baseline over the wire: {:.0} cycles/s", rate.await);
+        return;
+    }
     // The three paths take turns in blocks, so a slow spell of this shared machine weighs on
     // all of them alike rather than on whichever ran during it.
     let mut paths: Vec<Cycle<'_>> = vec![
@@ -95,6 +117,7 @@ async fn main() {
         Box::new(|| Box::pin(sidecar_cycle(&http, &base))),
         Box::new(|| Box::pin(sidecar_raw_cycle(&raw))),
         Box::new(|| Box::pin(baseline_cycle(&clients, &script, "baseline"))),
+        Box::new(|| Box::pin(wire_baseline_cycle(&fleet, &sha, "baseline-wire"))),
     ];
     let mut measured = measure_in_turns(cycles, &mut paths).await.into_iter();
     let mut next = || measured.next().expect("one result per path");
@@ -102,6 +125,7 @@ async fn main() {
     let sidecar_p50 = report("sidecar over HTTP (reqwest)", next());
     let sidecar_raw_p50 = report("sidecar over HTTP (lean client)", next());
     let baseline_p50 = report("raw quorum baseline", next());
+    let wire_baseline_p50 = report("raw quorum over the wire", next());
     drop(paths);
     println!(
         "p50 ratio engine/baseline: {:.2}",
@@ -114,6 +138,10 @@ async fn main() {
     println!(
         "p50 ratio sidecar (lean client)/baseline: {:.2}",
         sidecar_raw_p50 / baseline_p50
+    );
+    println!(
+        "p50 ratio engine/raw quorum over the wire: {:.2}",
+        engine_p50 / wire_baseline_p50
     );
 
     // 16 clients at once, each on its own resource: throughput, the two taking turns.
@@ -129,15 +157,27 @@ async fn main() {
             async move { baseline_cycle(&shared.0, &shared.1, &format!("baseline-{i}")).await },
         )
     });
-    let rates = throughput_in_turns(&[engine_path, baseline_path]).await;
-    let (engine_rate, baseline_rate) = (rates[0], rates[1]);
+    let shared = Arc::new((fleet.clone(), sha.clone()));
+    let wire_path: Arc<ParallelCycle> = Arc::new(move |i| {
+        let shared = Arc::clone(&shared);
+        Box::pin(async move { wire_baseline_cycle(&shared.0, &shared.1, &format!("wire-{i}")).await })
+    });
+    let rates = throughput_in_turns(&[engine_path, baseline_path, wire_path]).await;
+    let (engine_rate, baseline_rate, wire_rate) = (rates[0], rates[1], rates[2]);
     println!("parallel engine ({PARALLEL_CLIENTS} clients): {engine_rate:.0} cycles/s");
     println!(
         "parallel raw quorum baseline ({PARALLEL_CLIENTS} clients): {baseline_rate:.0} cycles/s"
     );
     println!(
+        "parallel raw quorum over the wire ({PARALLEL_CLIENTS} clients): {wire_rate:.0} cycles/s"
+    );
+    println!(
         "throughput ratio engine/baseline: {:.2}",
         engine_rate / baseline_rate
+    );
+    println!(
+        "throughput ratio engine/raw quorum over the wire: {:.2}",
+        engine_rate / wire_rate
     );
 }
 
@@ -217,6 +257,42 @@ async fn baseline_cycle(clients: &[fred::clients::Client], script: &Script, key:
     drop(sets);
 }
 
+/// The baseline's protocol sent over the engine's own lock connections (`fleet::wire`): SET NX
+/// PX to all 5, the 3rd grant, then the compare-and-delete script to all 5.
+async fn wire_baseline_cycle(fleet: &Fleet, sha: &str, key: &str) {
+    let value = LeaseId::random().to_string();
+    let ttl = TTL.as_millis().to_string();
+    let set = [b"SET", key.as_bytes(), value.as_bytes(), b"NX", b"PX", ttl.as_bytes()];
+    let mut sets: FuturesUnordered<_> = fleet
+        .nodes()
+        .iter()
+        .map(|n| {
+            n.wire().call(1, |out| {
+                encode(out, &set);
+                Ok(())
+            })
+        })
+        .collect();
+    let mut granted = 0;
+    while let Some(reply) = sets.next().await {
+        let written = reply.ok().and_then(|mut r| r.pop()).and_then(Result::ok);
+        granted += usize::from(written.is_some_and(|v| !v.is_null()));
+        if granted == 3 {
+            break;
+        }
+    }
+    assert_eq!(granted, 3, "baseline over the wire lost its quorum");
+    let release = [b"EVALSHA", sha.as_bytes(), b"1", key.as_bytes(), value.as_bytes()];
+    let releases = fleet.nodes().iter().map(|n| {
+        n.wire().call(1, |out| {
+            encode(out, &release);
+            Ok(())
+        })
+    });
+    futures_util::future::join_all(releases).await;
+    drop(sets);
+}
+
 /// One acquire+release cycle of a path, boxed so the paths can take turns.
 type Cycle<'a> = Box<dyn FnMut() -> futures_util::future::LocalBoxFuture<'a, ()> + 'a>;
 
@@ -267,7 +343,7 @@ fn path_named<'a>(
         &'a tokio::sync::Mutex<http::RawHttp>,
         &'a str,
     ),
-    (clients, script): (&'a [fred::clients::Client], &'a Script),
+    (clients, script, sha): (&'a [fred::clients::Client], &'a Script, &'a str),
 ) -> Option<Cycle<'a>> {
     match only {
         "engine" => Some(Box::new(|| Box::pin(engine_cycle(engine, "bench")))),
@@ -275,6 +351,9 @@ fn path_named<'a>(
         "sidecar-lean" => Some(Box::new(|| Box::pin(sidecar_raw_cycle(raw)))),
         "baseline" => Some(Box::new(|| {
             Box::pin(baseline_cycle(clients, script, "baseline"))
+        })),
+        "baseline-wire" => Some(Box::new(|| {
+            Box::pin(wire_baseline_cycle(engine.fleet(), sha, "baseline-wire"))
         })),
         _ => None,
     }

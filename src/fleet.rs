@@ -424,6 +424,22 @@ pub fn mask_credentials(url: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The lock connection goes where fred's does, with the same credentials and database.
+    #[test]
+    fn lock_target_follows_the_url() {
+        let options = FleetOptions::default();
+        let target = lock_target("redis://:pw@127.0.0.1:6380/2", &options).unwrap();
+        assert_eq!((target.host.as_str(), target.port), ("127.0.0.1", 6380));
+        assert_eq!(target.username, None);
+        assert_eq!(target.password.as_deref(), Some("pw"));
+        assert_eq!(target.database, Some(2));
+        let target = lock_target("redis://locker:pw@localhost", &options).unwrap();
+        assert_eq!((target.host.as_str(), target.port), ("localhost", 6379));
+        assert_eq!(target.username.as_deref(), Some("locker"));
+        assert_eq!(target.database, None);
+        assert!(lock_target("rediss://h:1", &options).is_err());
+    }
+
     /// Passwords never reach logs or the fleet view.
     #[test]
     fn credentials_are_masked() {

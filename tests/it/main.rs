@@ -11,3 +11,4 @@ mod metrics;
 mod prometheus;
 mod scripts;
 mod sidecar;
+mod wire;

@@ -1,0 +1,172 @@
+//! The lock path's own connection (`fleet::wire`) against a real master: replies reach the
+//! call that sent them under concurrency and after timeouts, a lost master is reconnected and
+//! reported, and credentials and database in the URL are used.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::Value;
+use redlease::fleet::wire::{encode, Target, Wire, WireError};
+
+use crate::assert_eventually;
+use crate::support::redis_server::RedisServer;
+use crate::support::resp;
+
+fn target(port: u16) -> Target {
+    Target {
+        host: "127.0.0.1".into(),
+        port,
+        username: None,
+        password: None,
+        database: None,
+        connect_timeout: Duration::from_secs(2),
+    }
+}
+
+/// A wire to `target` and how many links it has reported.
+fn wire_counting(target: Target) -> (Arc<Wire>, Arc<AtomicUsize>) {
+    let links = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&links);
+    let on_connect = Box::new(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    (Wire::new(target, on_connect), links)
+}
+
+async fn connected(wire: &Wire) {
+    wire.connect();
+    tokio::time::timeout(Duration::from_secs(5), wire.wait_for_connect())
+        .await
+        .expect("the wire connected");
+}
+
+async fn call(wire: &Wire, parts: &[&[u8]]) -> Result<Value, String> {
+    let replies = wire
+        .call(1, |out| {
+            encode(out, parts);
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    replies.into_iter().next().expect("one reply")
+}
+
+/// Hundreds of concurrent calls of two commands each share the connection's writes; every
+/// call gets its own replies, in its own order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_get_their_own_replies() {
+    let server = RedisServer::start();
+    let (wire, _) = wire_counting(target(server.port()));
+    connected(&wire).await;
+    let calls = (0..400).map(|i| {
+        let wire = Arc::clone(&wire);
+        tokio::spawn(async move {
+            let key = format!("k{i}");
+            let value = format!("v{i}");
+            let replies = wire
+                .call(2, |out| {
+                    encode(out, &[b"SET", key.as_bytes(), value.as_bytes()]);
+                    encode(out, &[b"GET", key.as_bytes()]);
+                    Ok(())
+                })
+                .await
+                .unwrap();
+            assert_eq!(replies.len(), 2);
+            assert_eq!(replies[0].as_ref().unwrap().as_str().unwrap(), "OK");
+            assert_eq!(replies[1].as_ref().unwrap().as_str().unwrap(), value);
+        })
+    });
+    for call in futures_util::future::join_all(calls).await {
+        call.unwrap();
+    }
+}
+
+/// A call abandoned while the master was frozen still takes its reply off the connection when
+/// the master resumes, so the next call gets its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_reply_does_not_shift_later_replies() {
+    let mut server = RedisServer::start();
+    let (wire, links) = wire_counting(target(server.port()));
+    connected(&wire).await;
+    server.pause();
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(100),
+        call(&wire, &[b"INCRBY", b"counter", b"41"]),
+    )
+    .await;
+    assert!(abandoned.is_err(), "a frozen master does not answer");
+    server.resume();
+    let answer = call(&wire, &[b"INCR", b"counter"]).await.unwrap();
+    assert_eq!(answer.as_i64(), Some(42), "the abandoned INCRBY ran first");
+    let text = call(&wire, &[b"ECHO", b"mine"]).await.unwrap();
+    assert_eq!(text.as_str().unwrap(), "mine");
+    assert_eq!(links.load(Ordering::SeqCst), 1, "the link was kept");
+}
+
+/// A master that dies fails the calls in flight, refuses new ones at once, and is reconnected
+/// and reported when it comes back on its port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_master_gets_a_new_link() {
+    let mut server = RedisServer::start();
+    let (wire, links) = wire_counting(target(server.port()));
+    connected(&wire).await;
+    assert_eq!(links.load(Ordering::SeqCst), 1);
+    server.stop();
+    assert_eventually!(!wire.is_connected(), 5, "the wire saw the master go");
+    let down = call(&wire, &[b"PING"]).await.unwrap_err();
+    assert_eq!(down, WireError::Down.to_string());
+    server.restart();
+    assert_eventually!(
+        links.load(Ordering::SeqCst) == 2 && wire.is_connected(),
+        5,
+        "the wire reconnected and reported it"
+    );
+    let pong = call(&wire, &[b"PING"]).await.unwrap();
+    assert_eq!(pong.as_str().unwrap(), "PONG");
+}
+
+/// An error reply is that call's error; the connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_reply_is_the_calls_own() {
+    let server = RedisServer::start();
+    let (wire, links) = wire_counting(target(server.port()));
+    connected(&wire).await;
+    let error = call(&wire, &[b"EVALSHA", b"0000", b"0"]).await.unwrap_err();
+    assert!(error.starts_with("NOSCRIPT"), "{error}");
+    let pong = call(&wire, &[b"PING"]).await.unwrap();
+    assert_eq!(pong.as_str().unwrap(), "PONG");
+    assert_eq!(links.load(Ordering::SeqCst), 1);
+}
+
+/// A user and password in the URL authenticate the link, and its database is selected; a
+/// wrong password leaves the wire unconnected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_and_database_are_used() {
+    let server = RedisServer::start();
+    let acl = ["ACL", "SETUSER", "locker", "on", ">s3cret", "~*", "+@all"];
+    assert_eq!(resp::command(server.port(), &acl), resp::Resp::Simple("OK".into()));
+
+    let (wire, _) = wire_counting(Target {
+        username: Some("locker".into()),
+        password: Some("s3cret".into()),
+        database: Some(3),
+        ..target(server.port())
+    });
+    connected(&wire).await;
+    call(&wire, &[b"SET", b"where", b"db3"]).await.unwrap();
+    let mut conn = resp::RespConn::connect(server.port()).unwrap();
+    assert_eq!(conn.command(&["SELECT", "3"]), resp::Resp::Simple("OK".into()));
+    assert_eq!(conn.command(&["GET", "where"]).bulk().as_deref(), Some("db3"));
+
+    let (refused, links) = wire_counting(Target {
+        username: Some("locker".into()),
+        password: Some("wrong".into()),
+        ..target(server.port())
+    });
+    refused.connect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!refused.is_connected());
+    assert_eq!(links.load(Ordering::SeqCst), 0);
+    refused.close();
+}
