@@ -107,7 +107,10 @@ async fn main() {
             let shared = Arc::clone(&shared);
             async move { wire_baseline_cycle(&shared.0, &shared.1, &format!("wire-{i}")).await }
         });
-        println!("parallel baseline over the wire: {:.0} cycles/s", rate.await);
+        println!(
+            "parallel baseline over the wire: {:.0} cycles/s",
+            rate.await
+        );
         return;
     }
     // The three paths take turns in blocks, so a slow spell of this shared machine weighs on
@@ -160,7 +163,9 @@ async fn main() {
     let shared = Arc::new((fleet.clone(), sha.clone()));
     let wire_path: Arc<ParallelCycle> = Arc::new(move |i| {
         let shared = Arc::clone(&shared);
-        Box::pin(async move { wire_baseline_cycle(&shared.0, &shared.1, &format!("wire-{i}")).await })
+        Box::pin(
+            async move { wire_baseline_cycle(&shared.0, &shared.1, &format!("wire-{i}")).await },
+        )
     });
     let rates = throughput_in_turns(&[engine_path, baseline_path, wire_path]).await;
     let (engine_rate, baseline_rate, wire_rate) = (rates[0], rates[1], rates[2]);
@@ -262,7 +267,14 @@ async fn baseline_cycle(clients: &[fred::clients::Client], script: &Script, key:
 async fn wire_baseline_cycle(fleet: &Fleet, sha: &str, key: &str) {
     let value = LeaseId::random().to_string();
     let ttl = TTL.as_millis().to_string();
-    let set = [b"SET", key.as_bytes(), value.as_bytes(), b"NX", b"PX", ttl.as_bytes()];
+    let set = [
+        b"SET",
+        key.as_bytes(),
+        value.as_bytes(),
+        b"NX",
+        b"PX",
+        ttl.as_bytes(),
+    ];
     let mut sets: FuturesUnordered<_> = fleet
         .nodes()
         .iter()
@@ -282,7 +294,13 @@ async fn wire_baseline_cycle(fleet: &Fleet, sha: &str, key: &str) {
         }
     }
     assert_eq!(granted, 3, "baseline over the wire lost its quorum");
-    let release = [b"EVALSHA", sha.as_bytes(), b"1", key.as_bytes(), value.as_bytes()];
+    let release = [
+        b"EVALSHA",
+        sha.as_bytes(),
+        b"1",
+        key.as_bytes(),
+        value.as_bytes(),
+    ];
     let releases = fleet.nodes().iter().map(|n| {
         n.wire().call(1, |out| {
             encode(out, &release);

@@ -15,8 +15,8 @@
 //!
 //! A link that fails (a write or read error, the master closing it, a reply nobody waits for)
 //! fails every command in flight with [`WireError::Connection`] and is replaced in the
-//! background (backoff 10 ms doubling to 1 s); each new link is reported to `on_connect`, as a
-//! new connection may lead to a restarted master.
+//! background (backoff 10 ms doubling to 1 s); each new link is reported to `on_connect`
+//! before it takes commands, as a new connection may lead to a restarted master.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -160,9 +160,9 @@ impl Wire {
         self.connected.send_replace(false);
     }
 
-    fn install(&self, stream: TcpStream) -> bool {
+    fn install(&self, stream: TcpStream) {
         if self.closed.load(Ordering::Acquire) {
-            return false;
+            return;
         }
         let (reader, writer) = stream.into_split();
         let link = Arc::new(Link {
@@ -176,7 +176,6 @@ impl Wire {
         lock(&link.tasks).extend([read.abort_handle(), flush.abort_handle()]);
         *lock(&self.link) = Some(link);
         self.connected.send_replace(true);
-        true
     }
 
     /// `link` failed: forget it and make a new one.
@@ -210,9 +209,10 @@ async fn keep_connecting(wire: Weak<Wire>, target: Target) {
         match attempt {
             Ok(stream) => {
                 live.connecting.store(false, Ordering::Release);
-                if live.install(stream) {
-                    (live.on_connect)();
-                }
+                // Told before the link takes commands: the owner stops lock writes until it
+                // has checked who answers on this new connection.
+                (live.on_connect)();
+                live.install(stream);
                 return;
             }
             Err(reason) => {

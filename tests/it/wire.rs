@@ -145,7 +145,10 @@ async fn an_error_reply_is_the_calls_own() {
 async fn credentials_and_database_are_used() {
     let server = RedisServer::start();
     let acl = ["ACL", "SETUSER", "locker", "on", ">s3cret", "~*", "+@all"];
-    assert_eq!(resp::command(server.port(), &acl), resp::Resp::Simple("OK".into()));
+    assert_eq!(
+        resp::command(server.port(), &acl),
+        resp::Resp::Simple("OK".into())
+    );
 
     let (wire, _) = wire_counting(Target {
         username: Some("locker".into()),
@@ -156,8 +159,14 @@ async fn credentials_and_database_are_used() {
     connected(&wire).await;
     call(&wire, &[b"SET", b"where", b"db3"]).await.unwrap();
     let mut conn = resp::RespConn::connect(server.port()).unwrap();
-    assert_eq!(conn.command(&["SELECT", "3"]), resp::Resp::Simple("OK".into()));
-    assert_eq!(conn.command(&["GET", "where"]).bulk().as_deref(), Some("db3"));
+    assert_eq!(
+        conn.command(&["SELECT", "3"]),
+        resp::Resp::Simple("OK".into())
+    );
+    assert_eq!(
+        conn.command(&["GET", "where"]).bulk().as_deref(),
+        Some("db3")
+    );
 
     let (refused, links) = wire_counting(Target {
         username: Some("locker".into()),
