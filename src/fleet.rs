@@ -2,9 +2,10 @@
 //! takes lock writes (scripts, restart quarantine, fence sync: [`membership`]), and reading
 //! their health.
 //!
-//! Each master gets its own fred client with `max_command_attempts = 1` (a lock write is never
-//! re-sent after a reconnect) and `fail_fast = false` (a master that is down at start-up is
-//! reconnected in the background while the others serve).
+//! Each master gets a lock connection ([`wire`]) that carries every lock command in order, and
+//! a fred client for its preparation, with `max_command_attempts = 1` and `fail_fast = false`
+//! (a master that is down at start-up is reconnected in the background while the others
+//! serve). Neither re-sends a command after a reconnect.
 
 pub mod health;
 mod membership;

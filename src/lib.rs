@@ -5,8 +5,9 @@
 //! - [`keys`]: key and channel names, and validation of resource names and owners.
 //! - [`lease_id`]: the 128-bit random lease id and the value stored in the lock key.
 //! - [`rtt`]: a pure sliding-window RTT estimator (takes `now`).
-//! - [`fleet`]: the N masters, one fred client each, with per-node timeout, RTT record and a
-//!   circuit breaker ([`fleet::health`]).
+//! - [`fleet`]: the N masters, each with its lock connection ([`fleet::wire`]) and a fred
+//!   client for its preparation, a per-node timeout, RTT record and a circuit breaker
+//!   ([`fleet::health`]).
 //! - [`scripts`]: what each master is sent: the acquisition's plain commands (`SET NX PX` and
 //!   `INCR`) and the Lua scripts of `lua/`, loaded with `include_str!` and called with EVALSHA.
 //! - [`redlock`]: the engine: acquire, extend and release fanned out to all masters, with the

@@ -3,7 +3,7 @@
 //! The per-master futures are driven inside the caller's own task (no spawn, no cross-task
 //! wake-up per answer: on a 2-core machine those hops cost more than the Redis round trip),
 //! in a `FuturesUnordered`, so an answer polls only the call it woke (a joined future polls
-//! every unfinished call on each wake-up, each through its fred command).
+//! every unfinished call on each wake-up).
 //! A caller that returns at quorum (or is cancelled) drops its [`Fanout`], which hands the
 //! unfinished calls to a tracked task: the slower masters' calls still run to completion, their
 //! RTT is recorded, and any clean-up chained after a write (see `acquire_on`) still runs after
