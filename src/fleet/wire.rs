@@ -171,11 +171,16 @@ impl Wire {
             tasks: Mutex::new(Vec::new()),
             wire: self.me.clone(),
         });
+        // Current before its tasks run, so a link that fails at once is replaced.
+        *lock(&self.link) = Some(Arc::clone(&link));
+        self.connected.send_replace(true);
         let read = tokio::spawn(read_replies(Arc::clone(&link), reader));
         let flush = tokio::spawn(write_requests(Arc::clone(&link), writer));
         lock(&link.tasks).extend([read.abort_handle(), flush.abort_handle()]);
-        *lock(&self.link) = Some(link);
-        self.connected.send_replace(true);
+        // A link that failed before its tasks were registered did not stop them: stop them.
+        if lock(&link.queue).failed.is_some() {
+            lock(&link.tasks).drain(..).for_each(|task| task.abort());
+        }
     }
 
     /// `link` failed: forget it and make a new one.
@@ -377,9 +382,9 @@ impl Link {
                 .answer
                 .send(Err(WireError::Connection(reason.clone())));
         }
-        for task in lock(&self.tasks).drain(..) {
-            task.abort();
-        }
+        lock(&self.tasks).drain(..).for_each(|task| task.abort());
+        // Wakes the writer if its abort handle was not registered yet: it sees the failure.
+        self.flush.notify_one();
         if let Some(wire) = self.wire.upgrade() {
             wire.lost(self);
         }
@@ -432,7 +437,10 @@ async fn write_requests(link: Arc<Link>, mut writer: OwnedWriteHalf) {
         loop {
             {
                 let mut queue = lock(&link.queue);
-                if queue.out.is_empty() || queue.failed.is_some() {
+                if queue.failed.is_some() {
+                    return;
+                }
+                if queue.out.is_empty() {
                     queue.scheduled = false;
                     break;
                 }
