@@ -34,7 +34,6 @@ use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis_server::RedisServer;
 use redlease::config::{Overrides, Settings};
-use redlease::fleet::wire::encode;
 use redlease::metrics::process;
 use redlease::server::Sidecar;
 use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
@@ -278,16 +277,11 @@ async fn wire_baseline_cycle(fleet: &Fleet, sha: &str, key: &str) {
     let mut sets: FuturesUnordered<_> = fleet
         .nodes()
         .iter()
-        .map(|n| {
-            n.wire().call(1, |out| {
-                encode(out, &set);
-                Ok(())
-            })
-        })
+        .map(|n| n.wire().command(&set))
         .collect();
     let mut granted = 0;
     while let Some(reply) = sets.next().await {
-        let written = reply.ok().and_then(|mut r| r.pop()).and_then(Result::ok);
+        let written = reply.ok().and_then(Result::ok);
         granted += usize::from(written.is_some_and(|v| !v.is_null()));
         if granted == 3 {
             break;
@@ -301,12 +295,7 @@ async fn wire_baseline_cycle(fleet: &Fleet, sha: &str, key: &str) {
         key.as_bytes(),
         value.as_bytes(),
     ];
-    let releases = fleet.nodes().iter().map(|n| {
-        n.wire().call(1, |out| {
-            encode(out, &release);
-            Ok(())
-        })
-    });
+    let releases = fleet.nodes().iter().map(|n| n.wire().command(&release));
     futures_util::future::join_all(releases).await;
     drop(sets);
 }

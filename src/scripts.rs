@@ -8,7 +8,6 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
-use fred::types::{Key, Value};
 
 /// One script per operation; each file opens with its KEYS/ARGV/Returns contract.
 pub struct Scripts {
@@ -38,16 +37,16 @@ impl Scripts {
 /// connection, `SET <lock> <value> NX PX <ttl>` then `INCR <fence>`. The INCR runs whether
 /// the SET wrote or not: counters only ever grow, which is all fencing needs, and the pair
 /// costs the master far less than a script doing the same (see bench/). Built once per
-/// attempt, cloned per master (cheap: shared bytes).
+/// attempt and shared by every master's call.
 #[derive(Clone, Debug)]
 pub struct AcquireCommands {
     /// `<prefix>lock:<resource>`
-    pub lock: Key,
+    pub lock: String,
     /// `<lease id>|<owner>`
-    pub value: Value,
+    pub value: String,
     pub ttl_ms: i64,
     /// `<prefix>fence`
-    pub fence: Key,
+    pub fence: String,
 }
 
 /// What an acquisition's commands answered on one master.

@@ -219,12 +219,10 @@ impl Node {
             None
         } else {
             let left = timeout.saturating_sub(start.elapsed());
-            let pttl = self.wire.call(1, |out| {
-                wire::encode(out, &[b"PTTL", commands.lock.as_bytes()]);
-                Ok(())
-            });
-            let reply = tokio::time::timeout(left, pttl).await;
-            reply.ok().and_then(|r| one_reply::<i64>(r).ok())
+            let pttl = [b"PTTL".as_slice(), commands.lock.as_bytes()];
+            let reply = tokio::time::timeout(left, self.wire.command(&pttl)).await;
+            let reply = reply.ok().and_then(Result::ok);
+            reply.and_then(|r| convert::<i64>(r).ok())
         };
         // The counter is at least 2 here (`fence_was_lost` caught anything smaller).
         Ok(AcquireReply::from_commands(
@@ -236,13 +234,7 @@ impl Node {
 
     /// PINGs this master within `timeout`, feeding the RTT window and the breaker.
     pub async fn ping(&self, timeout: Duration) -> bool {
-        let ping = async {
-            let replies = self.wire.call(1, |out| {
-                wire::encode(out, &[b"PING"]);
-                Ok(())
-            });
-            one_reply::<String>(replies.await)
-        };
+        let ping = async { convert::<String>(self.wire.command(&[b"PING"]).await?) };
         self.timed(Instant::now(), timeout, ping).await.is_ok()
     }
 
@@ -394,10 +386,10 @@ impl Node {
         args: &[Value],
     ) -> Result<R, CallError> {
         let sha = script.sha1();
-        let replies = self
+        let reply = self
             .wire
-            .call(1, |out| wire::encode_evalsha(out, sha, keys, args));
-        one_reply(replies.await)
+            .call_one(|out| wire::encode_evalsha(out, sha, keys, args));
+        convert(reply.await?)
     }
 
     async fn reload_and_evalsha<R: FromValue>(
@@ -419,14 +411,10 @@ impl Node {
     /// `SET lock value NX PX ttl` and `INCR fence`, written together on the lock connection
     /// on the first poll: whether the SET wrote, and the counter.
     async fn set_nx_and_incr(&self, commands: &AcquireCommands) -> Result<(bool, i64), CallError> {
-        let value = commands
-            .value
-            .as_bytes()
-            .ok_or_else(|| CallError::Reply("the lease value is not a string".into()))?;
         let mut ttl = itoa::Buffer::new();
         let ttl = ttl.format(commands.ttl_ms).as_bytes();
+        let (lock, value) = (commands.lock.as_bytes(), commands.value.as_bytes());
         let replies = self.wire.call(2, |out| {
-            let lock = commands.lock.as_bytes();
             wire::encode(out, &[b"SET", lock, value, b"NX", b"PX", ttl]);
             wire::encode(out, &[b"INCR", commands.fence.as_bytes()]);
             Ok(())
@@ -435,9 +423,8 @@ impl Node {
         let (Some(set), Some(incr)) = (replies.next(), replies.next()) else {
             return Err(CallError::Reply("fewer replies than commands".into()));
         };
-        let written = !set.map_err(CallError::Reply)?.is_null();
-        let counter = one_reply(Ok(vec![incr]))?;
-        Ok((written, counter))
+        let written = !convert::<Value>(set)?.is_null();
+        Ok((written, convert(incr)?))
     }
 
     /// Awaits `call` until `start + timeout`, recording the round trip from `start` and
@@ -480,11 +467,9 @@ impl Node {
     }
 }
 
-/// The one reply of a one-command call, converted to `R`.
-fn one_reply<R: FromValue>(replies: Result<Vec<wire::Reply>, WireError>) -> Result<R, CallError> {
-    let reply = replies?.into_iter().next();
-    let value = reply.ok_or_else(|| CallError::Reply("no reply".into()))?;
-    let value = value.map_err(CallError::Reply)?;
+/// A reply converted to `R`; an error reply is the master's answer, not a connection fault.
+fn convert<R: FromValue>(reply: wire::Reply) -> Result<R, CallError> {
+    let value = reply.map_err(CallError::Reply)?;
     R::from_value(value).map_err(|e| CallError::Reply(format!("unexpected reply: {}", e.details())))
 }
 

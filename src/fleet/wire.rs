@@ -123,7 +123,7 @@ impl Wire {
     /// Sends one call of `replies` commands, written by `encode` into the link's outgoing
     /// buffer, and returns where its replies will come (in the order the commands were
     /// encoded). Without a link, starts making one and answers [`WireError::Down`].
-    pub fn send(
+    fn send(
         &self,
         replies: usize,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), WireError>,
@@ -136,6 +136,27 @@ impl Wire {
                 Err(WireError::Down)
             }
         }
+    }
+
+    /// Sends one command of `parts` (a RESP array of bulk strings) and waits for its reply.
+    pub async fn command(&self, parts: &[&[u8]]) -> Result<Reply, WireError> {
+        self.call_one(|out| {
+            encode(out, parts);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Sends the one command `encode` writes and waits for its reply.
+    pub async fn call_one(
+        &self,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), WireError>,
+    ) -> Result<Reply, WireError> {
+        let mut replies = self.call(1, encode).await?;
+        // A call is answered once it has as many replies as it asked for: exactly one here.
+        replies
+            .pop()
+            .ok_or_else(|| WireError::Connection("no reply".into()))
     }
 
     /// Sends `encode`'s commands and waits for their replies.

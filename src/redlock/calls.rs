@@ -44,7 +44,7 @@ pub(super) struct ScriptCall {
 /// is dropped — the release, sent on the same connection after the write.
 pub(super) async fn acquire_on(
     node: Arc<Node>,
-    commands: AcquireCommands,
+    commands: Arc<AcquireCommands>,
     release: Arc<ScriptCall>,
     timeout: Duration,
     mut decided: watch::Receiver<Decision>,
@@ -141,14 +141,14 @@ pub(super) fn acquire_commands(
     id: LeaseId,
     owner: &str,
     ttl: Duration,
-) -> AcquireCommands {
-    AcquireCommands {
-        lock: Key::from(keys.lock.as_str()),
-        value: Value::from(id.value_for(owner)),
+) -> Arc<AcquireCommands> {
+    Arc::new(AcquireCommands {
+        lock: keys.lock.clone(),
+        value: id.value_for(owner),
         // Checked against max_ttl before any write: far below i64::MAX ms.
         ttl_ms: ttl.as_millis() as i64,
-        fence: Key::from(keys.fence.as_str()),
-    }
+        fence: keys.fence.clone(),
+    })
 }
 
 /// `lock` is the lease's lock key, `<prefix>lock:<resource>`.

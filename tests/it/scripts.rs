@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
-use fred::types::{Key, Value};
 use redlease::fleet::{CallError, Node};
 use redlease::scripts::{AcquireCommands, AcquireReply, SCRIPTS};
 use redlease::{Fleet, LeaseId};
@@ -63,10 +62,10 @@ impl Master {
     /// The acquisition's `SET NX PX` + `INCR` (+ `PTTL` when refused), as the engine sends it.
     async fn acquire(&self, id: LeaseId, ttl_ms: i64) -> Result<AcquireReply, CallError> {
         let commands = AcquireCommands {
-            lock: Key::from(LOCK),
-            value: Value::from(id.value_for("owner")),
+            lock: LOCK.into(),
+            value: id.value_for("owner"),
             ttl_ms,
-            fence: Key::from(FENCE),
+            fence: FENCE.into(),
         };
         self.node().acquire(&commands, TIMEOUT).await
     }

@@ -42,14 +42,7 @@ async fn connected(wire: &Wire) {
 }
 
 async fn call(wire: &Wire, parts: &[&[u8]]) -> Result<Value, String> {
-    let replies = wire
-        .call(1, |out| {
-            encode(out, parts);
-            Ok(())
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-    replies.into_iter().next().expect("one reply")
+    wire.command(parts).await.map_err(|e| e.to_string())?
 }
 
 /// Hundreds of concurrent calls of two commands each share the connection's writes; every
@@ -120,7 +113,10 @@ async fn a_restarted_master_gets_a_new_link() {
     assert_eventually!(
         links.load(Ordering::SeqCst) == 2 && wire.is_connected(),
         5,
-        "the wire reconnected and reported it"
+        "the wire reconnected and reported it: {} links, connected {}\n{}",
+        links.load(Ordering::SeqCst),
+        wire.is_connected(),
+        server.log()
     );
     let pong = call(&wire, &[b"PING"]).await.unwrap();
     assert_eq!(pong.as_str().unwrap(), "PONG");
