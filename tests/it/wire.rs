@@ -99,6 +99,12 @@ async fn a_late_reply_does_not_shift_later_replies() {
 
 /// A master that dies fails the calls in flight, refuses new ones at once, and is reconnected
 /// and reported when it comes back on its port.
+///
+/// How many links that takes is not fixed: the first attempt is made at once, and the dying
+/// server's listener can still complete a connection in the kernel and then reset it (seen with
+/// `--loglevel verbose`: a link made 0.2 ms after the old one closed, accepted by neither
+/// server's event loop, reset by the peer). Every link made is reported, so the property is: at
+/// least one new link, the wire is up, it answers, and it stays on that link.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_master_gets_a_new_link() {
     let mut server = RedisServer::start();
@@ -111,15 +117,23 @@ async fn a_restarted_master_gets_a_new_link() {
     assert_eq!(down, WireError::Down.to_string());
     server.restart();
     assert_eventually!(
-        links.load(Ordering::SeqCst) == 2 && wire.is_connected(),
+        links.load(Ordering::SeqCst) >= 2 && wire.is_connected(),
         5,
         "the wire reconnected and reported it: {} links, connected {}\n{}",
         links.load(Ordering::SeqCst),
         wire.is_connected(),
         server.log()
     );
+    let settled = links.load(Ordering::SeqCst);
     let pong = call(&wire, &[b"PING"]).await.unwrap();
     assert_eq!(pong.as_str().unwrap(), "PONG");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        links.load(Ordering::SeqCst),
+        settled,
+        "a working link is kept"
+    );
+    assert!(wire.is_connected());
 }
 
 /// An error reply is that call's error; the connection goes on.
