@@ -51,22 +51,31 @@ impl Keyspace {
 
     /// `<prefix>lock:<resource>` alone (renewals need no other key).
     pub fn lock(&self, resource: &str) -> String {
-        format!("{}lock:{resource}", self.prefix)
+        self.join("lock:", resource)
     }
 
     /// `<prefix>released:<resource>` alone (a release needs no fence key).
     pub fn released_channel(&self, resource: &str) -> String {
-        format!("{}released:{resource}", self.prefix)
+        self.join("released:", resource)
     }
 
     pub fn fence(&self) -> String {
-        format!("{}fence", self.prefix)
+        self.join("fence", "")
     }
 
     /// `<prefix>fleet`: set (no TTL) on every master adopted into the fleet; a master that
     /// lacks it while others have it has lost its memory (restart quarantine).
     pub fn marker(&self) -> String {
-        format!("{}fleet", self.prefix)
+        self.join("fleet", "")
+    }
+
+    /// `<prefix><kind><name>` in one allocation (built on every acquisition and release).
+    fn join(&self, kind: &str, name: &str) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + kind.len() + name.len());
+        key.push_str(&self.prefix);
+        key.push_str(kind);
+        key.push_str(name);
+        key
     }
 }
 

@@ -23,13 +23,40 @@ impl LeaseId {
 
     /// The value written into the lock key for this lease and `owner`.
     pub fn value_for(&self, owner: &str) -> String {
-        format!("{self}|{owner}")
+        let mut value = String::with_capacity(33 + owner.len());
+        value.push_str(self.hex().as_str());
+        value.push('|');
+        value.push_str(owner);
+        value
+    }
+
+    /// The 32 lowercase hex digits, without the formatting machinery (every acquisition and
+    /// release writes them).
+    pub fn hex(&self) -> Hex {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut digits = [0u8; 32];
+        for (i, digit) in digits.iter_mut().enumerate() {
+            let nibble = (self.0 >> (124 - 4 * i)) & 0xf;
+            *digit = DIGITS[nibble as usize];
+        }
+        Hex(digits)
     }
 }
 
 impl fmt::Display for LeaseId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        f.write_str(self.hex().as_str())
+    }
+}
+
+/// A lease id's 32 lowercase hex digits, on the stack.
+#[derive(Clone, Copy)]
+pub struct Hex([u8; 32]);
+
+impl Hex {
+    pub fn as_str(&self) -> &str {
+        // Every byte is one of the 16 ASCII hex digits written by `LeaseId::hex`.
+        std::str::from_utf8(&self.0).unwrap_or_default()
     }
 }
 
@@ -65,6 +92,9 @@ mod tests {
         assert_eq!(text.len(), 32);
         assert_eq!(text.parse::<LeaseId>().unwrap(), id);
         assert_eq!(parse_value(&id.value_for("a|b")), Some((id, "a|b")));
+        assert_eq!(text, format!("{:032x}", id.0));
+        let small = LeaseId(0xabc);
+        assert_eq!(small.to_string(), format!("{}abc", "0".repeat(29)));
     }
 
     /// Malformed ids are refused, never truncated.

@@ -14,21 +14,18 @@ mod shadow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::scripts::Script;
 use fred::types::{Key, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use self::calls::{
-    acquire_commands, acquire_on, eval_on, release_call, AcquireEvent, Decision, ScriptCall,
-};
+use self::calls::{acquire_commands, acquire_on, eval_on, release_call, AcquireEvent, Decision};
 use self::fanout::{fan_out, Fanout};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
 use crate::fleet::{CallError, Fleet, Node};
 use crate::keys::{validate_owner, validate_resource};
 use crate::metrics::{self, METRICS};
-use crate::scripts::SCRIPTS;
+use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{fencing, Error, LeaseId};
 pub use extend::Extension;
 pub use lease::{
@@ -227,7 +224,7 @@ impl Redlock {
         let (lock, channel) = (keyspace.lock(resource), keyspace.released_channel(resource));
         let call = release_call(&lock, &channel, id);
         let awaited: Vec<bool> = self.fleet.nodes().iter().map(|n| n.is_up()).collect();
-        let mut replies = self.send_ungated(self.fleet.nodes(), &SCRIPTS.release, call, timeout);
+        let mut replies = self.send_ungated(self.fleet.nodes(), call, timeout);
         let mut outcome = ReleaseOutcome {
             deleted_on: 0,
             answered: 0,
@@ -255,12 +252,11 @@ impl Redlock {
     fn send_ungated<'a>(
         &self,
         nodes: impl IntoIterator<Item = &'a Arc<Node>>,
-        script: &'static Script,
         call: Arc<ScriptCall>,
         timeout: Duration,
     ) -> Fanout<Result<i64, CallError>> {
         fan_out(&self.tasks, nodes, |node, reply| {
-            eval_on(node, script, call.clone(), timeout, reply)
+            eval_on(node, call.clone(), timeout, reply)
         })
     }
 
@@ -334,12 +330,13 @@ impl Redlock {
         if plan.to_raise.is_empty() {
             return 0;
         }
-        let call = Arc::new(ScriptCall {
-            keys: vec![Key::from(self.fleet.keyspace().fence())],
-            args: vec![Value::from(plan.token.to_string())],
-        });
+        let call = Arc::new(ScriptCall::new(
+            &SCRIPTS.raise_fence,
+            vec![Key::from(self.fleet.keyspace().fence())],
+            vec![Value::from(plan.token.to_string())],
+        ));
         let nodes = plan.to_raise.iter().map(|&i| &self.fleet.nodes()[i]);
-        let mut replies = self.send_ungated(nodes, &SCRIPTS.raise_fence, call, timeout);
+        let mut replies = self.send_ungated(nodes, call, timeout);
         let mut raised = 0;
         while let Some((_, result)) = replies.recv().await {
             raised += usize::from(matches!(result, Ok(counter) if counter as u64 >= plan.token));

@@ -8,6 +8,9 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
+use fred::types::{Key, Value};
+
+use crate::fleet::wire::{self, WireError};
 
 /// One script per operation; each file opens with its KEYS/ARGV/Returns contract.
 pub struct Scripts {
@@ -33,20 +36,89 @@ impl Scripts {
     }
 }
 
+/// One script call built once and shared by every master's call: the script, its keys and
+/// arguments (kept for the reload after NOSCRIPT), and the `EVALSHA` already in RESP, copied
+/// as it is onto each master's connection.
+#[derive(Debug)]
+pub struct ScriptCall {
+    script: &'static Script,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+    /// The encoded `EVALSHA`, or why an argument cannot be sent (then nothing is sent).
+    encoded: Result<Vec<u8>, &'static str>,
+}
+
+impl ScriptCall {
+    pub fn new(script: &'static Script, keys: Vec<Key>, args: Vec<Value>) -> Self {
+        let mut encoded = Vec::with_capacity(128);
+        let encoded = match wire::encode_evalsha(&mut encoded, script.sha1(), &keys, &args) {
+            Ok(()) => Ok(encoded),
+            Err(WireError::Argument(reason)) => Err(reason),
+            // `encode_evalsha` fails only on an argument.
+            Err(_) => Err("cannot encode"),
+        };
+        Self {
+            script,
+            keys,
+            args,
+            encoded,
+        }
+    }
+
+    pub fn script(&self) -> &'static Script {
+        self.script
+    }
+
+    pub fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
+    pub fn args(&self) -> &[Value] {
+        &self.args
+    }
+
+    /// The `EVALSHA` in RESP.
+    pub fn encoded(&self) -> Result<&[u8], WireError> {
+        self.encoded
+            .as_deref()
+            .map_err(|reason| WireError::Argument(reason))
+    }
+}
+
 /// An acquisition's write to one master: two plain commands sent back to back on its
 /// connection, `SET <lock> <value> NX PX <ttl>` then `INCR <fence>`. The INCR runs whether
 /// the SET wrote or not: counters only ever grow, which is all fencing needs, and the pair
 /// costs the master far less than a script doing the same (see bench/). Built once per
-/// attempt and shared by every master's call.
+/// attempt, already in RESP, and shared by every master's call.
 #[derive(Clone, Debug)]
 pub struct AcquireCommands {
-    /// `<prefix>lock:<resource>`
-    pub lock: String,
-    /// `<lease id>|<owner>`
-    pub value: String,
-    pub ttl_ms: i64,
-    /// `<prefix>fence`
-    pub fence: String,
+    /// `<prefix>lock:<resource>` (the refusal's `PTTL` reads it).
+    lock: String,
+    /// Both commands as RESP arrays, copied as they are onto each master's connection.
+    encoded: Vec<u8>,
+}
+
+impl AcquireCommands {
+    /// `lock` is `<prefix>lock:<resource>`, `value` is `<lease id>|<owner>`, `fence` is
+    /// `<prefix>fence`.
+    pub fn new(lock: String, value: &str, ttl_ms: u64, fence: &str) -> Self {
+        let mut ttl = itoa::Buffer::new();
+        let ttl = ttl.format(ttl_ms).as_bytes();
+        let mut encoded = Vec::with_capacity(64 + lock.len() + value.len() + fence.len());
+        let set = [b"SET", lock.as_bytes(), value.as_bytes(), b"NX", b"PX", ttl];
+        wire::encode(&mut encoded, &set);
+        wire::encode(&mut encoded, &[b"INCR", fence.as_bytes()]);
+        Self { lock, encoded }
+    }
+
+    pub fn lock(&self) -> &str {
+        &self.lock
+    }
+
+    /// `SET … NX PX …` and `INCR …`, in RESP.
+    pub fn encoded(&self) -> &[u8] {
+        &self.encoded
+    }
 }
 
 /// What an acquisition's commands answered on one master.

@@ -12,7 +12,7 @@ use super::quarantine::{assess, Standing};
 use super::{Admission, Fleet, Node};
 use crate::metrics::{self, METRICS};
 use crate::redlock::quorum::quorum_of;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{ScriptCall, SCRIPTS};
 
 /// Bound on each step of a preparation (script load, INFO, fence reads and raise).
 pub const PREPARE_STEP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -161,17 +161,13 @@ async fn sync_fence(fleet: &Fleet, node: &Node, fence: &str) -> bool {
 /// Max-assigns `target` to the master's fence counter (`fence`, its key): `true` once it
 /// holds at least that, which its acquisitions' INCRs must then exceed.
 async fn raise_own_fence(node: &Node, fence: &str, target: u64) -> bool {
-    let keys = [fence.into()];
-    let args = [target.to_string().into()];
-    let script = &SCRIPTS.raise_fence;
+    let call = ScriptCall::new(
+        &SCRIPTS.raise_fence,
+        vec![fence.into()],
+        vec![target.to_string().into()],
+    );
     let raised = node
-        .eval::<i64>(
-            script,
-            &keys,
-            &args,
-            PREPARE_STEP_TIMEOUT,
-            Admission::Always,
-        )
+        .eval::<i64>(&call, PREPARE_STEP_TIMEOUT, Admission::Always)
         .await;
     match raised {
         Ok(counter) if counter as u64 >= target => {

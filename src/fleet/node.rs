@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use fred::prelude::{ClientLike, ErrorKind, KeysInterface};
-use fred::types::scripts::Script;
-use fred::types::{CustomCommand, FromValue, Key, Value};
+use fred::types::{CustomCommand, FromValue, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -18,7 +17,7 @@ use super::quarantine::{parse_info, Identity};
 use super::wire::{self, Target, Wire, WireError};
 use crate::metrics::{self, METRICS};
 use crate::rtt::RttWindow;
-use crate::scripts::{fence_was_lost, AcquireCommands, AcquireReply, SCRIPTS};
+use crate::scripts::{fence_was_lost, AcquireCommands, AcquireReply, ScriptCall, SCRIPTS};
 
 /// Why a call to one master produced no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -167,20 +166,20 @@ impl Node {
         self.state().rtt.quantile(q, now)
     }
 
-    /// Runs `script` here within `timeout`, recording the round trip and feeding the breaker.
+    /// Runs `call`'s script here within `timeout`, recording the round trip and feeding the
+    /// breaker.
     pub async fn eval<R: FromValue + Send + 'static>(
         &self,
-        script: &Script,
-        keys: &[Key],
-        args: &[Value],
+        call: &ScriptCall,
         timeout: Duration,
         admission: Admission,
     ) -> Result<R, CallError> {
-        if admission == Admission::WhenUp && !self.admit() {
+        let start = Instant::now();
+        if admission == Admission::WhenUp && !self.admit(start) {
             return Err(CallError::Down);
         }
-        let call = self.evalsha(script, keys, args, admission);
-        self.timed(Instant::now(), timeout, call).await
+        let reply = self.evalsha(call, admission);
+        self.timed(start, timeout, reply).await
     }
 
     /// Runs an acquisition's two commands here within `timeout`, recording their round trip
@@ -197,11 +196,11 @@ impl Node {
         commands: &AcquireCommands,
         timeout: Duration,
     ) -> Result<AcquireReply, CallError> {
-        if !self.admit() {
+        let start = Instant::now();
+        if !self.admit(start) {
             return Err(CallError::Down);
         }
         let floor = self.fence_seen.load(Ordering::Acquire);
-        let start = Instant::now();
         let pair = self.set_nx_and_incr(commands);
         let (written, counter) = self.timed(start, timeout, pair).await?;
         if fence_was_lost(counter, floor) {
@@ -219,8 +218,10 @@ impl Node {
             None
         } else {
             let left = timeout.saturating_sub(start.elapsed());
-            let pttl = [b"PTTL".as_slice(), commands.lock.as_bytes()];
-            let reply = tokio::time::timeout(left, self.wire.command(&pttl)).await;
+            let pttl = [b"PTTL".as_slice(), commands.lock().as_bytes()];
+            // Boxed: only refusals take this path; inline, its timer would enlarge every
+            // acquisition's future.
+            let reply = Box::pin(tokio::time::timeout(left, self.wire.command(&pttl))).await;
             let reply = reply.ok().and_then(Result::ok);
             reply.and_then(|r| convert::<i64>(r).ok())
         };
@@ -351,8 +352,8 @@ impl Node {
         self.is_connected() && self.ready.load(Ordering::Acquire)
     }
 
-    fn admit(&self) -> bool {
-        self.takes_writes() && self.state().breaker.admit(Instant::now())
+    fn admit(&self, now: Instant) -> bool {
+        self.takes_writes() && self.state().breaker.admit(now)
     }
 
     /// Lock writes are sent exactly once: on NOSCRIPT (a restarted master) the write did not
@@ -361,12 +362,10 @@ impl Node {
     /// Releases and fence raises reload and retry at once: running them late is harmless.
     async fn evalsha<R: FromValue>(
         &self,
-        script: &Script,
-        keys: &[Key],
-        args: &[Value],
+        call: &ScriptCall,
         admission: Admission,
     ) -> Result<R, CallError> {
-        let result = self.send_evalsha(script, keys, args).await;
+        let result = self.send_evalsha(call).await;
         let noscript = matches!(&result, Err(CallError::Reply(e)) if e.starts_with("NOSCRIPT"));
         match admission {
             _ if !noscript => result,
@@ -374,49 +373,35 @@ impl Node {
                 self.set_ready_false_and_prepare();
                 result
             }
-            Admission::Always => Box::pin(self.reload_and_evalsha(script, keys, args)).await,
+            Admission::Always => Box::pin(self.reload_and_evalsha(call)).await,
         }
     }
 
     /// Sends one EVALSHA on the lock connection and waits for its reply.
-    async fn send_evalsha<R: FromValue>(
-        &self,
-        script: &Script,
-        keys: &[Key],
-        args: &[Value],
-    ) -> Result<R, CallError> {
-        let sha = script.sha1();
-        let reply = self
-            .wire
-            .call_one(|out| wire::encode_evalsha(out, sha, keys, args));
+    async fn send_evalsha<R: FromValue>(&self, call: &ScriptCall) -> Result<R, CallError> {
+        let reply = self.wire.call_one(|out| {
+            out.extend_from_slice(call.encoded()?);
+            Ok(())
+        });
         convert(reply.await?)
     }
 
-    async fn reload_and_evalsha<R: FromValue>(
-        &self,
-        script: &Script,
-        keys: &[Key],
-        args: &[Value],
-    ) -> Result<R, CallError> {
-        script.load(&self.client).await.map_err(|error| {
+    async fn reload_and_evalsha<R: FromValue>(&self, call: &ScriptCall) -> Result<R, CallError> {
+        call.script().load(&self.client).await.map_err(|error| {
             if is_connection_error(&error) {
                 CallError::Connection(error.details().to_string())
             } else {
                 CallError::Reply(error.details().to_string())
             }
         })?;
-        self.send_evalsha(script, keys, args).await
+        self.send_evalsha(call).await
     }
 
     /// `SET lock value NX PX ttl` and `INCR fence`, written together on the lock connection
     /// on the first poll: whether the SET wrote, and the counter.
     async fn set_nx_and_incr(&self, commands: &AcquireCommands) -> Result<(bool, i64), CallError> {
-        let mut ttl = itoa::Buffer::new();
-        let ttl = ttl.format(commands.ttl_ms).as_bytes();
-        let (lock, value) = (commands.lock.as_bytes(), commands.value.as_bytes());
         let replies = self.wire.call(2, |out| {
-            wire::encode(out, &[b"SET", lock, value, b"NX", b"PX", ttl]);
-            wire::encode(out, &[b"INCR", commands.fence.as_bytes()]);
+            out.extend_from_slice(commands.encoded());
             Ok(())
         });
         let mut replies = replies.await?.into_iter();

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use fred::types::scripts::Script;
 use fred::types::{Key, Value};
 use tokio::sync::watch;
 
@@ -14,7 +13,7 @@ use super::fanout::Reply;
 use super::NodeVote;
 use crate::fleet::{Admission, CallError, Node};
 use crate::keys::ResourceKeys;
-use crate::scripts::{AcquireCommands, AcquireReply, SCRIPTS};
+use crate::scripts::{AcquireCommands, AcquireReply, ScriptCall, SCRIPTS};
 use crate::LeaseId;
 
 /// What the engine decided about a grant, told to every master's task.
@@ -32,12 +31,6 @@ pub(super) enum AcquireEvent {
     Sent,
     Vote(NodeVote),
     Released,
-}
-
-/// The payload of one script call, built once and shared by every master's call.
-pub(super) struct ScriptCall {
-    pub(super) keys: Vec<Key>,
-    pub(super) args: Vec<Value>,
 }
 
 /// One master's part of an acquisition: the write, then — if the engine abandons the grant or
@@ -71,16 +64,9 @@ pub(super) async fn acquire_on(
         Err(_engine_dropped) => false,
     };
     if !keep {
-        let script = &SCRIPTS.release;
-        let _ = node
-            .eval::<i64>(
-                script,
-                &release.keys,
-                &release.args,
-                timeout,
-                Admission::Always,
-            )
-            .await;
+        // Boxed: the rare path would otherwise make every acquisition's per-master future,
+        // which is boxed and moved on each fan-out, a kilobyte larger.
+        let _ = Box::pin(node.eval::<i64>(&release, timeout, Admission::Always)).await;
         reply.send(AcquireEvent::Released);
     }
 }
@@ -96,15 +82,12 @@ pub(super) fn acquire_vote(result: Result<AcquireReply, CallError>) -> NodeVote 
 /// A lock write to one master (extend, shadow), its answer turned into a vote by `to_vote`.
 pub(super) async fn vote_on(
     node: Arc<Node>,
-    script: &'static Script,
     call: Arc<ScriptCall>,
     timeout: Duration,
     to_vote: fn(i64) -> NodeVote,
     reply: Reply<NodeVote>,
 ) {
-    let result = node
-        .eval(script, &call.keys, &call.args, timeout, Admission::WhenUp)
-        .await;
+    let result = node.eval(&call, timeout, Admission::WhenUp).await;
     reply.send(result.map_or_else(NodeVote::Failed, to_vote));
 }
 
@@ -112,27 +95,21 @@ pub(super) async fn vote_on(
 /// allows for lock writes.
 pub(super) async fn eval_values_on(
     node: Arc<Node>,
-    script: &'static Script,
     call: Arc<ScriptCall>,
     timeout: Duration,
     reply: Reply<Result<Vec<i64>, CallError>>,
 ) {
-    let result = node
-        .eval(script, &call.keys, &call.args, timeout, Admission::WhenUp)
-        .await;
+    let result = node.eval(&call, timeout, Admission::WhenUp).await;
     reply.send(result);
 }
 
 pub(super) async fn eval_on(
     node: Arc<Node>,
-    script: &'static Script,
     call: Arc<ScriptCall>,
     timeout: Duration,
     reply: Reply<Result<i64, CallError>>,
 ) {
-    let result = node
-        .eval(script, &call.keys, &call.args, timeout, Admission::Always)
-        .await;
+    let result = node.eval(&call, timeout, Admission::Always).await;
     reply.send(result);
 }
 
@@ -142,13 +119,15 @@ pub(super) fn acquire_commands(
     owner: &str,
     ttl: Duration,
 ) -> Arc<AcquireCommands> {
-    Arc::new(AcquireCommands {
-        lock: keys.lock.clone(),
-        value: id.value_for(owner),
-        // Checked against max_ttl before any write: far below i64::MAX ms.
-        ttl_ms: ttl.as_millis() as i64,
-        fence: keys.fence.clone(),
-    })
+    // Checked against max_ttl before any write: far below u64::MAX ms.
+    let ttl_ms = ttl.as_millis() as u64;
+    let value = id.value_for(owner);
+    Arc::new(AcquireCommands::new(
+        keys.lock.clone(),
+        &value,
+        ttl_ms,
+        &keys.fence,
+    ))
 }
 
 /// `lock` is the lease's lock key, `<prefix>lock:<resource>`.
@@ -158,20 +137,22 @@ pub(super) fn shadow_call(
     owner: &str,
     shadow_ttl: Duration,
 ) -> Arc<ScriptCall> {
-    Arc::new(ScriptCall {
-        keys: vec![Key::from(lock)],
-        args: vec![
-            Value::from(id.to_string()),
+    Arc::new(ScriptCall::new(
+        &SCRIPTS.shadow,
+        vec![Key::from(lock)],
+        vec![
+            Value::from(id.hex().as_str()),
             Value::from(id.value_for(owner)),
             Value::from(shadow_ttl.as_millis().to_string()),
         ],
-    })
+    ))
 }
 
 /// `lock` and `channel` are the resource's lock key and release channel.
 pub(super) fn release_call(lock: &str, channel: &str, id: LeaseId) -> Arc<ScriptCall> {
-    Arc::new(ScriptCall {
-        keys: vec![Key::from(lock)],
-        args: vec![Value::from(id.to_string()), Value::from(channel)],
-    })
+    Arc::new(ScriptCall::new(
+        &SCRIPTS.release,
+        vec![Key::from(lock)],
+        vec![Value::from(id.hex().as_str()), Value::from(channel)],
+    ))
 }

@@ -8,13 +8,13 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
-use super::calls::{eval_values_on, ScriptCall};
+use super::calls::eval_values_on;
 use super::fanout::fan_out;
 use super::quorum::{Tally, Verdict};
 use super::{count_vote, ExtendOutcome, NodeVote, Redlock};
 use crate::fleet::CallError;
 use crate::keys::validate_resource;
-use crate::scripts::{ExtendReply, SCRIPTS};
+use crate::scripts::{ExtendReply, ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
 /// One lease to extend: `id` on `resource`, to `ttl` from now.
@@ -104,7 +104,7 @@ impl Redlock {
         let n = self.fleet.len();
         let call = batch_call(self, batch, sent);
         let mut replies = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
-            eval_values_on(node, &SCRIPTS.extend, call.clone(), timeout, reply)
+            eval_values_on(node, call.clone(), timeout, reply)
         });
         let mut counts: Vec<EntryVotes> = sent
             .iter()
@@ -140,7 +140,7 @@ fn batch_call(engine: &Redlock, batch: &[Extension], sent: &[usize]) -> Arc<Scri
         args.push(Value::from(extension.id.to_string()));
         args.push(Value::from(extension.ttl.as_millis().to_string()));
     }
-    Arc::new(ScriptCall { keys, args })
+    Arc::new(ScriptCall::new(&SCRIPTS.extend, keys, args))
 }
 
 /// The vote for entry `j` of a batch of `len` in one master's answer.

@@ -12,7 +12,6 @@ use super::calls::{shadow_call, vote_on};
 use super::fanout::fan_out;
 use super::{collect_votes, ExtendOutcome, NodeVote, Redlock};
 use crate::keys::validate_resource;
-use crate::scripts::SCRIPTS;
 use crate::{Error, LeaseId};
 
 // === impl Redlock ===
@@ -43,7 +42,7 @@ impl Redlock {
         let start = Instant::now();
         let mut replies = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
             let to_vote = |set: i64| NodeVote::Shadow(set == 1);
-            vote_on(node, &SCRIPTS.shadow, call.clone(), timeout, to_vote, reply)
+            vote_on(node, call.clone(), timeout, to_vote, reply)
         });
         let (tally, votes) = collect_votes(&mut replies, self.fleet.len(), Some).await;
         Ok(self.judge_extension(tally, votes, start, shadow_ttl))

@@ -60,17 +60,12 @@ impl Master {
     }
 
     /// The acquisition's `SET NX PX` + `INCR` (+ `PTTL` when refused), as the engine sends it.
-    async fn acquire(&self, id: LeaseId, ttl_ms: i64) -> Result<AcquireReply, CallError> {
-        let commands = AcquireCommands {
-            lock: LOCK.into(),
-            value: id.value_for("owner"),
-            ttl_ms,
-            fence: FENCE.into(),
-        };
+    async fn acquire(&self, id: LeaseId, ttl_ms: u64) -> Result<AcquireReply, CallError> {
+        let commands = AcquireCommands::new(LOCK.into(), &id.value_for("owner"), ttl_ms, FENCE);
         self.node().acquire(&commands, TIMEOUT).await
     }
 
-    async fn granted(&self, id: LeaseId, ttl_ms: i64) -> u64 {
+    async fn granted(&self, id: LeaseId, ttl_ms: u64) -> u64 {
         match self.acquire(id, ttl_ms).await {
             Ok(AcquireReply::Granted { counter }) => counter,
             other => panic!("not granted: {other:?}"),
