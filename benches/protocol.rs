@@ -1,6 +1,7 @@
 //! What each master costs per acquire+release cycle under candidate lock protocols, without
 //! the engine around them: the raw-quorum baseline against redlease's protocol and the
-//! alternatives it was chosen from, on 5 local masters through the same fred clients.
+//! alternatives it was chosen from, on 5 local masters over redlease's own lock connections
+//! (`fleet::wire`, the transport the engine uses).
 //!
 //! Each protocol is `ACQUIRE/RELEASE`; every cycle sends the acquire to all 5 masters, waits
 //! for 3 grants, then sends the release to all 5 and waits for every answer.
@@ -10,14 +11,14 @@
 //! | `set` | `SET lock v NX PX ttl` (the baseline: no fencing) |
 //! | `lua3` | the script redlease used before its shadow moved into the lock key: EXISTS lock shadow, SET, INCR fence |
 //! | `lua2` | a script with SET NX PX, then INCR fence or PTTL |
-//! | `two` | `SET lock v NX PX ttl` and `INCR fence` sent together as two plain commands (redlease) |
-//! | `pipe2` | the same two commands through fred's `Pipeline` |
+//! | `two` | `SET lock v NX PX ttl` and `INCR fence` written together as two plain commands (redlease) |
 //!
 //! | release | per master |
 //! |---|---|
 //! | `cad` | compare-and-delete script (the baseline) |
 //! | `rel4` | lock and shadow compared and deleted, PUBLISH (redlease's release before the move) |
 //! | `rel3` | `lua/release.lua`: lock compared and deleted, PUBLISH (redlease) |
+//! | `rel2` | `lua/release.lua` without its PUBLISH (what the announcement costs) |
 //!
 //! `cargo bench --bench protocol` prints the sequential p50 (protocols taking turns in blocks
 //! of 250 cycles) and then 16-client throughput (`PARALLEL_SECS`, default 3 s per protocol, the
@@ -34,12 +35,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{throughput_in_turns, ParallelCycle, COMPARE_AND_DELETE, PARALLEL_CLIENTS};
-use fred::clients::Client;
-use fred::prelude::{Expiration, KeysInterface, SetOptions, Value};
 use fred::types::scripts::Script;
-use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis_server::RedisServer;
+use redlease::fleet::wire::{self, Wire};
 use redlease::scripts::SCRIPTS;
 use redlease::{Fleet, FleetOptions, LeaseId};
 use tokio::time::Instant;
@@ -48,8 +47,8 @@ use tokio::time::Instant;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const TTL_MS: i64 = 10_000;
-const DEFAULT_PROTOCOLS: &str = "set/cad,lua3/rel4,lua2/rel3,two/rel3,pipe2/rel3";
+const TTL_MS: &[u8] = b"10000";
+const DEFAULT_PROTOCOLS: &str = "set/cad,two/cad,two/rel2,two/rel3,lua2/rel3,lua3/rel4";
 
 /// What `lua/acquire.lua` was while the shadow had its own key.
 const ACQUIRE_WITH_SHADOW_KEY: &str = r#"
@@ -80,14 +79,24 @@ const ACQUIRE_TWO_CALLS: &str = r#"
 local ok = redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'NX', 'PX', ARGV[3])
 if ok then return redis.call('INCR', KEYS[2]) end
 return -redis.call('PTTL', KEYS[1])"#;
+/// `lua/release.lua` without the PUBLISH of the release.
+const RELEASE_UNANNOUNCED: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 1, 32) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0"#;
 
-/// The masters' clients and the scripts of every candidate.
+/// The fleet (its nodes' lock connections carry every command) and the scripts of every
+/// candidate.
 struct Bench {
-    clients: Vec<Client>,
+    fleet: Arc<Fleet>,
     cad: Script,
     acquire_with_shadow_key: Script,
     release_with_shadow_key: Script,
     acquire_two_calls: Script,
+    release_unannounced: Script,
 }
 
 #[tokio::main]
@@ -98,21 +107,23 @@ async fn main() {
         .await
         .unwrap();
     let bench = Arc::new(Bench {
-        clients: fleet.nodes().iter().map(|n| n.client().clone()).collect(),
+        fleet,
         cad: Script::from_lua(COMPARE_AND_DELETE),
         acquire_with_shadow_key: Script::from_lua(ACQUIRE_WITH_SHADOW_KEY),
         release_with_shadow_key: Script::from_lua(RELEASE_WITH_SHADOW_KEY),
         acquire_two_calls: Script::from_lua(ACQUIRE_TWO_CALLS),
+        release_unannounced: Script::from_lua(RELEASE_UNANNOUNCED),
     });
-    for client in &bench.clients {
+    for node in bench.fleet.nodes() {
         for script in [
             &bench.cad,
             &bench.acquire_with_shadow_key,
             &bench.release_with_shadow_key,
             &bench.acquire_two_calls,
+            &bench.release_unannounced,
             &SCRIPTS.release,
         ] {
-            script.load(client).await.unwrap();
+            script.load(node.client()).await.unwrap();
         }
     }
     let protocols = std::env::var("PROTOCOLS").unwrap_or_else(|_| DEFAULT_PROTOCOLS.into());
@@ -160,10 +171,12 @@ async fn sequential(bench: &Bench, protocols: &[String]) {
 async fn cycle(bench: &Bench, protocol: &str, key: &str) {
     let (acquire, release) = protocol.split_once('/').expect("ACQUIRE/RELEASE");
     let id = LeaseId::random().to_string();
+    let value = format!("{id}|bench");
     let mut grants: FuturesUnordered<_> = bench
-        .clients
+        .fleet
+        .nodes()
         .iter()
-        .map(|client| acquire_on(bench, client, acquire, key, &id))
+        .map(|node| acquire_on(bench, node.wire(), acquire, key, &id, &value))
         .collect();
     let mut granted = 0;
     while let Some(grant) = grants.next().await {
@@ -177,81 +190,78 @@ async fn cycle(bench: &Bench, protocol: &str, key: &str) {
         "{protocol}: an uncontended acquire lost its quorum"
     );
     let releases = bench
-        .clients
+        .fleet
+        .nodes()
         .iter()
-        .map(|client| release_on(bench, client, release, key, &id));
+        .map(|node| release_on(bench, node.wire(), release, key, &id, &value));
     futures_util::future::join_all(releases).await;
 }
 
-fn acquire_on<'a>(
-    bench: &'a Bench,
-    client: &'a Client,
+/// Whether `acquire` granted `key` on the master behind `wire`.
+async fn acquire_on(
+    bench: &Bench,
+    wire: &Wire,
     acquire: &str,
-    key: &'a str,
+    key: &str,
     id: &str,
-) -> BoxFuture<'a, bool> {
-    let value = format!("{id}|bench");
-    let set = move |value: String| {
-        let expiry = Some(Expiration::PX(TTL_MS));
-        client.set::<Option<String>, _, _>(key, value, expiry, Some(SetOptions::NX), false)
-    };
-    match acquire {
-        "set" => Box::pin(async move { matches!(set(value).await, Ok(Some(_))) }),
+    value: &str,
+) -> bool {
+    let (key, id, value) = (key.as_bytes(), id.as_bytes(), value.as_bytes());
+    let set = [b"SET", key, value, b"NX", b"PX", TTL_MS];
+    let reply = match acquire {
+        "set" => wire.command(&set).await,
+        "two" => {
+            let replies = wire.call(2, |out| {
+                wire::encode(out, &set);
+                wire::encode(out, &[b"INCR", b"fence"]);
+                Ok(())
+            });
+            replies.await.map(|mut replies| replies.swap_remove(0))
+        }
         "lua3" => {
-            let keys = vec![key.to_string(), format!("{key}:shadow"), "fence".into()];
-            let args = vec![id.to_string(), "bench".into(), TTL_MS.to_string()];
-            let call = bench
-                .acquire_with_shadow_key
-                .evalsha::<i64, _, _, _>(client, keys, args);
-            Box::pin(async move { matches!(call.await, Ok(n) if n > 0) })
+            let shadow = [key, b":shadow"].concat();
+            let args = [key, &shadow, b"fence", id, b"bench", TTL_MS];
+            evalsha(wire, &bench.acquire_with_shadow_key, 3, &args).await
         }
         "lua2" => {
-            let keys = vec![key.to_string(), "fence".into()];
-            let args = vec![id.to_string(), "bench".into(), TTL_MS.to_string()];
-            let call = bench
-                .acquire_two_calls
-                .evalsha::<i64, _, _, _>(client, keys, args);
-            Box::pin(async move { matches!(call.await, Ok(n) if n > 0) })
+            let args = [key, b"fence", id, b"bench", TTL_MS];
+            evalsha(wire, &bench.acquire_two_calls, 2, &args).await
         }
-        "two" => Box::pin(async move {
-            let (set, _) = futures_util::join!(set(value), client.incr::<i64, _>("fence"));
-            matches!(set, Ok(Some(_)))
-        }),
-        "pipe2" => Box::pin(async move {
-            let pipeline = client.pipeline();
-            let expiry = Some(Expiration::PX(TTL_MS));
-            let nx = Some(SetOptions::NX);
-            let _: () = pipeline.set(key, value, expiry, nx, false).await.unwrap();
-            let _: () = pipeline.incr("fence").await.unwrap();
-            matches!(pipeline.all::<Vec<Value>>().await, Ok(v) if !v[0].is_null())
-        }),
         other => panic!("unknown acquire {other}"),
+    };
+    match reply.expect("the master answers").expect("no error reply") {
+        fred::types::Value::Null => false,
+        fred::types::Value::Integer(n) => n > 0,
+        _ok => true,
     }
 }
 
-fn release_on<'a>(
-    bench: &'a Bench,
-    client: &'a Client,
-    release: &str,
-    key: &'a str,
-    id: &str,
-) -> BoxFuture<'a, ()> {
+async fn release_on(bench: &Bench, wire: &Wire, release: &str, key: &str, id: &str, value: &str) {
     let channel = format!("{key}:released");
-    let id = id.to_string();
-    let (script, keys) = match release {
-        "cad" => {
-            let call = bench
-                .cad
-                .evalsha::<i64, _, _, _>(client, key, format!("{id}|bench"));
-            return Box::pin(async move { call.await.map(drop).unwrap() });
+    let (key, id, channel) = (key.as_bytes(), id.as_bytes(), channel.as_bytes());
+    let reply = match release {
+        "cad" => evalsha(wire, &bench.cad, 1, &[key, value.as_bytes()]).await,
+        "rel4" => {
+            let shadow = [key, b":shadow"].concat();
+            let args = [key, &shadow, id, channel];
+            evalsha(wire, &bench.release_with_shadow_key, 2, &args).await
         }
-        "rel4" => (
-            &bench.release_with_shadow_key,
-            vec![key.to_string(), format!("{key}:shadow")],
-        ),
-        "rel3" => (&SCRIPTS.release, vec![key.to_string()]),
+        "rel3" => evalsha(wire, &SCRIPTS.release, 1, &[key, id, channel]).await,
+        "rel2" => evalsha(wire, &bench.release_unannounced, 1, &[key, id]).await,
         other => panic!("unknown release {other}"),
     };
-    let call = script.evalsha::<i64, _, _, _>(client, keys, vec![id, channel]);
-    Box::pin(async move { call.await.map(drop).unwrap() })
+    reply.expect("the master answers").expect("no error reply");
+}
+
+/// `EVALSHA sha numkeys parts…` (the first `keys` parts are its keys).
+async fn evalsha(
+    wire: &Wire,
+    script: &Script,
+    keys: usize,
+    parts: &[&[u8]],
+) -> Result<wire::Reply, wire::WireError> {
+    let numkeys = keys.to_string();
+    let mut command: Vec<&[u8]> = vec![b"EVALSHA", script.sha1().as_bytes(), numkeys.as_bytes()];
+    command.extend_from_slice(parts);
+    wire.command(&command).await
 }

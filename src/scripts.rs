@@ -1,5 +1,6 @@
 //! What the engine sends each master and the typed replies: the Lua scripts of `lua/` (the
-//! only `include_str!` of them) and the plain commands of an acquisition.
+//! only `include_str!` of them), a script call and the plain commands of an acquisition, each
+//! encoded in RESP once per fan-out and copied onto every master's connection.
 //!
 //! Every master is an independent server, so scripts are called per node with EVALSHA
 //! (a restarted master has an empty script cache: see `fleet::node` for what NOSCRIPT does).
