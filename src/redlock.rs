@@ -24,7 +24,7 @@ use self::fanout::{fan_out, Fanout};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
 use crate::fleet::{CallError, Fleet, Node};
 use crate::keys::{validate_owner, validate_resource};
-use crate::metrics::{self, METRICS};
+use crate::metrics::METRICS;
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{fencing, Error, LeaseId};
 pub use extend::Extension;
@@ -180,11 +180,7 @@ impl Redlock {
                 }
             }
         };
-        let outcome_label = metrics::label("outcome", outcome.label());
-        METRICS
-            .acquisition_latency
-            .record(metrics::seconds(start.elapsed()), &outcome_label);
-        METRICS.acquisition_attempts.add(1, &outcome_label);
+        METRICS.record_acquisition(outcome.label(), start.elapsed());
         Ok(outcome)
     }
 
@@ -241,9 +237,7 @@ impl Redlock {
                 outcome.deleted_on += usize::from(deleted > 0);
             }
         }
-        METRICS
-            .release_latency
-            .record(metrics::seconds(now.elapsed()), &[]);
+        METRICS.record_release(now.elapsed());
         Ok(outcome)
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use fred::prelude::{ClientLike, ErrorKind, KeysInterface};
 use fred::types::{CustomCommand, FromValue, Value};
+use opentelemetry::metrics::BoundHistogram;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -69,6 +70,8 @@ pub struct Node {
     prepare_tx: mpsc::UnboundedSender<usize>,
     /// The largest fence counter seen from this master since it was last prepared.
     fence_seen: AtomicU64,
+    /// `redis_command_rtt` bound to this master's `node` label once.
+    command_rtt: BoundHistogram<f64>,
     state: Mutex<NodeState>,
 }
 
@@ -118,6 +121,7 @@ impl Node {
                 preparing: AtomicBool::new(false),
                 prepare_tx,
                 fence_seen: AtomicU64::new(0),
+                command_rtt: METRICS.command_rtt_for(index),
                 state: Mutex::new(state),
             }
         })
@@ -249,8 +253,7 @@ impl Node {
 
     /// Records a round trip measured elsewhere (a PING, a batch).
     pub fn record_rtt(&self, rtt: Duration, now: Instant) {
-        let node = metrics::label("node", self.index as i64);
-        METRICS.command_rtt.record(metrics::seconds(rtt), &node);
+        self.command_rtt.record(metrics::seconds(rtt));
         let mut state = self.state();
         state.rtt.record(rtt, now);
         state.breaker.record_success();

@@ -17,6 +17,13 @@ async fn metrics_expose_the_names_operators_query() {
         .await;
     assert_eq!(status, 200);
     sidecar.acquire(resource, json!({"owner": "b"})).await;
+    let (status, released) = sidecar
+        .acquire("released-resource", json!({"owner": "c"}))
+        .await;
+    assert_eq!(status, 200);
+    let id = released["lease_id"].as_str().expect("a lease id");
+    let (status, _) = sidecar.delete(&format!("/v1/leases/{id}")).await;
+    assert_eq!(status, 200);
     tokio::time::sleep(std::time::Duration::from_millis(700)).await;
     let response = sidecar
         .http
@@ -43,12 +50,31 @@ async fn metrics_expose_the_names_operators_query() {
     ] {
         assert!(text.contains(series), "{series} missing from:\n{text}");
     }
+    // Recorded through instruments bound to their labels once: the samples arrive (other
+    // tests in this process may add more).
+    for series in [
+        "lock_acquisition_latency_count{outcome=\"acquired\"}",
+        "lock_acquisition_attempts_total{outcome=\"contended\"}",
+        "lock_release_latency_count",
+        "redis_command_rtt_count{node=\"0\"}",
+    ] {
+        let value = sample(&text, series);
+        assert!(value >= 1.0, "{series} is {value} after traffic:\n{text}");
+    }
     assert!(
         !text.contains(resource),
         "a resource name leaked into a label"
     );
     assert!(!text.contains("otel_scope"), "scope labels on every series");
     promtool_accepts(&text);
+}
+
+/// The value of the sample named exactly `series` (name and labels) in exposition `text`.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{series} missing from:\n{text}"))
 }
 
 /// `promtool check metrics` (Debian's prometheus package, installed by scripts/install-deps.sh).
