@@ -19,7 +19,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use self::calls::{acquire_commands, acquire_on, eval_on, release_call, AcquireEvent, Decision};
+use self::calls::{
+    acquire_commands, acquire_on, eval_on, release_call, AcquireEvent, ChainedRelease, Decision,
+};
 use self::fanout::{fan_out, Fanout};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
 use crate::fleet::{CallError, Fleet, Node};
@@ -134,7 +136,7 @@ impl Redlock {
         let timeout = self.node_timeout(ttl, start);
         let (decision, decided) = watch::channel(Decision::Pending);
         let commands = acquire_commands(&keys, id, owner, ttl);
-        let release = release_call(&keys.lock, &keys.released_channel, id);
+        let release = ChainedRelease::new(keys.lock, keys.released_channel, id);
         let mut events = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
             acquire_on(
                 node,

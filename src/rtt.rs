@@ -71,12 +71,16 @@ impl RttWindow {
             return None;
         }
         let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        // The live slices merged once, then one pass over the buckets.
+        let mut counts = [0u64; BUCKETS];
+        for slice in self.live(now) {
+            for (merged, &count) in counts.iter_mut().zip(&slice.counts) {
+                *merged += u64::from(count);
+            }
+        }
         let mut seen = 0;
-        for bucket in 0..BUCKETS {
-            seen += self
-                .live(now)
-                .map(|s| u64::from(s.counts[bucket]))
-                .sum::<u64>();
+        for (bucket, count) in counts.iter().enumerate() {
+            seen += count;
             if seen >= rank {
                 return Some(Duration::from_micros(bucket_upper_micros(bucket)));
             }

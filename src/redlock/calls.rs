@@ -2,7 +2,7 @@
 //! sends: the acquire write (plain commands, with its chained release when the grant is
 //! abandoned), scripted lock writes that vote, and ungated script calls.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -38,7 +38,7 @@ pub(super) enum AcquireEvent {
 pub(super) async fn acquire_on(
     node: Arc<Node>,
     commands: Arc<AcquireCommands>,
-    release: Arc<ScriptCall>,
+    release: Arc<ChainedRelease>,
     timeout: Duration,
     mut decided: watch::Receiver<Decision>,
     reply: Reply<AcquireEvent>,
@@ -66,7 +66,7 @@ pub(super) async fn acquire_on(
     if !keep {
         // Boxed: the rare path would otherwise make every acquisition's per-master future,
         // which is boxed and moved on each fan-out, a kilobyte larger.
-        let _ = Box::pin(node.eval::<i64>(&release, timeout, Admission::Always)).await;
+        let _ = Box::pin(node.eval::<i64>(release.call(), timeout, Admission::Always)).await;
         reply.send(AcquireEvent::Released);
     }
 }
@@ -150,9 +150,40 @@ pub(super) fn shadow_call(
 
 /// `lock` and `channel` are the resource's lock key and release channel.
 pub(super) fn release_call(lock: &str, channel: &str, id: LeaseId) -> Arc<ScriptCall> {
-    Arc::new(ScriptCall::new(
+    Arc::new(release_script_call(lock, channel, id))
+}
+
+fn release_script_call(lock: &str, channel: &str, id: LeaseId) -> ScriptCall {
+    ScriptCall::new(
         &SCRIPTS.release,
         vec![Key::from(lock)],
         vec![Value::from(id.hex().as_str()), Value::from(channel)],
-    ))
+    )
+}
+
+/// The release an acquisition chains after its write on each master, for when the grant is
+/// abandoned: shared by every master's call, and built (and encoded) only when one of them
+/// needs it, which a granted acquisition never does.
+pub(super) struct ChainedRelease {
+    lock: String,
+    channel: String,
+    id: LeaseId,
+    call: OnceLock<ScriptCall>,
+}
+
+impl ChainedRelease {
+    /// `lock` and `channel` are the resource's lock key and release channel.
+    pub(super) fn new(lock: String, channel: String, id: LeaseId) -> Arc<Self> {
+        Arc::new(Self {
+            lock,
+            channel,
+            id,
+            call: OnceLock::new(),
+        })
+    }
+
+    fn call(&self) -> &ScriptCall {
+        self.call
+            .get_or_init(|| release_script_call(&self.lock, &self.channel, self.id))
+    }
 }
