@@ -7,6 +7,7 @@
 //! (a master that is down at start-up is reconnected in the background while the others
 //! serve). Neither re-sends a command after a reconnect.
 
+pub mod deadline;
 pub mod health;
 mod membership;
 pub mod node;
@@ -27,6 +28,7 @@ use crate::metrics::{self, METRICS};
 use crate::redlock::quorum::quorum_of;
 use crate::rtt::{RttWindow, DEFAULT_RTT_WINDOW};
 use crate::Error;
+pub use deadline::{Deadline, SharedDeadline};
 pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_PROBE_INTERVAL};
 pub use node::{Admission, CallError, Node};
 pub use quarantine::DEFAULT_QUARANTINE;

@@ -137,16 +137,22 @@ impl Redlock {
         let (decision, decided) = watch::channel(Decision::Pending);
         let commands = acquire_commands(&keys, id, owner, ttl);
         let release = ChainedRelease::new(keys.lock, keys.released_channel, id);
-        let mut events = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
-            acquire_on(
-                node,
-                commands.clone(),
-                release.clone(),
-                timeout,
-                decided.clone(),
-                reply,
-            )
-        });
+        let until = start + timeout;
+        let mut events = fan_out(
+            &self.tasks,
+            self.fleet.nodes(),
+            until,
+            |node, deadline, reply| {
+                acquire_on(
+                    node,
+                    commands.clone(),
+                    release.clone(),
+                    (deadline, timeout),
+                    decided.clone(),
+                    reply,
+                )
+            },
+        );
         let mut sent = 0;
         let (tally, votes) = collect_votes(&mut events, self.fleet.len(), |event| match event {
             AcquireEvent::Vote(vote) => Some(vote),
@@ -251,8 +257,9 @@ impl Redlock {
         call: Arc<ScriptCall>,
         timeout: Duration,
     ) -> Fanout<Result<i64, CallError>> {
-        fan_out(&self.tasks, nodes, |node, reply| {
-            eval_on(node, call.clone(), timeout, reply)
+        let until = Instant::now() + timeout;
+        fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
+            eval_on(node, call.clone(), deadline, reply)
         })
     }
 

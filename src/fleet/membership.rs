@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::quarantine::{assess, Standing};
-use super::{Admission, Fleet, Node};
+use super::{Admission, Deadline, Fleet, Node};
 use crate::metrics::{self, METRICS};
 use crate::redlock::quorum::quorum_of;
 use crate::scripts::{ScriptCall, SCRIPTS};
@@ -167,7 +167,11 @@ async fn raise_own_fence(node: &Node, fence: &str, target: u64) -> bool {
         vec![target.to_string().into()],
     );
     let raised = node
-        .eval::<i64>(&call, PREPARE_STEP_TIMEOUT, Admission::Always)
+        .eval::<i64>(
+            &call,
+            &Deadline::After(PREPARE_STEP_TIMEOUT),
+            Admission::Always,
+        )
         .await;
     match raised {
         Ok(counter) if counter as u64 >= target => {

@@ -13,6 +13,7 @@ use opentelemetry::metrics::BoundHistogram;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::deadline::Deadline;
 use super::health::Breaker;
 use super::quarantine::{parse_info, Identity};
 use super::wire::{self, Target, Wire, WireError};
@@ -170,12 +171,12 @@ impl Node {
         self.state().rtt.quantile(q, now)
     }
 
-    /// Runs `call`'s script here within `timeout`, recording the round trip and feeding the
+    /// Runs `call`'s script here before `deadline`, recording the round trip and feeding the
     /// breaker.
     pub async fn eval<R: FromValue + Send + 'static>(
         &self,
         call: &ScriptCall,
-        timeout: Duration,
+        deadline: &Deadline,
         admission: Admission,
     ) -> Result<R, CallError> {
         let start = Instant::now();
@@ -183,12 +184,12 @@ impl Node {
             return Err(CallError::Down);
         }
         let reply = self.evalsha(call, admission);
-        self.timed(start, timeout, reply).await
+        self.timed(start, deadline, reply).await
     }
 
-    /// Runs an acquisition's two commands here within `timeout`, recording their round trip
+    /// Runs an acquisition's two commands here before `deadline`, recording their round trip
     /// and feeding the breaker; when the SET was refused, a `PTTL` of the lock follows (in
-    /// what is left of `timeout`) to tell the holder's remaining time. Lock writes are sent
+    /// what is left before `deadline`) to tell the holder's remaining time. Lock writes are sent
     /// once, only to a master that is up.
     ///
     /// NOSCRIPT cannot reveal a restarted master here (no script runs), so the fence counter
@@ -198,7 +199,7 @@ impl Node {
     pub async fn acquire(
         &self,
         commands: &AcquireCommands,
-        timeout: Duration,
+        deadline: &Deadline,
     ) -> Result<AcquireReply, CallError> {
         let start = Instant::now();
         if !self.admit(start) {
@@ -206,7 +207,7 @@ impl Node {
         }
         let floor = self.fence_seen.load(Ordering::Acquire);
         let pair = self.set_nx_and_incr(commands);
-        let (written, counter) = self.timed(start, timeout, pair).await?;
+        let (written, counter) = self.timed(start, deadline, pair).await?;
         if fence_was_lost(counter, floor) {
             tracing::warn!(
                 node = self.index,
@@ -221,11 +222,11 @@ impl Node {
         let holder_pttl = if written {
             None
         } else {
-            let left = timeout.saturating_sub(start.elapsed());
+            let until = deadline.at(start);
             let pttl = [b"PTTL".as_slice(), commands.lock().as_bytes()];
             // Boxed: only refusals take this path; inline, its timer would enlarge every
             // acquisition's future.
-            let reply = Box::pin(tokio::time::timeout(left, self.wire.command(&pttl))).await;
+            let reply = Box::pin(tokio::time::timeout_at(until, self.wire.command(&pttl))).await;
             let reply = reply.ok().and_then(Result::ok);
             reply.and_then(|r| convert::<i64>(r).ok())
         };
@@ -240,7 +241,8 @@ impl Node {
     /// PINGs this master within `timeout`, feeding the RTT window and the breaker.
     pub async fn ping(&self, timeout: Duration) -> bool {
         let ping = async { convert::<String>(self.wire.command(&[b"PING"]).await?) };
-        self.timed(Instant::now(), timeout, ping).await.is_ok()
+        let deadline = Deadline::After(timeout);
+        self.timed(Instant::now(), &deadline, ping).await.is_ok()
     }
 
     /// Asks for this master to be prepared unless that is already under way or done.
@@ -415,15 +417,15 @@ impl Node {
         Ok((written, convert(incr)?))
     }
 
-    /// Awaits `call` until `start + timeout`, recording the round trip from `start` and
-    /// feeding the breaker.
+    /// Awaits `call` until `deadline` (measured from `start` when it is the call's own),
+    /// recording the round trip from `start` and feeding the breaker.
     async fn timed<R>(
         &self,
         start: Instant,
-        timeout: Duration,
+        deadline: &Deadline,
         call: impl Future<Output = Result<R, CallError>>,
     ) -> Result<R, CallError> {
-        let result = tokio::time::timeout_at(start + timeout, call).await;
+        let result = deadline.run(start, call).await;
         let now = Instant::now();
         match result {
             Ok(Ok(reply)) => {
@@ -439,7 +441,7 @@ impl Node {
                 Err(CallError::Reply(reason))
             }
             Ok(Err(other)) => Err(other),
-            Err(_elapsed) => {
+            Err(()) => {
                 self.state().breaker.record_failure(now);
                 Err(CallError::Timeout)
             }

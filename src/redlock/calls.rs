@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::fanout::Reply;
 use super::NodeVote;
-use crate::fleet::{Admission, CallError, Node};
+use crate::fleet::{Admission, CallError, Deadline, Node};
 use crate::keys::ResourceKeys;
 use crate::scripts::{AcquireCommands, AcquireReply, ScriptCall, SCRIPTS};
 use crate::LeaseId;
@@ -35,15 +35,18 @@ pub(super) enum AcquireEvent {
 
 /// One master's part of an acquisition: the write, then — if the engine abandons the grant or
 /// is dropped — the release, sent on the same connection after the write.
+///
+/// The write gives up at `deadline`; the release, sent whenever the engine decides, gets
+/// `timeout` of its own.
 pub(super) async fn acquire_on(
     node: Arc<Node>,
     commands: Arc<AcquireCommands>,
     release: Arc<ChainedRelease>,
-    timeout: Duration,
+    (deadline, timeout): (Deadline, Duration),
     mut decided: watch::Receiver<Decision>,
     reply: Reply<AcquireEvent>,
 ) {
-    let mut write = std::pin::pin!(node.acquire(&commands, timeout));
+    let mut write = std::pin::pin!(node.acquire(&commands, &deadline));
     let first_poll = futures_util::poll!(&mut write);
     reply.send(AcquireEvent::Sent);
     let result = match first_poll {
@@ -66,7 +69,8 @@ pub(super) async fn acquire_on(
     if !keep {
         // Boxed: the rare path would otherwise make every acquisition's per-master future,
         // which is boxed and moved on each fan-out, a kilobyte larger.
-        let _ = Box::pin(node.eval::<i64>(release.call(), timeout, Admission::Always)).await;
+        let own = Deadline::After(timeout);
+        let _ = Box::pin(node.eval::<i64>(release.call(), &own, Admission::Always)).await;
         reply.send(AcquireEvent::Released);
     }
 }
@@ -83,11 +87,11 @@ pub(super) fn acquire_vote(result: Result<AcquireReply, CallError>) -> NodeVote 
 pub(super) async fn vote_on(
     node: Arc<Node>,
     call: Arc<ScriptCall>,
-    timeout: Duration,
+    deadline: Deadline,
     to_vote: fn(i64) -> NodeVote,
     reply: Reply<NodeVote>,
 ) {
-    let result = node.eval(&call, timeout, Admission::WhenUp).await;
+    let result = node.eval(&call, &deadline, Admission::WhenUp).await;
     reply.send(result.map_or_else(NodeVote::Failed, to_vote));
 }
 
@@ -96,20 +100,20 @@ pub(super) async fn vote_on(
 pub(super) async fn eval_values_on(
     node: Arc<Node>,
     call: Arc<ScriptCall>,
-    timeout: Duration,
+    deadline: Deadline,
     reply: Reply<Result<Vec<i64>, CallError>>,
 ) {
-    let result = node.eval(&call, timeout, Admission::WhenUp).await;
+    let result = node.eval(&call, &deadline, Admission::WhenUp).await;
     reply.send(result);
 }
 
 pub(super) async fn eval_on(
     node: Arc<Node>,
     call: Arc<ScriptCall>,
-    timeout: Duration,
+    deadline: Deadline,
     reply: Reply<Result<i64, CallError>>,
 ) {
-    let result = node.eval(&call, timeout, Admission::Always).await;
+    let result = node.eval(&call, &deadline, Admission::Always).await;
     reply.send(result);
 }
 

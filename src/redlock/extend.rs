@@ -103,8 +103,10 @@ impl Redlock {
     ) -> Vec<EntryVotes> {
         let n = self.fleet.len();
         let call = batch_call(self, batch, sent);
-        let mut replies = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
-            eval_values_on(node, call.clone(), timeout, reply)
+        let until = Instant::now() + timeout;
+        let nodes = self.fleet.nodes();
+        let mut replies = fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
+            eval_values_on(node, call.clone(), deadline, reply)
         });
         let mut counts: Vec<EntryVotes> = sent
             .iter()

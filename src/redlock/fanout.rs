@@ -12,6 +12,10 @@
 //! Answers go into a queue the caller reads after driving the calls, not through a channel:
 //! both sides run in the same task, and a channel's wake-up of its own reader would poll that
 //! task once more for nothing after every answer.
+//!
+//! Every call of a fan-out gives up at the same instant, so they share one deadline
+//! ([`SharedDeadline`]) on one timer, which whoever drives the calls (the caller, then the
+//! tracked task) sleeps on and passes: one timer per fan-out instead of one per master.
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -21,10 +25,11 @@ use std::task::{Context, Poll};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
+use tokio::time::{Instant, Sleep};
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
-use crate::fleet::Node;
+use crate::fleet::{Deadline, Node, SharedDeadline};
 
 /// Answers not yet read, as `(node index, answer)`.
 type Answers<T> = Arc<Mutex<VecDeque<(usize, T)>>>;
@@ -51,11 +56,30 @@ fn lock<T>(answers: &Answers<T>) -> std::sync::MutexGuard<'_, VecDeque<(usize, T
 
 type Calls = FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>>;
 
+/// The one timer of a fan-out's shared deadline, until it fires.
+struct Timer {
+    sleep: Pin<Box<Sleep>>,
+    deadline: Arc<SharedDeadline>,
+}
+
+impl Timer {
+    /// Passes the deadline once the sleep is over; `true` while it is still ahead.
+    fn poll_ahead(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.sleep.as_mut().poll(cx).is_pending() {
+            return true;
+        }
+        self.deadline.pass();
+        false
+    }
+}
+
 /// The calls of one fan-out and the answers they sent.
 pub(crate) struct Fanout<T> {
     answers: Answers<T>,
     /// Every master's call still running; `None` once all have finished.
     calls: Option<Calls>,
+    /// The calls' shared deadline; `None` once it has passed.
+    timer: Option<Timer>,
     tasks: TaskTracker,
     /// Counts this fan-out as in flight for [`TaskTracker::wait`] (the engine's `settle`).
     _in_flight: TaskTrackerToken,
@@ -73,7 +97,7 @@ impl<T> Fanout<T> {
                 return Poll::Ready(None);
             };
             // Registers this task with every pending call, so any answer wakes it.
-            let finished = drive(calls, cx).is_ready();
+            let finished = drive(calls, &mut self.timer, cx).is_ready();
             if finished {
                 self.calls = None;
             }
@@ -92,7 +116,8 @@ impl<T> Drop for Fanout<T> {
         let Some(mut calls) = self.calls.take() else {
             return;
         };
-        let mut finish = poll_fn(move |cx| drive(&mut calls, cx));
+        let mut timer = self.timer.take();
+        let mut finish = poll_fn(move |cx| drive(&mut calls, &mut timer, cx));
         if (&mut finish).now_or_never().is_some() {
             return;
         }
@@ -103,17 +128,20 @@ impl<T> Drop for Fanout<T> {
     }
 }
 
-/// Starts `per_node` for every master; answers arrive through [`Fanout::recv`].
+/// Starts `per_node` for every master, each giving up at `until` (on the fan-out's one
+/// timer); answers arrive through [`Fanout::recv`].
 pub(crate) fn fan_out<'a, T, F, Fut>(
     tasks: &TaskTracker,
     nodes: impl IntoIterator<Item = &'a Arc<Node>>,
+    until: Instant,
     per_node: F,
 ) -> Fanout<T>
 where
     T: Send + 'static,
-    F: Fn(Arc<Node>, Reply<T>) -> Fut,
+    F: Fn(Arc<Node>, Deadline, Reply<T>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    let shared = SharedDeadline::new(until);
     let answers: Answers<T> = Arc::default();
     let mut calls: Calls = nodes
         .into_iter()
@@ -122,23 +150,37 @@ where
                 index: node.index(),
                 answers: Arc::clone(&answers),
             };
+            let deadline = Deadline::Shared(Arc::clone(&shared));
             let call: Pin<Box<dyn Future<Output = ()> + Send>> =
-                Box::pin(per_node(Arc::clone(node), reply));
+                Box::pin(per_node(Arc::clone(node), deadline, reply));
             call
         })
         .collect();
-    // Each call enqueues its command on its first poll: do that now, before the caller waits.
-    let finished = poll_fn(|cx| drive(&mut calls, cx)).now_or_never().is_some();
+    // Each call enqueues its command on its first poll: do that now, before the caller waits
+    // (the timer is armed by the first real poll: a waker-less one would register it for
+    // nothing).
+    let finished = poll_fn(|cx| drive(&mut calls, &mut None, cx))
+        .now_or_never()
+        .is_some();
+    let timer = (!finished).then(|| Timer {
+        sleep: Box::pin(tokio::time::sleep_until(until)),
+        deadline: shared,
+    });
     Fanout {
         answers,
         calls: (!finished).then_some(calls),
+        timer,
         tasks: tasks.clone(),
         _in_flight: tasks.token(),
     }
 }
 
-/// Polls the calls that were woken; ready once every call has finished.
-fn drive(calls: &mut Calls, cx: &mut Context<'_>) -> Poll<()> {
+/// Passes the deadline when its timer fires, then polls the calls that were woken; ready once
+/// every call has finished.
+fn drive(calls: &mut Calls, timer: &mut Option<Timer>, cx: &mut Context<'_>) -> Poll<()> {
+    if timer.as_mut().is_some_and(|timer| !timer.poll_ahead(cx)) {
+        *timer = None;
+    }
     while let Poll::Ready(finished) = calls.poll_next_unpin(cx) {
         if finished.is_none() {
             return Poll::Ready(());

@@ -40,10 +40,16 @@ impl Redlock {
         let lock = self.fleet.keyspace().lock(resource);
         let call = shadow_call(lock, id, owner, shadow_ttl);
         let start = Instant::now();
-        let mut replies = fan_out(&self.tasks, self.fleet.nodes(), |node, reply| {
-            let to_vote = |set: i64| NodeVote::Shadow(set == 1);
-            vote_on(node, call.clone(), timeout, to_vote, reply)
-        });
+        let nodes = self.fleet.nodes();
+        let mut replies = fan_out(
+            &self.tasks,
+            nodes,
+            start + timeout,
+            |node, deadline, reply| {
+                let to_vote = |set: i64| NodeVote::Shadow(set == 1);
+                vote_on(node, call.clone(), deadline, to_vote, reply)
+            },
+        );
         let (tally, votes) = collect_votes(&mut replies, self.fleet.len(), Some).await;
         Ok(self.judge_extension(tally, votes, start, shadow_ttl))
     }

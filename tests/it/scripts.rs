@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
-use redlease::fleet::{CallError, Node};
+use redlease::fleet::{CallError, Deadline, Node};
 use redlease::scripts::{AcquireCommands, AcquireReply, SCRIPTS};
 use redlease::{Fleet, LeaseId};
 
@@ -62,7 +62,9 @@ impl Master {
     /// The acquisition's `SET NX PX` + `INCR` (+ `PTTL` when refused), as the engine sends it.
     async fn acquire(&self, id: LeaseId, ttl_ms: u64) -> Result<AcquireReply, CallError> {
         let commands = AcquireCommands::new(LOCK.into(), &id.value_for("owner"), ttl_ms, FENCE);
-        self.node().acquire(&commands, TIMEOUT).await
+        self.node()
+            .acquire(&commands, &Deadline::After(TIMEOUT))
+            .await
     }
 
     async fn granted(&self, id: LeaseId, ttl_ms: u64) -> u64 {
