@@ -51,7 +51,11 @@ pub struct ScriptCall {
 
 impl ScriptCall {
     pub fn new(script: &'static Script, keys: Vec<Key>, args: Vec<Value>) -> Self {
-        let mut encoded = Vec::with_capacity(128);
+        let payload: usize = keys.iter().map(|k| k.as_bytes().len()).sum::<usize>()
+            + args.iter().map(value_len).sum::<usize>();
+        // 16 bytes of framing per part at most (`$`, a length, two CRLFs), sha and header.
+        let parts = 3 + keys.len() + args.len();
+        let mut encoded = Vec::with_capacity(64 + 16 * parts + payload);
         let encoded = match wire::encode_evalsha(&mut encoded, script.sha1(), &keys, &args) {
             Ok(()) => Ok(encoded),
             Err(WireError::Argument(reason)) => Err(reason),
@@ -86,6 +90,15 @@ impl ScriptCall {
     }
 }
 
+/// How many bytes `arg` takes as a bulk string, or a guess for the rare non-string argument.
+fn value_len(arg: &Value) -> usize {
+    match arg {
+        Value::String(s) => s.len(),
+        Value::Bytes(b) => b.len(),
+        _ => 24,
+    }
+}
+
 /// An acquisition's write to one master: two plain commands sent back to back on its
 /// connection, `SET <lock> <value> NX PX <ttl>` then `INCR <fence>`. The INCR runs whether
 /// the SET wrote or not: counters only ever grow, which is all fencing needs, and the pair
@@ -105,7 +118,8 @@ impl AcquireCommands {
     pub fn new(lock: String, value: &str, ttl_ms: u64, fence: &str) -> Self {
         let mut ttl = itoa::Buffer::new();
         let ttl = ttl.format(ttl_ms).as_bytes();
-        let mut encoded = Vec::with_capacity(64 + lock.len() + value.len() + fence.len());
+        // The RESP framing of both commands is under 100 bytes.
+        let mut encoded = Vec::with_capacity(100 + lock.len() + value.len() + fence.len());
         let set = [b"SET", lock.as_bytes(), value.as_bytes(), b"NX", b"PX", ttl];
         wire::encode(&mut encoded, &set);
         wire::encode(&mut encoded, &[b"INCR", fence.as_bytes()]);

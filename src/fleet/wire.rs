@@ -362,8 +362,8 @@ impl Link {
     }
 
     /// Hands `replies` to their calls, in order.
-    fn deliver(self: &Arc<Self>, replies: &mut Vec<Reply>) {
-        let mut complete = Vec::new();
+    /// `complete` is the reader's own buffer, empty between calls (no allocation per read).
+    fn deliver(self: &Arc<Self>, replies: &mut Vec<Reply>, complete: &mut Vec<Waiter>) {
         let mut stray = false;
         {
             let mut queue = lock(&self.queue);
@@ -379,7 +379,7 @@ impl Link {
                 }
             }
         }
-        for waiter in complete {
+        for waiter in complete.drain(..) {
             let _ = waiter.answer.send(Ok(waiter.replies));
         }
         if stray {
@@ -416,6 +416,7 @@ impl Link {
 async fn read_replies(link: Arc<Link>, mut reader: OwnedReadHalf) {
     let mut buffer = Vec::with_capacity(READ_BUFFER);
     let mut replies = Vec::new();
+    let mut complete = Vec::new();
     loop {
         let reason = match reader.read_buf(&mut buffer).await {
             Ok(0) => Some("the master closed the connection".to_string()),
@@ -445,7 +446,7 @@ async fn read_replies(link: Arc<Link>, mut reader: OwnedReadHalf) {
             buffer.reserve(READ_BUFFER);
         }
         if !replies.is_empty() {
-            link.deliver(&mut replies);
+            link.deliver(&mut replies, &mut complete);
         }
     }
 }

@@ -141,10 +141,12 @@ where
     F: Fn(Arc<Node>, Deadline, Reply<T>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let shared = SharedDeadline::new(until);
-    let answers: Answers<T> = Arc::default();
+    let nodes = nodes.into_iter();
+    let n = nodes.size_hint().0;
+    let shared = SharedDeadline::new(until, n);
+    // Room for every master's answers (an acquisition sends two each) without growing.
+    let answers: Answers<T> = Arc::new(Mutex::new(VecDeque::with_capacity(2 * n)));
     let mut calls: Calls = nodes
-        .into_iter()
         .map(|node| {
             let reply = Reply {
                 index: node.index(),
