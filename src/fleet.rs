@@ -5,7 +5,8 @@
 //! Each master gets a lock connection ([`wire`]) that carries every lock command in order, and
 //! a fred client for its preparation, with `max_command_attempts = 1` and `fail_fast = false`
 //! (a master that is down at start-up is reconnected in the background while the others
-//! serve). Neither re-sends a command after a reconnect.
+//! serve). Neither re-sends a command after a reconnect. Every call to a master gives up at a
+//! [`Deadline`]: its own timeout, or the one its fan-out's calls share.
 
 pub mod deadline;
 pub mod health;
