@@ -11,7 +11,8 @@
 //! a release always reaches the master after the acquisition it undoes. Writing from a task
 //! rather than from each caller lets concurrent callers' commands share a write, so the master
 //! reads and answers many in one turn of its event loop; a write per caller costed the 5
-//! masters together about 40 µs more CPU per acquire+release cycle at 16 clients.
+//! masters together about 40 µs more CPU per acquire+release cycle at 16 clients. The writer
+//! yields once before it takes the buffer, so callers that are already runnable add theirs.
 //!
 //! A link that fails (a write or read error, the master closing it, a reply nobody waits for)
 //! fails every command in flight with [`WireError::Connection`] and is replaced in the
@@ -456,6 +457,10 @@ async fn write_requests(link: Arc<Link>, mut writer: OwnedWriteHalf) {
     let mut chunk = Vec::new();
     loop {
         link.flush.notified().await;
+        // Lets every caller that is already runnable append its commands first, so one write
+        // (and one read on the master) carries them all: with 16 clients on 2 cores, writes
+        // per acquire+release cycle fell from 2.6 to 0.8 over 5 masters (perf stat).
+        tokio::task::yield_now().await;
         loop {
             {
                 let mut queue = lock(&link.queue);
