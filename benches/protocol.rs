@@ -214,7 +214,6 @@ async fn acquire_on(
             let replies = wire.call(2, |out| {
                 wire::encode(out, &set);
                 wire::encode(out, &[b"INCR", b"fence"]);
-                Ok(())
             });
             replies.await.map(|mut replies| replies.swap_remove(0))
         }

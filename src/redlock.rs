@@ -14,7 +14,6 @@ mod shadow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::{Key, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -333,10 +332,12 @@ impl Redlock {
         if plan.to_raise.is_empty() {
             return 0;
         }
+        let fence = self.fleet.keyspace().fence();
+        let token = itoa::Buffer::new().format(plan.token).to_string();
         let call = Arc::new(ScriptCall::new(
             &SCRIPTS.raise_fence,
-            vec![Key::from(self.fleet.keyspace().fence())],
-            vec![Value::from(plan.token.to_string())],
+            &[fence.as_bytes()],
+            &[token.as_bytes()],
         ));
         let nodes = plan.to_raise.iter().map(|&i| &self.fleet.nodes()[i]);
         let mut replies = self.send_ungated(nodes, call, timeout);

@@ -9,9 +9,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
-use fred::types::{Key, Value};
 
-use crate::fleet::wire::{self, WireError};
+use crate::fleet::wire;
 
 /// One script per operation; each file opens with its KEYS/ARGV/Returns contract.
 pub struct Scripts {
@@ -37,65 +36,33 @@ impl Scripts {
     }
 }
 
-/// One script call built once and shared by every master's call: the script, its keys and
-/// arguments (kept for the reload after NOSCRIPT), and the `EVALSHA` already in RESP, copied
-/// as it is onto each master's connection.
+/// One script call built once and shared by every master's call: the script (loaded again
+/// after NOSCRIPT) and its `EVALSHA` already in RESP, copied as it is onto each master's
+/// connection.
 #[derive(Debug)]
 pub struct ScriptCall {
     script: &'static Script,
-    keys: Vec<Key>,
-    args: Vec<Value>,
-    /// The encoded `EVALSHA`, or why an argument cannot be sent (then nothing is sent).
-    encoded: Result<Vec<u8>, &'static str>,
+    encoded: Vec<u8>,
 }
 
 impl ScriptCall {
-    pub fn new(script: &'static Script, keys: Vec<Key>, args: Vec<Value>) -> Self {
-        let payload: usize = keys.iter().map(|k| k.as_bytes().len()).sum::<usize>()
-            + args.iter().map(value_len).sum::<usize>();
+    /// `EVALSHA` of `script` with `keys` then `args`.
+    pub fn new(script: &'static Script, keys: &[&[u8]], args: &[&[u8]]) -> Self {
+        let payload: usize = keys.iter().chain(args).map(|part| part.len()).sum();
         // 16 bytes of framing per part at most (`$`, a length, two CRLFs), sha and header.
         let parts = 3 + keys.len() + args.len();
         let mut encoded = Vec::with_capacity(64 + 16 * parts + payload);
-        let encoded = match wire::encode_evalsha(&mut encoded, script.sha1(), &keys, &args) {
-            Ok(()) => Ok(encoded),
-            Err(WireError::Argument(reason)) => Err(reason),
-            // `encode_evalsha` fails only on an argument.
-            Err(_) => Err("cannot encode"),
-        };
-        Self {
-            script,
-            keys,
-            args,
-            encoded,
-        }
+        wire::encode_evalsha(&mut encoded, script.sha1(), keys, args);
+        Self { script, encoded }
     }
 
     pub fn script(&self) -> &'static Script {
         self.script
     }
 
-    pub fn keys(&self) -> &[Key] {
-        &self.keys
-    }
-
-    pub fn args(&self) -> &[Value] {
-        &self.args
-    }
-
     /// The `EVALSHA` in RESP.
-    pub fn encoded(&self) -> Result<&[u8], WireError> {
-        self.encoded
-            .as_deref()
-            .map_err(|reason| WireError::Argument(reason))
-    }
-}
-
-/// How many bytes `arg` takes as a bulk string, or a guess for the rare non-string argument.
-fn value_len(arg: &Value) -> usize {
-    match arg {
-        Value::String(s) => s.len(),
-        Value::Bytes(b) => b.len(),
-        _ => 24,
+    pub fn encoded(&self) -> &[u8] {
+        &self.encoded
     }
 }
 

@@ -161,10 +161,11 @@ async fn sync_fence(fleet: &Fleet, node: &Node, fence: &str) -> bool {
 /// Max-assigns `target` to the master's fence counter (`fence`, its key): `true` once it
 /// holds at least that, which its acquisitions' INCRs must then exceed.
 async fn raise_own_fence(node: &Node, fence: &str, target: u64) -> bool {
+    let target_text = itoa::Buffer::new().format(target).to_string();
     let call = ScriptCall::new(
         &SCRIPTS.raise_fence,
-        vec![fence.into()],
-        vec![target.to_string().into()],
+        &[fence.as_bytes()],
+        &[target_text.as_bytes()],
     );
     let raised = node
         .eval::<i64>(

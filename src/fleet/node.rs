@@ -384,10 +384,9 @@ impl Node {
 
     /// Sends one EVALSHA on the lock connection and waits for its reply.
     async fn send_evalsha<R: FromValue>(&self, call: &ScriptCall) -> Result<R, CallError> {
-        let reply = self.wire.call_one(|out| {
-            out.extend_from_slice(call.encoded()?);
-            Ok(())
-        });
+        let reply = self
+            .wire
+            .call_one(|out| out.extend_from_slice(call.encoded()));
         convert(reply.await?)
     }
 
@@ -405,10 +404,9 @@ impl Node {
     /// `SET lock value NX PX ttl` and `INCR fence`, written together on the lock connection
     /// on the first poll: whether the SET wrote, and the counter.
     async fn set_nx_and_incr(&self, commands: &AcquireCommands) -> Result<(bool, i64), CallError> {
-        let replies = self.wire.call(2, |out| {
-            out.extend_from_slice(commands.encoded());
-            Ok(())
-        });
+        let replies = self
+            .wire
+            .call(2, |out| out.extend_from_slice(commands.encoded()));
         let mut replies = replies.await?.into_iter();
         let (Some(set), Some(incr)) = (replies.next(), replies.next()) else {
             return Err(CallError::Reply("fewer replies than commands".into()));
@@ -468,7 +466,6 @@ impl From<WireError> for CallError {
         match error {
             WireError::Down => CallError::Down,
             WireError::Connection(reason) => CallError::Connection(reason),
-            WireError::Argument(reason) => CallError::Reply(reason.into()),
         }
     }
 }

@@ -6,7 +6,6 @@ use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
-use fred::types::{Key, Value};
 use tokio::sync::watch;
 
 use super::fanout::Reply;
@@ -141,15 +140,12 @@ pub(super) fn shadow_call(
     owner: &str,
     shadow_ttl: Duration,
 ) -> Arc<ScriptCall> {
-    Arc::new(ScriptCall::new(
-        &SCRIPTS.shadow,
-        vec![Key::from(lock)],
-        vec![
-            Value::from(id.hex().as_str()),
-            Value::from(id.value_for(owner)),
-            Value::from(shadow_ttl.as_millis().to_string()),
-        ],
-    ))
+    let ttl = itoa::Buffer::new()
+        .format(shadow_ttl.as_millis())
+        .to_string();
+    let (id, value) = (id.hex(), id.value_for(owner));
+    let args: [&[u8]; 3] = [id.as_str().as_bytes(), value.as_bytes(), ttl.as_bytes()];
+    Arc::new(ScriptCall::new(&SCRIPTS.shadow, &[lock.as_bytes()], &args))
 }
 
 /// `lock` and `channel` are the resource's lock key and release channel.
@@ -158,11 +154,9 @@ pub(super) fn release_call(lock: &str, channel: &str, id: LeaseId) -> Arc<Script
 }
 
 fn release_script_call(lock: &str, channel: &str, id: LeaseId) -> ScriptCall {
-    ScriptCall::new(
-        &SCRIPTS.release,
-        vec![Key::from(lock)],
-        vec![Value::from(id.hex().as_str()), Value::from(channel)],
-    )
+    let id = id.hex();
+    let args: [&[u8]; 2] = [id.as_str().as_bytes(), channel.as_bytes()];
+    ScriptCall::new(&SCRIPTS.release, &[lock.as_bytes()], &args)
 }
 
 /// The release an acquisition chains after its write on each master, for when the grant is

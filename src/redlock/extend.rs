@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use super::calls::eval_values_on;
@@ -134,15 +133,21 @@ impl Redlock {
 /// KEYS lock₁, lock₂, …; ARGV id₁, ttl₁, id₂, ttl₂, …
 fn batch_call(engine: &Redlock, batch: &[Extension], sent: &[usize]) -> Arc<ScriptCall> {
     let keyspace = engine.fleet().keyspace();
-    let mut keys = Vec::with_capacity(sent.len());
+    let mut locks = Vec::with_capacity(sent.len());
     let mut args = Vec::with_capacity(sent.len() * 2);
     for &i in sent {
         let extension = &batch[i];
-        keys.push(Key::from(keyspace.lock(&extension.resource)));
-        args.push(Value::from(extension.id.to_string()));
-        args.push(Value::from(extension.ttl.as_millis().to_string()));
+        locks.push(keyspace.lock(&extension.resource));
+        args.push(extension.id.to_string());
+        args.push(
+            itoa::Buffer::new()
+                .format(extension.ttl.as_millis())
+                .to_string(),
+        );
     }
-    Arc::new(ScriptCall::new(&SCRIPTS.extend, keys, args))
+    let keys: Vec<&[u8]> = locks.iter().map(|lock| lock.as_bytes()).collect();
+    let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_bytes()).collect();
+    Arc::new(ScriptCall::new(&SCRIPTS.extend, &keys, &args))
 }
 
 /// The vote for entry `j` of a batch of `len` in one master's answer.

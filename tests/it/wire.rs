@@ -61,7 +61,6 @@ async fn concurrent_calls_get_their_own_replies() {
                 .call(2, |out| {
                     encode(out, &[b"SET", key.as_bytes(), value.as_bytes()]);
                     encode(out, &[b"GET", key.as_bytes()]);
-                    Ok(())
                 })
                 .await
                 .unwrap();
