@@ -116,14 +116,17 @@ impl<T> Drop for Fanout<T> {
         let Some(mut calls) = self.calls.take() else {
             return;
         };
-        let mut timer = self.timer.take();
-        let mut finish = poll_fn(move |cx| drive(&mut calls, &mut timer, cx));
-        if (&mut finish).now_or_never().is_some() {
+        // Without the timer: a drop may come while the runtime (and its timer) shuts down,
+        // where polling a sleep panics. The tracked task drives the timer from then on.
+        let done_now = poll_fn(|cx| drive(&mut calls, &mut None, cx));
+        if done_now.now_or_never().is_some() {
             return;
         }
         // Outside a runtime (it is shutting down) the calls can no longer run: they are dropped.
         if tokio::runtime::Handle::try_current().is_ok() {
-            self.tasks.spawn(finish);
+            let mut timer = self.timer.take();
+            self.tasks
+                .spawn(poll_fn(move |cx| drive(&mut calls, &mut timer, cx)));
         }
     }
 }
