@@ -2,7 +2,7 @@
 //! every call of one fan-out, which then needs one timer instead of one per master.
 //!
 //! A shared deadline has no timer of its own: whoever drives the calls (the fan-out, see
-//! `redlock::fanout`) sleeps until [`SharedDeadline::at`] and then calls
+//! `redlock::fanout`) sleeps until the instant it chose and then calls
 //! [`SharedDeadline::pass`], which wakes every call still waiting. A tokio timer registered
 //! and cleared per call cost the engine 5% of its instructions per acquire+release cycle
 //! (callgrind, see the README's Measured).
@@ -24,14 +24,6 @@ pub enum Deadline {
 }
 
 impl Deadline {
-    /// The instant a call that started at `start` gives up.
-    pub fn at(&self, start: Instant) -> Instant {
-        match self {
-            Self::After(timeout) => start + *timeout,
-            Self::Shared(shared) => shared.at,
-        }
-    }
-
     /// `call`'s output, or `Err(())` once the deadline has passed (measured from `start` for
     /// [`Deadline::After`]).
     pub async fn run<F: Future>(&self, start: Instant, call: F) -> Result<F::Output, ()> {
@@ -59,7 +51,6 @@ impl Deadline {
 /// A deadline several calls wait on, passed by whoever drives them.
 #[derive(Debug)]
 pub struct SharedDeadline {
-    at: Instant,
     waiting: Mutex<Waiting>,
 }
 
@@ -70,20 +61,15 @@ struct Waiting {
 }
 
 impl SharedDeadline {
-    /// A deadline at `at` for about `calls` calls (room for their wakers).
-    pub fn new(at: Instant, calls: usize) -> Arc<Self> {
+    /// A deadline for about `calls` calls (room for their wakers).
+    pub fn new(calls: usize) -> Arc<Self> {
         let waiting = Waiting {
             passed: false,
             wakers: Vec::with_capacity(calls),
         };
         Arc::new(Self {
-            at,
             waiting: Mutex::new(waiting),
         })
-    }
-
-    pub fn at(&self) -> Instant {
-        self.at
     }
 
     /// Marks the deadline passed and wakes every call waiting on it.
@@ -127,9 +113,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn calls_give_up_when_the_shared_deadline_passes() {
         let start = Instant::now();
-        let shared = SharedDeadline::new(start + Duration::from_millis(10), 2);
+        let shared = SharedDeadline::new(2);
         let deadline = Deadline::Shared(Arc::clone(&shared));
-        assert_eq!(deadline.at(start), start + Duration::from_millis(10));
         assert_eq!(deadline.run(start, async { 7 }).await, Ok(7));
 
         let (answer, answered) = tokio::sync::oneshot::channel::<u32>();
@@ -167,7 +152,6 @@ mod tests {
     async fn a_deadline_of_its_own_times_from_the_start() {
         let start = Instant::now();
         let deadline = Deadline::After(Duration::from_millis(5));
-        assert_eq!(deadline.at(start), start + Duration::from_millis(5));
         let late = deadline.run(start, std::future::pending::<()>()).await;
         assert_eq!(late, Err(()));
         assert!(Instant::now() >= start + Duration::from_millis(5));

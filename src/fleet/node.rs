@@ -222,11 +222,9 @@ impl Node {
         let holder_pttl = if written {
             None
         } else {
-            let until = deadline.at(start);
+            // Within what is left of the same deadline (no timer of its own when shared).
             let pttl = [b"PTTL".as_slice(), commands.lock().as_bytes()];
-            // Boxed: only refusals take this path; inline, its timer would enlarge every
-            // acquisition's future.
-            let reply = Box::pin(tokio::time::timeout_at(until, self.wire.command(&pttl))).await;
+            let reply = deadline.run(start, self.wire.command(&pttl)).await;
             let reply = reply.ok().and_then(Result::ok);
             reply.and_then(|r| convert::<i64>(r).ok())
         };

@@ -146,7 +146,7 @@ where
 {
     let nodes = nodes.into_iter();
     let n = nodes.size_hint().0;
-    let shared = SharedDeadline::new(until, n);
+    let shared = SharedDeadline::new(n);
     // Room for every master's answers (an acquisition sends two each) without growing.
     let answers: Answers<T> = Arc::new(Mutex::new(VecDeque::with_capacity(2 * n)));
     let mut calls: Calls = nodes
