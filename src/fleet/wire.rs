@@ -192,7 +192,7 @@ impl Wire {
         lock(&link.tasks).extend([read.abort_handle(), flush.abort_handle()]);
         // A link that failed before its tasks were registered did not stop them: stop them.
         if lock(&link.queue).failed.is_some() {
-            lock(&link.tasks).drain(..).for_each(|task| task.abort());
+            link.stop_tasks();
         }
     }
 
@@ -391,12 +391,17 @@ impl Link {
                 .answer
                 .send(Err(WireError::Connection(reason.clone())));
         }
-        lock(&self.tasks).drain(..).for_each(|task| task.abort());
+        self.stop_tasks();
         // Wakes the writer if its abort handle was not registered yet: it sees the failure.
         self.flush.notify_one();
         if let Some(wire) = self.wire.upgrade() {
             wire.lost(self);
         }
+    }
+
+    /// Aborts the link's reader and writer (those registered so far).
+    fn stop_tasks(&self) {
+        lock(&self.tasks).drain(..).for_each(|task| task.abort());
     }
 }
 
