@@ -28,8 +28,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, Notify};
+use tokio::sync::{broadcast, watch, Notify};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::{self, METRICS};
@@ -38,6 +39,7 @@ use crate::redlock::{AcquireOutcome, Lease, Redlock};
 use crate::ttl::{RenewalSchedule, TtlPolicy};
 use crate::wakeup::Wakeups;
 use crate::{Error, LeaseId};
+use renewal::Begin;
 pub use state::{LeaseEvent, LeaseRecord, LeaseState, LeaseView, Step};
 
 /// How long a lost or released lease stays visible to `GET /v1/leases/{id}`.
@@ -83,7 +85,18 @@ pub enum Acquired {
     Closing,
 }
 
-/// Why a renewal was refused.
+/// The answer to a release request.
+#[derive(Clone, Debug)]
+pub struct ReleaseAnswer {
+    /// This request saw the release through: a quorum of masters confirmed it. Exactly one
+    /// request of a lease ever gets `true`.
+    pub released: bool,
+    /// The lease now: `released`, or `releasing` while a quorum has not confirmed (the
+    /// release keeps trying), or how it had ended before.
+    pub view: LeaseView,
+}
+
+/// Why a renewal or keepalive was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum RenewError {
     #[error("unknown lease")]
@@ -104,6 +117,13 @@ pub struct Tracked {
     wake: Notify,
     /// Serialises the engine calls of this lease (manual and automatic renewals, release).
     ops: tokio::sync::Mutex<()>,
+    /// Cancelled when the lease ends (release begun, or lost): a renewal or shadow in flight
+    /// stops waiting, so the release goes out at once, after what was already sent.
+    ending: CancellationToken,
+    /// Release attempts made so far (see `renewal::start_release`).
+    release_progress: watch::Sender<u32>,
+    /// Whether a request has already been told `released: true`.
+    release_reported: AtomicBool,
 }
 
 // === impl Tracked ===
@@ -120,14 +140,43 @@ impl Tracked {
         self.record().view(Instant::now())
     }
 
-    /// Moves the lease to a terminal state once, telling the watchers.
+    /// The lease's resource and id.
+    fn key(&self) -> (String, LeaseId) {
+        let record = self.record();
+        (record.lease.resource.clone(), record.lease.id)
+    }
+
+    /// Held or degraded → releasing (validity 0 from now, renewals stopped).
+    fn begin_release(&self, reason: &'static str) -> Begin {
+        let mut record = self.record();
+        let now = Instant::now();
+        match record.state_at(now) {
+            LeaseState::Held | LeaseState::Degraded => {}
+            LeaseState::Releasing => return Begin::Joined,
+            LeaseState::Lost | LeaseState::Released => return Begin::Ended,
+        }
+        record.state = LeaseState::Releasing;
+        record.reason = Some(reason);
+        record.ended_at = Some(now);
+        drop(record);
+        self.ending.cancel();
+        self.wake.notify_one();
+        Begin::Started
+    }
+
+    /// Moves the lease to a terminal state once, telling the watchers. A lease being
+    /// released ends released, never lost.
     fn finish(&self, state: LeaseState, reason: &'static str) -> bool {
         let mut record = self.record();
-        if record.state.is_terminal() {
+        let releasing = record.state == LeaseState::Releasing;
+        if record.state.is_terminal() || (releasing && state == LeaseState::Lost) {
             return false;
         }
         record.state = state;
         record.reason = Some(reason);
+        let now = Instant::now();
+        let ended_at = record.lease.valid_until.min(now);
+        record.ended_at.get_or_insert(ended_at);
         let held_for = record.acquired_at.elapsed();
         METRICS
             .hold_duration
@@ -145,8 +194,9 @@ impl Tracked {
         } else {
             "released"
         };
-        let lease = record.view(Instant::now());
+        let lease = record.view(now);
         drop(record);
+        self.ending.cancel();
         let _ = self.events.send(LeaseEvent { event, lease });
         self.wake.notify_one();
         true
@@ -244,7 +294,7 @@ impl LeaseManager {
         let table = self.table();
         let ages = table.values().filter_map(|tracked| {
             let record = tracked.record();
-            let held = !record.state_at(now).is_terminal();
+            let held = !record.state_at(now).is_ended();
             held.then(|| now.saturating_duration_since(record.acquired_at))
         });
         ages.max().unwrap_or(Duration::ZERO)
@@ -256,7 +306,7 @@ impl LeaseManager {
         let now = Instant::now();
         let active = table
             .values()
-            .filter(|t| !t.record().state_at(now).is_terminal());
+            .filter(|t| !t.record().state_at(now).is_ended());
         active.count()
     }
 
@@ -272,7 +322,10 @@ impl LeaseManager {
         let outcome = self.acquire_waiting(&request, ttl, wait).await?;
         Ok(match outcome {
             AcquireOutcome::Acquired(lease) if self.is_closing() => {
-                self.engine.release(&lease.resource, lease.id).await?;
+                // Its own task: a caller that goes away cannot leave the grant standing.
+                let engine = Arc::clone(&self.engine);
+                let release = async move { engine.release(&lease.resource, lease.id).await };
+                tokio::spawn(release).await.ok().transpose()?;
                 Acquired::Closing
             }
             AcquireOutcome::Acquired(lease) => Acquired::Granted(self.track(lease, &request)),
@@ -302,12 +355,20 @@ impl LeaseManager {
         self.find(id).map(|t| t.view())
     }
 
-    /// A sign of life from the app.
-    pub fn keepalive(&self, id: LeaseId) -> Option<LeaseView> {
-        let tracked = self.find(id)?;
-        tracked.record().last_seen = Instant::now();
+    /// A sign of life from the app; refused once the lease has ended.
+    pub fn keepalive(&self, id: LeaseId) -> Result<LeaseView, RenewError> {
+        let tracked = self.find(id).ok_or(RenewError::Unknown)?;
+        let view = {
+            let mut record = tracked.record();
+            let now = Instant::now();
+            if record.state_at(now).is_ended() {
+                return Err(RenewError::Gone(Box::new(record.view(now))));
+            }
+            record.last_seen = now;
+            record.view(now)
+        };
         tracked.wake.notify_one();
-        Some(tracked.view())
+        Ok(view)
     }
 
     /// Extends the lease now, to `ttl` or its current TTL.
@@ -317,18 +378,30 @@ impl LeaseManager {
         let ttl = ttl.unwrap_or_else(|| tracked.record().lease.ttl);
         match renewal::renew(&self.renewals, &self.policy, &tracked, ttl).await? {
             Some(view) => Ok(view),
-            None if tracked.record().state.is_terminal() => {
+            None if tracked.view().state.is_ended() => {
                 Err(RenewError::Gone(Box::new(tracked.view())))
             }
             None => Err(RenewError::NoQuorum),
         }
     }
 
-    /// Releases the lease on the fleet. `None` when this sidecar does not know it.
-    pub async fn release(&self, id: LeaseId, reason: &'static str) -> Option<LeaseView> {
+    /// Releases the lease on the fleet, in a task of its own (a caller that goes away does not
+    /// stop it), and waits for its first attempt. `None` when this sidecar does not know it.
+    pub async fn release(&self, id: LeaseId, reason: &'static str) -> Option<ReleaseAnswer> {
         let tracked = self.find(id)?;
-        renewal::release(&self.engine, &tracked, reason).await;
-        Some(tracked.view())
+        let mut progress = tracked.release_progress.subscribe();
+        let seen = *progress.borrow_and_update();
+        let begin = renewal::start_release(&self.engine, &self.policy, &tracked, reason);
+        if begin != Begin::Ended {
+            // The sender lives in `tracked`, which this function holds: it cannot close.
+            let _ = progress.wait_for(|attempts| *attempts > seen).await;
+        }
+        let view = tracked.view();
+        let ours = reason == "released" && view.reason == Some("released");
+        let released = ours
+            && view.state == LeaseState::Released
+            && !tracked.release_reported.swap(true, Ordering::AcqRel);
+        Some(ReleaseAnswer { released, view })
     }
 
     /// Opens an event stream on the lease; the app counts as alive while it is open.
@@ -344,13 +417,12 @@ impl LeaseManager {
         })
     }
 
-    /// Shutdown: grants no new lease, releases every lease still held, in parallel.
+    /// Shutdown: grants no new lease, releases every lease still held, in parallel, and
+    /// waits for each release's first attempt.
     pub async fn close(&self) {
         self.closing.store(true, Ordering::Release);
-        let held: Vec<Arc<Tracked>> = self.table().values().cloned().collect();
-        let releases = held
-            .iter()
-            .map(|t| renewal::release(&self.engine, t, "shutdown"));
+        let held: Vec<LeaseId> = self.table().keys().copied().collect();
+        let releases = held.into_iter().map(|id| self.release(id, "shutdown"));
         futures_util::future::join_all(releases).await;
         self.tasks.close();
     }
@@ -371,6 +443,7 @@ impl LeaseManager {
             idle_timeout: request.idle_timeout.unwrap_or(self.policy.idle_timeout),
             last_seen: now,
             watchers: 0,
+            ended_at: None,
         };
         let id = record.lease.id;
         lease_event!(
@@ -384,6 +457,9 @@ impl LeaseManager {
             events: broadcast::channel(EVENT_BUFFER).0,
             wake: Notify::new(),
             ops: tokio::sync::Mutex::new(()),
+            ending: CancellationToken::new(),
+            release_progress: watch::channel(0).0,
+            release_reported: AtomicBool::new(false),
         });
         self.table().insert(id, Arc::clone(&tracked));
         let (renewals, policy, manager) = (

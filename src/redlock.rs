@@ -9,6 +9,7 @@ mod extend;
 mod fanout;
 pub mod lease;
 pub mod quorum;
+mod retry;
 mod shadow;
 
 use std::sync::Arc;
@@ -19,10 +20,12 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use self::calls::{
-    acquire_commands, acquire_on, eval_on, release_call, AcquireEvent, ChainedRelease, Decision,
+    acquire_commands, acquire_on, eval_on, release_call, release_on, AcquireEvent, ChainedRelease,
+    Decision,
 };
 use self::fanout::{fan_out, Fanout};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
+use self::retry::ReleaseRetries;
 use crate::fleet::{CallError, Fleet, Node};
 use crate::keys::{validate_owner, validate_resource};
 use crate::metrics::METRICS;
@@ -75,6 +78,8 @@ pub struct Redlock {
     /// Counts every fan-out in flight and runs the per-master calls a caller left behind, so
     /// `settle` can wait for writes and releases still in flight.
     tasks: TaskTracker,
+    /// Releases a master missed, sent again until it answers.
+    retries: Arc<ReleaseRetries>,
 }
 
 // === impl Redlock ===
@@ -85,21 +90,26 @@ impl Redlock {
             tracing::warn!(max_ttl_ms = options.max_ttl.as_millis() as u64, quarantine_ms = fleet.options().quarantine.as_millis() as u64, "max TTL exceeds the restart quarantine: a restarted master may vote while a lease it forgot still stands");
         }
         let tasks = TaskTracker::new();
+        let retries = ReleaseRetries::new(fleet.options().quarantine);
         Self {
             fleet,
             options,
             tasks,
+            retries,
         }
     }
 
     /// Waits (at most `timeout`) until no per-master call of this engine is in flight: the
-    /// writes that went out after a quorum answered, and the releases of abandoned grants.
-    /// Call it before closing the connections or exiting the process.
+    /// writes that went out after a quorum answered, the releases of abandoned grants, and the
+    /// releases being sent again to masters that missed them. Call it before closing the
+    /// connections or exiting the process.
     pub async fn settle(&self, timeout: Duration) -> bool {
         self.tasks.close();
-        let settled = tokio::time::timeout(timeout, self.tasks.wait())
-            .await
-            .is_ok();
+        let both = async {
+            self.tasks.wait().await;
+            self.retries.wait_until_empty().await;
+        };
+        let settled = tokio::time::timeout(timeout, both).await.is_ok();
         self.tasks.reopen();
         settled
     }
@@ -135,7 +145,12 @@ impl Redlock {
         let timeout = self.node_timeout(ttl, start);
         let (decision, decided) = watch::channel(Decision::Pending);
         let commands = acquire_commands(&keys, id, owner, ttl);
-        let release = ChainedRelease::new(keys.lock, keys.released_channel, id);
+        let release = ChainedRelease::new(
+            keys.lock,
+            keys.released_channel,
+            id,
+            Arc::clone(&self.retries),
+        );
         let until = start + timeout;
         let mut events = fan_out(
             &self.tasks,
@@ -214,10 +229,12 @@ impl Redlock {
     }
 
     /// Deletes lease `id` on `resource` everywhere it stands. The release goes to every
-    /// master, down or not, and returns once a quorum answered with at least one deletion
-    /// among them (no majority can hold the lease any more), or once every master that is up
-    /// answered. The slower masters' releases are already enqueued on their connections, ahead
-    /// of any later write there, and finish in the background ([`Redlock::settle`] waits for them).
+    /// master, down or not, and returns once a quorum answered (no majority can hold the lease
+    /// any more: [`ReleaseOutcome::confirmed`]), or once every master that is up answered or
+    /// timed out. The slower masters' releases are already enqueued on their connections, ahead
+    /// of any later write there, and finish in the background ([`Redlock::settle`] waits for
+    /// them); a master the release could not reach (down, reconnecting, timed out) is sent it
+    /// again until it answers or every key the lease could have left there has expired.
     #[tracing::instrument(skip(self), fields(lease = %id))]
     pub async fn release(&self, resource: &str, id: LeaseId) -> Result<ReleaseOutcome, Error> {
         validate_resource(resource)?;
@@ -227,14 +244,24 @@ impl Redlock {
         let (lock, channel) = (keyspace.lock(resource), keyspace.released_channel(resource));
         let call = release_call(&lock, &channel, id);
         let awaited: Vec<bool> = self.fleet.nodes().iter().map(|n| n.is_up()).collect();
-        let mut replies = self.send_ungated(self.fleet.nodes(), call, timeout);
+        let until = now + timeout;
+        let retries = &self.retries;
+        let mut replies = fan_out(
+            &self.tasks,
+            self.fleet.nodes(),
+            until,
+            |node, deadline, reply| {
+                release_on(node, call.clone(), deadline, retries.clone(), reply)
+            },
+        );
+        let quorum = self.fleet.quorum();
         let mut outcome = ReleaseOutcome {
             deleted_on: 0,
             answered: 0,
+            quorum,
         };
-        let quorum = self.fleet.quorum();
         let mut waiting = awaited.iter().filter(|up| **up).count();
-        while waiting > 0 && !outcome.settles(quorum) {
+        while waiting > 0 && !outcome.confirmed() {
             let Some((index, result)) = replies.recv().await else {
                 break;
             };
@@ -356,9 +383,11 @@ impl Redlock {
         start: Instant,
         ttl: Duration,
     ) -> ExtendOutcome {
+        let valid_until_cap = self.options.drift.valid_until(start, ttl).or(Some(start));
         let refusal = |cause| Refusal {
             cause,
             votes: votes.clone(),
+            valid_until_cap,
         };
         match tally.verdict() {
             Verdict::Yes => {
@@ -466,7 +495,11 @@ async fn abandon(mut attempt: Attempt, mut votes: Vec<NodeVote>, cause: Shortfal
         }
     }
     tracing::debug!(?cause, "acquisition abandoned and released");
-    Refusal { cause, votes }
+    Refusal {
+        cause,
+        votes,
+        valid_until_cap: None,
+    }
 }
 
 /// The master answered and may have written our lease: its release is worth waiting for.

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::error::{problem, ApiError};
 use super::AppState;
 use crate::keys::validate_resource;
-use crate::lease::{AcquireRequest, Acquired, LeaseEvent, RenewError, Watch};
+use crate::lease::{AcquireRequest, Acquired, LeaseEvent, LeaseState, RenewError, Watch};
 use crate::LeaseId;
 
 /// Body of `POST /v1/locks/{resource}/acquire`.
@@ -92,17 +92,7 @@ pub async fn renew(
     let ttl = body.ttl_ms.map(Duration::from_millis);
     match state.manager.renew(id, ttl).await {
         Ok(view) => Ok(Json(view).into_response()),
-        Err(RenewError::Unknown) => Err(ApiError::unknown_lease()),
-        Err(RenewError::Gone(view)) => {
-            let detail = format!("the lease is {:?}", view.state).to_lowercase();
-            Err(ApiError::new(StatusCode::GONE, "lease_lost", detail))
-        }
-        Err(RenewError::NoQuorum) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no_quorum",
-            "too few masters answered the renewal; it is retried automatically",
-        )),
-        Err(RenewError::Invalid(error)) => Err(error.into()),
+        Err(error) => Err(renew_error(error)),
     }
 }
 
@@ -110,20 +100,49 @@ pub async fn keepalive(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let view = state.manager.keepalive(lease_id(id)?);
-    Ok(Json(view.ok_or_else(ApiError::unknown_lease)?).into_response())
+    match state.manager.keepalive(lease_id(id)?) {
+        Ok(view) => Ok(Json(view).into_response()),
+        Err(error) => Err(renew_error(error)),
+    }
 }
 
+/// `released: true` exactly once per lease, to the request that saw a quorum of masters
+/// confirm the release; 503 `no_quorum` (state `releasing`) while too few answered: the
+/// release keeps trying in the background.
 pub async fn release(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = lease_id(id)?;
-    let before = state.manager.get(id).ok_or_else(ApiError::unknown_lease)?;
-    let after = state.manager.release(id, "released").await;
-    let after = after.ok_or_else(ApiError::unknown_lease)?;
-    let released = !before.state.is_terminal();
-    Ok(Json(json!({"released": released, "state": after.state})).into_response())
+    let answer = state.manager.release(id, "released").await;
+    let answer = answer.ok_or_else(ApiError::unknown_lease)?;
+    if answer.view.state == LeaseState::Releasing {
+        let detail = "too few masters confirmed the release; it keeps trying";
+        return Ok(problem_with(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_quorum",
+            detail,
+            json!({"released": false, "state": answer.view.state}),
+        ));
+    }
+    let body = json!({"released": answer.released, "state": answer.view.state});
+    Ok(Json(body).into_response())
+}
+
+fn renew_error(error: RenewError) -> ApiError {
+    match error {
+        RenewError::Unknown => ApiError::unknown_lease(),
+        RenewError::Gone(view) => {
+            let detail = format!("the lease is {:?}", view.state).to_lowercase();
+            ApiError::new(StatusCode::GONE, "lease_lost", detail)
+        }
+        RenewError::NoQuorum => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_quorum",
+            "too few masters answered the renewal; it is retried automatically",
+        ),
+        RenewError::Invalid(error) => error.into(),
+    }
 }
 
 /// Server-Sent Events of one lease; ends after `lost` or `released`.
@@ -250,12 +269,24 @@ fn body_error(rejection: JsonRejection) -> ApiError {
 
 /// 409/503 of an acquisition: problem+json that also says `acquired: false`.
 fn refused(status: StatusCode, reason: &'static str, detail: &str) -> Response {
+    problem_with(status, reason, detail, json!({"acquired": false}))
+}
+
+/// A problem+json answer with the fields of `extra` (an object) added.
+fn problem_with(
+    status: StatusCode,
+    reason: &'static str,
+    detail: &str,
+    extra: serde_json::Value,
+) -> Response {
     let title = status.canonical_reason().unwrap_or("error");
-    let body = json!({
+    let mut body = json!({
         "type": format!("https://redlease.dev/problems/{reason}"),
         "title": title, "status": status.as_u16(), "reason": reason, "detail": detail,
-        "acquired": false,
     });
+    if let (Some(body), serde_json::Value::Object(extra)) = (body.as_object_mut(), extra) {
+        body.extend(extra);
+    }
     problem(status, body)
 }
 
@@ -267,7 +298,7 @@ fn event_stream(watch: Watch) -> impl Stream<Item = Result<Event, Infallible>> {
         guard,
     } = watch;
     let ended = view.state.is_terminal().then(|| LeaseEvent {
-        event: if view.state == crate::lease::LeaseState::Lost {
+        event: if view.state == LeaseState::Lost {
             "lost"
         } else {
             "released"

@@ -139,10 +139,9 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
             let id: LeaseId = lease.parse()?;
             let engine = connect(&fleet).await?;
             let outcome = engine.release(&resource, id).await;
-            let quorum = engine.fleet().quorum();
             finish(
                 &engine,
-                outcome.map(|o| print_release(o.released(), o.answered >= quorum)),
+                outcome.map(|o| print_release(o.released(), o.confirmed())),
             )
             .await
         }
@@ -214,11 +213,11 @@ fn print_extend(outcome: &ExtendOutcome, id: LeaseId, resource: &str) -> u8 {
     }
 }
 
-fn print_release(released: bool, quorum_answered: bool) -> u8 {
+fn print_release(released: bool, confirmed: bool) -> u8 {
     if released {
         print_json(&serde_json::json!({"released": true}));
         EXIT_OK
-    } else if quorum_answered {
+    } else if confirmed {
         print_json(&serde_json::json!({"released": false}));
         EXIT_HELD
     } else {

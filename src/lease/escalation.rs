@@ -3,12 +3,21 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::redlock::Shortfall;
 
 /// Escalate only when the renewal failed for lack of answers (masters slow or unreachable),
 /// never when a majority answered that the lease is not ours.
 pub fn should_escalate(cause: Shortfall) -> bool {
     matches!(cause, Shortfall::TooFewAnswers | Shortfall::ValidityExpired)
+}
+
+/// Whether a shadow call given `timeout` may go out at `now`: only when every answer it can
+/// count lands before the lease's validity ends. A shadow that landed later would bring back
+/// a lease already reported lost, after another holder may have come and gone.
+pub fn may_escalate(now: Instant, timeout: Duration, valid_until: Instant) -> bool {
+    now + timeout < valid_until
 }
 
 /// `ttl × multiplier`, capped (at the restart quarantine, the longest a key may live).
@@ -34,6 +43,22 @@ mod tests {
         assert!(!should_escalate(Shortfall::NotOurs));
         assert!(!should_escalate(Shortfall::Held));
         assert!(!should_escalate(Shortfall::FenceNotConfirmed));
+    }
+
+    /// A shadow goes out only when its answers can land before the validity ends.
+    #[tokio::test(start_paused = true)]
+    async fn no_escalation_that_could_land_after_the_validity() {
+        let now = Instant::now();
+        let until = now + Duration::from_millis(100);
+        assert!(may_escalate(now, timeout(until - now), until));
+        assert!(!may_escalate(now, Duration::from_millis(100), until));
+        assert!(!may_escalate(until, timeout(Duration::ZERO), until));
+        let one_ms_left = until - Duration::from_millis(1);
+        assert!(!may_escalate(
+            one_ms_left,
+            timeout(Duration::from_millis(1)),
+            until
+        ));
     }
 
     /// The shadow outlives the lock tenfold, never past the cap; the timeout is half the rest.

@@ -1,6 +1,17 @@
 //! The task of one lease: renew it on schedule while the app is alive, report it lost the
-//! moment its validity runs out, release it when the app goes quiet.
+//! moment its validity runs out, release it when the app goes quiet; and the release itself,
+//! which runs as a task of its own so that a caller who goes away cannot stop it half done.
+//!
+//! Rules kept here (the README's safety model states them):
+//! - after every extension or shadow call that was sent, whatever its outcome, the lease is
+//!   valid no longer than `call start + ttl − drift` (a master that ran it may have shortened
+//!   the key), see [`crate::redlock::Lease::apply_extension`];
+//! - an outcome is taken only while the lease is still valid: once its validity has passed it
+//!   has been reported lost, and nothing brings it back;
+//! - shadows are sent only while `now + timeout < valid_until`;
+//! - a lease that ends (released, or lost) has its keys released on every master.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -13,9 +24,12 @@ use crate::Error;
 
 /// A renewal that found no quorum is retried this often (or sooner, near the end of validity).
 const RETRY_NO_QUORUM: Duration = Duration::from_millis(50);
+/// A release short of a quorum is tried again after this, doubling up to `MAX_RELEASE_BACKOFF`.
+const FIRST_RELEASE_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_RELEASE_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Runs until the lease is lost or released.
-pub async fn drive(renewals: &Renewals, policy: &LeasePolicy, tracked: &Tracked) {
+pub async fn drive(renewals: &Renewals, policy: &LeasePolicy, tracked: &Arc<Tracked>) {
     loop {
         let step = tracked.record().next_step(Instant::now());
         match step {
@@ -26,44 +40,48 @@ pub async fn drive(renewals: &Renewals, policy: &LeasePolicy, tracked: &Tracked)
                     _ = tracked.wake.notified() => {}
                 }
             }
-            Step::Expire => {
-                tracked.finish(LeaseState::Lost, "expired");
+            Step::Expire => lose(renewals.engine(), tracked, "expired"),
+            Step::IdleRelease => {
+                start_release(renewals.engine(), policy, tracked, "idle");
             }
-            Step::IdleRelease => release(renewals.engine(), tracked, "idle").await,
             Step::Renew => {
                 let ttl = tracked.record().lease.ttl;
                 if let Err(error) = renew(renewals, policy, tracked, ttl).await {
                     tracing::error!(%error, "renewal refused its own lease");
-                    tracked.finish(LeaseState::Lost, "invalid");
+                    lose(renewals.engine(), tracked, "invalid");
                 }
             }
         }
     }
 }
 
-/// Extends the lease to `ttl`. `Some(view)` when renewed; `None` when lost (the lease is
-/// then marked lost) or when no quorum answered (the next try is scheduled).
+/// Extends the lease to `ttl`. `Some(view)` when renewed (or degraded onto shadows); `None`
+/// when it ended meanwhile (lost: then marked so) or when no quorum answered (the next try
+/// is scheduled).
 pub async fn renew(
     renewals: &Renewals,
     policy: &LeasePolicy,
-    tracked: &Tracked,
+    tracked: &Arc<Tracked>,
     ttl: Duration,
 ) -> Result<Option<LeaseView>, Error> {
     let _op = tracked.ops.lock().await;
     let (resource, id, valid_until) = {
         let record = tracked.record();
-        if record.state_at(Instant::now()).is_terminal() {
+        if record.state_at(Instant::now()).is_ended() {
             return Ok(None);
         }
-        (
-            record.lease.resource.clone(),
-            record.lease.id,
-            record.lease.valid_until,
-        )
+        let lease = &record.lease;
+        (lease.resource.clone(), lease.id, lease.valid_until)
     };
     METRICS.renewal_attempts.add(1, &[]);
     let started = Instant::now();
-    let outcome = renewals.extend(&resource, id, ttl, valid_until).await?;
+    let extend = renewals.extend(&resource, id, ttl, valid_until);
+    let outcome = tokio::select! {
+        outcome = extend => outcome?,
+        // The lease ended meanwhile (released, lost): whatever was sent can only touch keys
+        // that are ours, and the release is sent after it on every connection.
+        _ = tracked.ending.cancelled() => return Ok(None),
+    };
     METRICS
         .renewal_latency
         .record(metrics::seconds(started.elapsed()), &[]);
@@ -71,22 +89,29 @@ pub async fn renew(
         METRICS.renewal_failures.add(1, &[]);
     }
     match outcome {
-        ExtendOutcome::Extended(renewal) => {
-            Ok(Some(settle(policy, tracked, &renewal, Shadowed::No)))
-        }
+        ExtendOutcome::Extended(renewal) => Ok(take(renewals, policy, tracked, &renewal, false)),
         ExtendOutcome::Lost(_) => {
-            tracked.finish(LeaseState::Lost, "not_ours");
+            lose(renewals.engine(), tracked, "not_ours");
             Ok(None)
         }
         ExtendOutcome::NoQuorum(refusal) => {
-            lease_event!(
-                warn,
-                &tracked.record().lease,
-                "renewal failed",
-                cause = tracing::field::debug(refusal.cause)
-            );
+            let still_valid = {
+                let mut record = tracked.record();
+                record.lease.cap(refusal.valid_until_cap);
+                lease_event!(
+                    warn,
+                    &record.lease,
+                    "renewal failed",
+                    cause = tracing::field::debug(refusal.cause)
+                );
+                record.lease.is_valid(Instant::now())
+            };
+            if !still_valid {
+                lose(renewals.engine(), tracked, "expired");
+                return Ok(None);
+            }
             if escalation::should_escalate(refusal.cause) {
-                if let Some(view) = escalate(renewals.engine(), policy, tracked).await? {
+                if let Some(view) = escalate(renewals, policy, tracked).await? {
                     return Ok(Some(view));
                 }
             }
@@ -98,73 +123,88 @@ pub async fn renew(
     }
 }
 
-/// One try to keep the resource through a quorum of shadows. `Some(view)` when degraded.
+/// One try to keep the resource through a quorum of shadows, only while an answer can still
+/// land before the validity ends. `Some(view)` when degraded.
 async fn escalate(
-    engine: &Redlock,
+    renewals: &Renewals,
     policy: &LeasePolicy,
-    tracked: &Tracked,
+    tracked: &Arc<Tracked>,
 ) -> Result<Option<LeaseView>, Error> {
-    let (resource, id, owner, ttl, left) = {
+    let now = Instant::now();
+    let (resource, id, owner, ttl, valid_until) = {
         let record = tracked.record();
         let lease = &record.lease;
-        let left = lease.remaining_validity(Instant::now());
-        (
-            lease.resource.clone(),
-            lease.id,
-            lease.owner.clone(),
-            lease.ttl,
-            left,
-        )
+        let (resource, owner) = (lease.resource.clone(), lease.owner.clone());
+        (resource, lease.id, owner, lease.ttl, lease.valid_until)
     };
-    let shadow_ttl = escalation::shadow_ttl(ttl, policy.shadow_multiplier, policy.shadow_cap);
+    let left = valid_until.saturating_duration_since(now);
     let timeout = escalation::timeout(left);
+    if !escalation::may_escalate(now, timeout, valid_until) {
+        return Ok(None);
+    }
+    let shadow_ttl = escalation::shadow_ttl(ttl, policy.shadow_multiplier, policy.shadow_cap);
     lease_event!(
         warn,
         &tracked.record().lease,
         "renewal escalated to shadows",
         shadow_ttl_ms = shadow_ttl.as_millis() as u64
     );
-    match engine
-        .reserve_shadow(&resource, id, &owner, shadow_ttl, timeout)
-        .await?
-    {
+    let engine = renewals.engine();
+    let reserve = engine.reserve_shadow(&resource, id, &owner, shadow_ttl, timeout);
+    let outcome = tokio::select! {
+        outcome = reserve => outcome?,
+        _ = tracked.ending.cancelled() => return Ok(None),
+    };
+    match outcome {
         ExtendOutcome::Extended(shadow) => {
             METRICS.shadow_escalations.add(1, &[]);
-            Ok(Some(settle(policy, tracked, &shadow, Shadowed::Yes)))
+            Ok(take(renewals, policy, tracked, &shadow, true))
         }
         ExtendOutcome::Lost(_) => {
-            tracked.finish(LeaseState::Lost, "not_ours");
+            lose(engine, tracked, "not_ours");
             Ok(None)
         }
         ExtendOutcome::NoQuorum(refusal) => {
+            tracked.record().lease.cap(refusal.valid_until_cap);
             tracing::warn!(lease = %id, resource, cause = ?refusal.cause, "shadow escalation without quorum");
             Ok(None)
         }
     }
 }
 
-/// Whether the validity being taken over comes from the lock or from the shadow.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Shadowed {
-    No,
-    Yes,
+/// Takes a successful renewal (`shadowed`: or shadow reservation) if the lease is still valid
+/// now; past its validity the lease has been reported lost, and is marked so instead.
+fn take(
+    renewals: &Renewals,
+    policy: &LeasePolicy,
+    tracked: &Arc<Tracked>,
+    renewal: &Renewal,
+    shadowed: bool,
+) -> Option<LeaseView> {
+    let view = settle(policy, tracked, renewal, shadowed);
+    if view.is_none() {
+        lose(renewals.engine(), tracked, "expired");
+    }
+    view
 }
 
-/// Takes over a successful renewal or shadow reservation, tells the watchers (`renewed`,
-/// `recovered` after a degraded spell, or `degraded`) and schedules the next renewal on the
-/// lock's own TTL, so a degraded lease tries to recover at the usual pace.
+/// Takes over a renewal or shadow reservation, tells the watchers (`renewed`, `recovered`
+/// after a degraded spell, or `degraded`) and schedules the next renewal on the lock's own
+/// TTL, so a degraded lease tries to recover at the usual pace. `None` (and nothing taken)
+/// when the lease has ended or its validity has already passed.
 fn settle(
     policy: &LeasePolicy,
     tracked: &Tracked,
     renewal: &Renewal,
-    shadowed: Shadowed,
-) -> LeaseView {
+    shadowed: bool,
+) -> Option<LeaseView> {
     let mut record = tracked.record();
-    if record.state.is_terminal() {
-        return record.view(Instant::now());
+    let now = Instant::now();
+    if record.state_at(now).is_ended() {
+        return None;
     }
     let was_degraded = record.state == LeaseState::Degraded;
-    let event = if shadowed == Shadowed::Yes {
+    let event = if shadowed {
         // The shadow lends its validity; the lease keeps its own TTL, which the next renewal
         // sets back on the lock key.
         record.lease.validity = renewal.validity;
@@ -182,32 +222,90 @@ fn settle(
         }
     };
     let ttl = record.lease.ttl;
-    record.renew_at = policy
-        .schedule
-        .renew_at(Instant::now(), ttl, rand::random());
-    let view = record.view(Instant::now());
+    record.renew_at = policy.schedule.renew_at(now, ttl, rand::random());
+    let view = record.view(now);
     drop(record);
     let _ = tracked.events.send(super::LeaseEvent {
         event,
         lease: view.clone(),
     });
     tracked.wake.notify_one();
-    view
+    Some(view)
 }
 
-/// Releases the lease on the fleet (best effort) and marks it released.
-pub async fn release(engine: &Redlock, tracked: &Tracked, reason: &'static str) {
-    let _op = tracked.ops.lock().await;
-    let (resource, id, terminal) = {
-        let record = tracked.record();
-        let terminal = record.state.is_terminal();
-        (record.lease.resource.clone(), record.lease.id, terminal)
-    };
-    if terminal {
+/// Marks the lease lost (once) and releases whatever keys it still has, in the background:
+/// after the renewal or shadow in flight, on every master, sent again to any master that
+/// misses it.
+pub fn lose(engine: &Arc<Redlock>, tracked: &Arc<Tracked>, reason: &'static str) {
+    if !tracked.finish(LeaseState::Lost, reason) {
         return;
     }
-    if let Err(error) = engine.release(&resource, id).await {
-        tracing::error!(%error, lease = %id, "release refused");
+    let (engine, tracked) = (Arc::clone(engine), Arc::clone(tracked));
+    tokio::spawn(async move {
+        let _op = tracked.ops.lock().await;
+        let (resource, id) = tracked.key();
+        if let Err(error) = engine.release(&resource, id).await {
+            tracing::error!(%error, lease = %id, "release of a lost lease refused");
+        }
+    });
+}
+
+/// Whether `start_release` began the release or found it under way or over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Begin {
+    /// The lease was held: it is now `releasing`, and its release task runs.
+    Started,
+    /// Already releasing: its release task runs.
+    Joined,
+    /// Already lost or released.
+    Ended,
+}
+
+/// Marks the lease `releasing` (validity 0 from now, renewals stopped) and starts its release
+/// task, which tries until a quorum of masters confirms the release (then `released`) or
+/// every key the lease may have left has expired.
+pub fn start_release(
+    engine: &Arc<Redlock>,
+    policy: &LeasePolicy,
+    tracked: &Arc<Tracked>,
+    reason: &'static str,
+) -> Begin {
+    let begin = tracked.begin_release(reason);
+    if begin == Begin::Started {
+        let (engine, tracked) = (Arc::clone(engine), Arc::clone(tracked));
+        let key_lifetime = policy.shadow_cap;
+        tokio::spawn(async move { release_until_confirmed(&engine, &tracked, key_lifetime).await });
     }
-    tracked.finish(LeaseState::Released, reason);
+    begin
+}
+
+async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked, key_lifetime: Duration) {
+    // After any renewal or shadow in flight (cancelled by `begin_release`): on each master,
+    // the release is then sent after every write of this lease.
+    let _op = tracked.ops.lock().await;
+    let (resource, id) = tracked.key();
+    let give_up_at = Instant::now() + key_lifetime;
+    let mut backoff = FIRST_RELEASE_BACKOFF;
+    loop {
+        let confirmed = match engine.release(&resource, id).await {
+            Ok(outcome) => outcome.confirmed(),
+            Err(error) => {
+                tracing::error!(%error, lease = %id, "release refused");
+                true
+            }
+        };
+        let over = confirmed || Instant::now() >= give_up_at;
+        if over {
+            let reason = tracked.record().reason.unwrap_or("released");
+            tracked.finish(LeaseState::Released, reason);
+        }
+        tracked
+            .release_progress
+            .send_modify(|attempts| *attempts += 1);
+        if over {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_RELEASE_BACKOFF);
+    }
 }

@@ -1,5 +1,5 @@
-//! One tracked lease: its record, its state machine (`held → lost | released`) and the pure
-//! decision of what its task does next.
+//! One tracked lease: its record, its state machine (`held ⇄ degraded → releasing →
+//! released`, `held | degraded → lost`) and the pure decision of what its task does next.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -14,13 +14,22 @@ use crate::redlock::Lease;
 pub enum LeaseState {
     Held,
     Degraded,
+    /// The app (or idleness, or shutdown) asked for the release and a quorum of masters has
+    /// not confirmed it yet: no longer the app's to act on, and the release keeps trying.
+    Releasing,
     Lost,
     Released,
 }
 
 impl LeaseState {
+    /// Lost or released: nothing more happens to the lease.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Lost | Self::Released)
+    }
+
+    /// No longer valid for the app: releasing, lost or released. Its validity is 0.
+    pub fn is_ended(self) -> bool {
+        self.is_terminal() || self == Self::Releasing
     }
 }
 
@@ -42,6 +51,8 @@ pub struct LeaseRecord {
     pub watchers: usize,
     /// When the next automatic renewal is due.
     pub renew_at: Instant,
+    /// When the lease stopped being valid for the app (release began, or it was lost).
+    pub ended_at: Option<Instant>,
 }
 
 /// What the lease's task does next.
@@ -58,11 +69,18 @@ pub enum Step {
     Done,
 }
 
+/// How long the task of a lease being released sleeps between looks (its release task wakes
+/// it when done).
+const RELEASING_NAP: Duration = Duration::from_secs(3600);
+
 impl LeaseRecord {
     /// The next step at `now`. Validity is checked first: a lease never outlives it silently.
     pub fn next_step(&self, now: Instant) -> Step {
         if self.state.is_terminal() {
             return Step::Done;
+        }
+        if self.state == LeaseState::Releasing {
+            return Step::Wait(now + RELEASING_NAP);
         }
         if now >= self.lease.valid_until {
             return Step::Expire;
@@ -86,16 +104,37 @@ impl LeaseRecord {
 
     /// The state as of `now`: a lease past its validity is lost even before its task says so.
     pub fn state_at(&self, now: Instant) -> LeaseState {
-        if !self.state.is_terminal() && now >= self.lease.valid_until {
+        if !self.state.is_ended() && now >= self.lease.valid_until {
             LeaseState::Lost
         } else {
             self.state
         }
     }
 
+    /// Validity left at `now`: zero once the lease has ended, whatever its keys still say.
+    pub fn remaining_validity(&self, now: Instant) -> Duration {
+        if self.state.is_ended() {
+            return Duration::ZERO;
+        }
+        self.lease.remaining_validity(now)
+    }
+
+    /// When the validity ends (or ended): the lease's `valid_until`, or when it ended sooner.
+    pub fn valid_until(&self) -> Instant {
+        match self.ended_at {
+            Some(ended) => ended.min(self.lease.valid_until),
+            None => self.lease.valid_until,
+        }
+    }
+
     pub fn view(&self, now: Instant) -> LeaseView {
-        let remaining = self.lease.remaining_validity(now);
-        let expires = SystemTime::now() + remaining;
+        let remaining = self.remaining_validity(now);
+        let until = self.valid_until();
+        let wall_now = SystemTime::now();
+        let expires = match until.checked_duration_since(now) {
+            Some(ahead) => wall_now + ahead,
+            None => wall_now - now.saturating_duration_since(until),
+        };
         let expires_at = expires
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -124,9 +163,10 @@ pub struct LeaseView {
     pub owner: String,
     pub fencing_token: u64,
     pub ttl_ms: u64,
-    /// Validity left now (0 once it has elapsed).
+    /// Validity left now (0 once it has elapsed or the lease has ended).
     pub validity_ms: u64,
-    /// When the validity runs out, in Unix milliseconds (this host's clock).
+    /// When the validity runs out (or ran out, or the lease ended), in Unix milliseconds
+    /// (this host's clock).
     pub expires_at: u64,
     pub state: LeaseState,
     pub auto_renew: bool,

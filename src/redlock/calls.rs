@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::fanout::Reply;
+use super::retry::ReleaseRetries;
 use super::NodeVote;
 use crate::fleet::{Admission, CallError, Deadline, Node};
 use crate::keys::ResourceKeys;
@@ -69,7 +70,13 @@ pub(super) async fn acquire_on(
         // Boxed: the rare path would otherwise make every acquisition's per-master future,
         // which is boxed and moved on each fan-out, a kilobyte larger.
         let own = Deadline::After(timeout);
-        let _ = Box::pin(node.eval::<i64>(release.call(), &own, Admission::Always)).await;
+        let call = release.call();
+        let result = Box::pin(node.eval::<i64>(&call, &own, Admission::Always)).await;
+        if let Err(error) = &result {
+            if ReleaseRetries::missed(error) {
+                release.retries.push(Arc::clone(&node), call);
+            }
+        }
         reply.send(AcquireEvent::Released);
     }
 }
@@ -103,6 +110,24 @@ pub(super) async fn eval_values_on(
     reply: Reply<Result<Vec<i64>, CallError>>,
 ) {
     let result = node.eval(&call, &deadline, Admission::WhenUp).await;
+    reply.send(result);
+}
+
+/// One master's part of a release: a release this master may have missed (down,
+/// reconnecting, timed out) is handed to `retries`, which sends it again until it answers.
+pub(super) async fn release_on(
+    node: Arc<Node>,
+    call: Arc<ScriptCall>,
+    deadline: Deadline,
+    retries: Arc<ReleaseRetries>,
+    reply: Reply<Result<i64, CallError>>,
+) {
+    let result = node.eval(&call, &deadline, Admission::Always).await;
+    if let Err(error) = &result {
+        if ReleaseRetries::missed(error) {
+            retries.push(Arc::clone(&node), call);
+        }
+    }
     reply.send(result);
 }
 
@@ -166,22 +191,32 @@ pub(super) struct ChainedRelease {
     lock: String,
     channel: String,
     id: LeaseId,
-    call: OnceLock<ScriptCall>,
+    call: OnceLock<Arc<ScriptCall>>,
+    /// Where a master that missed the release is queued to be sent it again.
+    retries: Arc<ReleaseRetries>,
 }
 
 impl ChainedRelease {
     /// `lock` and `channel` are the resource's lock key and release channel.
-    pub(super) fn new(lock: String, channel: String, id: LeaseId) -> Arc<Self> {
+    pub(super) fn new(
+        lock: String,
+        channel: String,
+        id: LeaseId,
+        retries: Arc<ReleaseRetries>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             lock,
             channel,
             id,
             call: OnceLock::new(),
+            retries,
         })
     }
 
-    fn call(&self) -> &ScriptCall {
-        self.call
-            .get_or_init(|| release_script_call(&self.lock, &self.channel, self.id))
+    fn call(&self) -> Arc<ScriptCall> {
+        let call = self
+            .call
+            .get_or_init(|| Arc::new(release_script_call(&self.lock, &self.channel, self.id)));
+        Arc::clone(call)
     }
 }

@@ -41,6 +41,30 @@ impl Lease {
         self.validity = renewal.validity;
         self.valid_until = renewal.valid_until;
     }
+
+    /// Takes what an extension of this lease tells about its validity, whatever the outcome:
+    /// a renewal's new validity; after a failed one, the cap its sent writes put on the lease
+    /// (a master that ran the call set the key's TTL to the call's, which may be shorter than
+    /// what the lease had, see [`Refusal::valid_until_cap`]); none left once lost. Returns
+    /// whether the lease is still valid at `now`.
+    pub fn apply_extension(&mut self, outcome: &ExtendOutcome, now: Instant) -> bool {
+        match outcome {
+            ExtendOutcome::Extended(renewal) => self.apply(renewal),
+            ExtendOutcome::NoQuorum(refusal) => self.cap(refusal.valid_until_cap),
+            ExtendOutcome::Lost(_) => self.cap(Some(now)),
+        }
+        self.is_valid(now)
+    }
+
+    /// Brings `valid_until` down to `cap` when that is sooner.
+    pub fn cap(&mut self, cap: Option<Instant>) {
+        let Some(cap) = cap.filter(|cap| *cap < self.valid_until) else {
+            return;
+        };
+        let cut = self.valid_until - cap;
+        self.valid_until = cap;
+        self.validity = self.validity.saturating_sub(cut);
+    }
 }
 
 /// A successful extension.
@@ -90,6 +114,12 @@ pub struct Refusal {
     pub cause: Shortfall,
     /// Indexed like the fleet's masters.
     pub votes: Vec<NodeVote>,
+    /// Extensions and shadows only: the latest instant the lease may still be counted valid
+    /// after this call, `call start + ttl − drift`. The call was sent, so some masters may have
+    /// run it, or will, and set the key's TTL to the call's, possibly shorter than before;
+    /// a holder that kept its old validity could outlive its keys on a majority.
+    /// [`Lease::apply_extension`] takes it. `None` for acquisitions.
+    pub valid_until_cap: Option<Instant>,
 }
 
 impl Refusal {
@@ -98,6 +128,7 @@ impl Refusal {
         Self {
             cause: Shortfall::Held,
             votes: Vec::new(),
+            valid_until_cap: None,
         }
     }
 
@@ -149,14 +180,26 @@ impl AcquireOutcome {
     }
 }
 
-/// The result of an extension.
+/// The result of an extension. Whatever it is, apply it to the lease with
+/// [`Lease::apply_extension`]: a failed extension may still shorten the lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExtendOutcome {
     Extended(Renewal),
     /// A majority answered that the lease is not ours: it is gone, never escalate.
     Lost(Refusal),
-    /// Too few masters answered (or validity ran out): the lease may still stand.
+    /// Too few masters answered (or validity ran out): the lease may still stand, but no
+    /// longer than [`Refusal::valid_until_cap`].
     NoQuorum(Refusal),
+}
+
+impl ExtendOutcome {
+    /// The refusal of a failed extension.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            Self::Extended(_) => None,
+            Self::Lost(refusal) | Self::NoQuorum(refusal) => Some(refusal),
+        }
+    }
 }
 
 /// The result of a release.
@@ -166,17 +209,20 @@ pub struct ReleaseOutcome {
     pub deleted_on: usize,
     /// Masters that answered before the release returned (a quorum at least when they could).
     pub answered: usize,
+    /// Masters a grant needs (⌊N/2⌋+1).
+    pub quorum: usize,
 }
 
 impl ReleaseOutcome {
-    /// Whether the lease held anything anywhere that is now gone.
-    pub fn released(&self) -> bool {
-        self.deleted_on > 0
+    /// A quorum of masters answered: each of them no longer holds the lease, so no majority
+    /// can. The masters that did not answer yet are sent the release again until they do
+    /// (or until every key the lease could have left there has expired).
+    pub fn confirmed(&self) -> bool {
+        self.answered >= self.quorum
     }
 
-    /// A quorum answered and one of them deleted the lease: no majority can hold it any more,
-    /// so the caller need not wait for the slower masters.
-    pub(crate) fn settles(&self, quorum: usize) -> bool {
-        self.answered >= quorum && self.released()
+    /// Confirmed, and the lease was still held somewhere: this call ended it.
+    pub fn released(&self) -> bool {
+        self.confirmed() && self.deleted_on > 0
     }
 }

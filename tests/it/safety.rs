@@ -1,0 +1,188 @@
+//! The safety model's rules, each checked through the sidecar or the engine against real
+//! masters with faults injected: releases that tell the truth and survive their caller,
+//! leases whose keys go when they end, validity capped by every sent extension, no shadow
+//! after the validity.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::assert_eventually;
+use crate::support::sidecar::TestSidecar;
+use crate::support::TestFleet;
+
+/// Acquires `resource` with `body`, insists on a grant, and returns the lease.
+async fn held(sidecar: &TestSidecar, resource: &str, body: Value) -> Value {
+    let (status, lease) = sidecar.acquire(resource, body).await;
+    assert_eq!(status, 200, "{lease}");
+    lease
+}
+
+fn id_of(lease: &Value) -> String {
+    lease["lease_id"].as_str().unwrap().to_string()
+}
+
+/// With 3 of 5 masters frozen a release cannot be confirmed: DELETE answers 503 `no_quorum`
+/// with the lease `releasing` (never `released: true` while a majority may hold the key), and
+/// the release keeps trying: once the masters wake, the lease is `released` and no key is left;
+/// the next DELETE is told `released: true`, and only that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_a_majority_did_not_confirm_is_not_reported_released() {
+    let mut fleet = TestFleet::start(5);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let lease = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 5000})).await;
+    let id = id_of(&lease);
+    for i in 0..3 {
+        fleet.servers[i].pause();
+    }
+    let (status, body) = sidecar.delete(&format!("/v1/leases/{id}")).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["reason"], "no_quorum");
+    assert_eq!(body["released"], false);
+    assert_eq!(body["state"], "releasing");
+    let (_, view) = sidecar.get(&format!("/v1/leases/{id}")).await;
+    assert_eq!(view["state"], "releasing");
+    assert_eq!(
+        view["validity_ms"], 0,
+        "a lease being released is not valid"
+    );
+    for i in 0..3 {
+        fleet.servers[i].resume();
+    }
+    let path = format!("/v1/leases/{id}");
+    assert_eventually!(
+        sidecar.get(&path).await.1["state"] == "released",
+        5,
+        "the release did not keep trying"
+    );
+    let all = [0, 1, 2, 3, 4];
+    assert_eventually!(fleet.lock_keys_on(&all).is_empty(), 3, "keys left");
+    // The client retrying after the 503 is the first to see the release confirmed: it is
+    // told `released: true`, and nobody after it.
+    let (status, retried) = sidecar.delete(&path).await;
+    assert_eq!((status, &retried["released"]), (200, &json!(true)));
+    let (status, again) = sidecar.delete(&path).await;
+    assert_eq!((status, &again["released"]), (200, &json!(false)));
+}
+
+/// Ten concurrent DELETEs of one lease: exactly one answers `released: true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_releases_of_one_lease_report_released_exactly_once() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    for round in 0..5 {
+        let resource = format!("job-{round}");
+        let lease = held(&sidecar, &resource, json!({"owner": "a", "ttl_ms": 5000})).await;
+        let path = format!("/v1/leases/{}", id_of(&lease));
+        let deletes = (0..10).map(|_| sidecar.delete(&path));
+        let answers = futures_util::future::join_all(deletes).await;
+        let trues = answers
+            .iter()
+            .filter(|(status, body)| *status == 200 && body["released"] == true)
+            .count();
+        assert_eq!(trues, 1, "round {round}: {answers:?}");
+        assert!(answers
+            .iter()
+            .all(|(status, body)| *status == 200 && body["state"] == "released"));
+    }
+}
+
+/// An ended lease is not valid: a released lease reads validity 0 with `expires_at` in the
+/// past, and keepalive and renew on it answer 410 `lease_lost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_lease_has_no_validity_and_refuses_keepalive() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let lease = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 10000})).await;
+    let path = format!("/v1/leases/{}", id_of(&lease));
+    let (status, _) = sidecar.delete(&path).await;
+    assert_eq!(status, 200);
+    let (_, view) = sidecar.get(&path).await;
+    assert_eq!(view["state"], "released");
+    assert_eq!(view["validity_ms"], 0);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        view["expires_at"].as_u64().unwrap() <= now_ms,
+        "a released lease says it expires in the future: {view}"
+    );
+    for action in ["keepalive", "renew"] {
+        let (status, body) = sidecar.post(&format!("{path}/{action}")).await;
+        assert_eq!((status, body["reason"].as_str()), (410, Some("lease_lost")));
+    }
+}
+
+/// A DELETE whose client goes away mid-request still releases the lease: it ends
+/// `released`, its keys are gone, and it is never renewed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_caller_went_away_still_completes() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let lease = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 2000})).await;
+    let path = format!("/v1/leases/{}", id_of(&lease));
+    // Two of three masters hold writes for 400 ms: the release cannot finish before the
+    // client gives up after 30 ms.
+    for i in 0..2 {
+        fleet.command(i, &["CLIENT", "PAUSE", "400", "WRITE"]);
+    }
+    let url = format!("{}{path}", sidecar.base);
+    let abandoned = sidecar
+        .http
+        .delete(url)
+        .timeout(Duration::from_millis(30))
+        .send()
+        .await;
+    assert!(abandoned.is_err(), "the DELETE was not abandoned");
+    assert_eventually!(
+        sidecar.get(&path).await.1["state"] == "released",
+        3,
+        "an abandoned DELETE left the lease {}",
+        sidecar.get(&path).await.1
+    );
+    assert_eventually!(fleet.lock_keys_on(&[0, 1, 2]).is_empty(), 3, "keys left");
+    // Past the lease's renewal time (half its TTL) nothing writes the key back.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+}
+
+/// A lease lost after its escalation reached only a minority leaves no key behind: the
+/// shadows the live minority took are released as soon as the lease is lost, and the late
+/// writes the frozen masters run when they wake are released after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_leaves_no_shadow_behind() {
+    let mut fleet = TestFleet::start(5);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let lease = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 1000})).await;
+    let mut events = sidecar.events(&id_of(&lease)).await;
+    for i in 0..3 {
+        fleet.servers[i].pause();
+    }
+    let frozen = Instant::now();
+    let mut lost = false;
+    while let Some((name, _)) = events.next(Duration::from_millis(2000)).await {
+        if name == "lost" {
+            lost = true;
+            break;
+        }
+    }
+    assert!(lost, "no lost event within {:?}", frozen.elapsed());
+    assert_eventually!(
+        fleet.lock_keys_on(&[3, 4]).is_empty(),
+        1,
+        "a lost lease left its keys on the live masters: {:?}",
+        fleet.lock_keys_on(&[3, 4])
+    );
+    for i in 0..3 {
+        fleet.servers[i].resume();
+    }
+    let all = [0, 1, 2, 3, 4];
+    assert_eventually!(
+        fleet.lock_keys_on(&all).is_empty(),
+        3,
+        "late writes of a lost lease were left: {:?}",
+        fleet.lock_keys_on(&all)
+    );
+}
