@@ -9,6 +9,7 @@ mod fencing;
 mod load;
 mod metrics;
 mod prometheus;
+mod proxy;
 mod safety;
 mod scripts;
 mod sidecar;

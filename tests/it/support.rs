@@ -1,6 +1,8 @@
-//! Test support: real `redis-server` processes, a fleet of them, and a tiny RESP client.
+//! Test support: real `redis-server` processes, a fleet of them, a fault-injecting TCP proxy,
+//! and a tiny RESP client.
 
 pub mod fleet;
+pub mod proxy;
 pub mod redis_server;
 pub mod resp;
 pub mod sidecar;
