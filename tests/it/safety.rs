@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::assert_eventually;
+use crate::support::proxy::{Fault, FaultProxy};
 use crate::support::sidecar::TestSidecar;
 use crate::support::TestFleet;
 
@@ -183,6 +184,111 @@ async fn a_lost_lease_leaves_no_shadow_behind() {
         fleet.lock_keys_on(&all).is_empty(),
         3,
         "late writes of a lost lease were left: {:?}",
+        fleet.lock_keys_on(&all)
+    );
+}
+
+/// A proxy in front of every master of `fleet`, in order.
+async fn proxies(fleet: &TestFleet) -> Vec<FaultProxy> {
+    let starts = fleet.servers.iter().map(|s| FaultProxy::start(s.port()));
+    futures_util::future::join_all(starts).await
+}
+
+fn urls(proxies: &[FaultProxy]) -> Vec<String> {
+    proxies.iter().map(FaultProxy::url).collect()
+}
+
+/// A renewal asking a shorter TTL that runs on the masters but reaches them too late — their
+/// answers slow, their breakers open, so the shadow that follows is refused — caps the lease
+/// at `call start + ttl − drift`: the holder is told its lease ends when the shortened keys
+/// may, and is no longer holding it when another client is granted the resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_reaches_a_majority_too_late_caps_the_lease() {
+    let fleet = TestFleet::start(3);
+    let proxies = proxies(&fleet).await;
+    let fast_probe = [("REDLEASE__FLEET__PROBE_INTERVAL_MS", "50")];
+    let a = TestSidecar::start_on(urls(&proxies), &fast_probe).await;
+    let b = TestSidecar::start(&fleet, &[]).await;
+    let body = json!({"owner": "a", "ttl_ms": 3000, "auto_renew": false});
+    let path = format!("/v1/leases/{}", id_of(&held(&a, "job", body).await));
+    for proxy in &proxies[1..] {
+        proxy.set_downstream(Fault::Delay(Duration::from_millis(300)));
+    }
+    // PINGs (every 50 ms, given 50 ms) now time out: both masters' breakers open.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (status, refused) = a
+        .post_json(&format!("{path}/renew"), json!({"ttl_ms": 300}))
+        .await;
+    // The renewal's call started before this answer came.
+    let answered = Instant::now();
+    assert_eq!(
+        (status, refused["reason"].as_str()),
+        (503, Some("no_quorum"))
+    );
+    let (_, view) = a.get(&path).await;
+    let cap = Duration::from_millis(300).saturating_sub(answered.elapsed());
+    let validity = Duration::from_millis(view["validity_ms"].as_u64().unwrap());
+    assert!(
+        validity <= cap,
+        "the lease kept {validity:?} of validity after a sent renewal of 300 ms: {view}"
+    );
+    let contender = json!({"owner": "b", "ttl_ms": 1000, "wait_ms": 3000});
+    let (status, granted) = b.acquire("job", contender).await;
+    assert_eq!(status, 200, "{granted}");
+    let (_, a_now) = a.get(&path).await;
+    assert!(
+        a_now["state"] != "held" && a_now["state"] != "degraded",
+        "two holders: b was granted while a reads {a_now}"
+    );
+}
+
+/// No shadow is sent once its answers could land after the validity. Every master answers
+/// 150 ms late: PINGs (given 200 ms) succeed, so the breakers stay closed, but every renewal
+/// (given 100 ms) and every shadow near the end of the validity misses its time, and the
+/// lease is lost. Every shadow call left the sidecar before the validity ended, and no key
+/// of the lost lease is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_shadow_is_sent_after_the_validity() {
+    let fleet = TestFleet::start(3);
+    let proxies = proxies(&fleet).await;
+    let settings = [
+        ("REDLEASE__FLEET__PROBE_INTERVAL_MS", "200"),
+        ("REDLEASE__LEASE__RENEW_FRACTION", "0.8"),
+        ("REDLEASE__LEASE__RENEW_JITTER_MS", "1"),
+    ];
+    let a = TestSidecar::start_on(urls(&proxies), &settings).await;
+    let lease = held(&a, "job", json!({"owner": "a", "ttl_ms": 1000})).await;
+    let valid_until_ms = lease["expires_at"].as_u64().unwrap();
+    let mut events = a.events(&id_of(&lease)).await;
+    for proxy in &proxies {
+        proxy.set_downstream(Fault::Delay(Duration::from_millis(150)));
+    }
+    let mut lost = false;
+    while let Some((name, _)) = events.next(Duration::from_millis(2000)).await {
+        assert_ne!(name, "renewed", "renewed while every answer came too late");
+        if name == "lost" {
+            lost = true;
+            break;
+        }
+    }
+    assert!(lost, "no lost event");
+    let sha = redlease::scripts::SCRIPTS.shadow.sha1().as_bytes().to_vec();
+    let shadows: Vec<u64> = proxies.iter().flat_map(|p| p.sent_at(&sha)).collect();
+    assert!(!shadows.is_empty(), "the lease never escalated");
+    let late: Vec<u64> = shadows
+        .iter()
+        .filter(|&&at| at > valid_until_ms)
+        .map(|at| at - valid_until_ms)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "shadows sent this many ms after the validity: {late:?}"
+    );
+    let all = [0, 1, 2];
+    assert_eventually!(
+        fleet.lock_keys_on(&all).is_empty(),
+        2,
+        "keys of a lost lease left: {:?}",
         fleet.lock_keys_on(&all)
     );
 }

@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -67,7 +67,14 @@ struct Shared {
     accepted: AtomicUsize,
     refused: AtomicUsize,
     open: AtomicUsize,
+    /// Every client → server chunk read, with the wall-clock instant it was read (the most
+    /// recent `MAX_SENT_LOG`), to tell when a command was sent.
+    sent: SentLog,
 }
+
+/// Client → server chunks: when each was read (Unix ms) and its bytes.
+type SentLog = Arc<Mutex<VecDeque<(u64, Vec<u8>)>>>;
+const MAX_SENT_LOG: usize = 100_000;
 
 // === impl FaultProxy ===
 
@@ -126,6 +133,7 @@ impl ProxyHandle {
             accepted: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
+            sent: SentLog::default(),
         };
         Self {
             shared: Arc::new(shared),
@@ -177,6 +185,16 @@ impl ProxyHandle {
     pub fn open(&self) -> usize {
         self.shared.open.load(Ordering::SeqCst)
     }
+
+    /// When (Unix ms) each client → server chunk containing `needle` was read by the proxy.
+    pub fn sent_at(&self, needle: &[u8]) -> Vec<u64> {
+        let sent = self.shared.sent.lock().unwrap();
+        let has = |bytes: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+        sent.iter()
+            .filter(|(_, bytes)| has(bytes))
+            .map(|(at, _)| *at)
+            .collect()
+    }
 }
 
 // === accept loop and connections ===
@@ -215,8 +233,8 @@ impl Connection {
         shared.accepted.fetch_add(1, Ordering::SeqCst);
         shared.open.fetch_add(1, Ordering::SeqCst);
         Self {
-            up: Pipe::new(shared.upstream.subscribe()),
-            down: Pipe::new(shared.downstream.subscribe()),
+            up: Pipe::new(shared.upstream.subscribe(), Some(Arc::clone(&shared.sent))),
+            down: Pipe::new(shared.downstream.subscribe(), None),
             resets: shared.resets.subscribe(),
             shared: Arc::clone(shared),
         }
@@ -294,6 +312,8 @@ struct Pipe {
     /// The reading side has closed (EOF); the writing side is shut once the queue drains.
     read_closed: bool,
     write_closed: bool,
+    /// Where chunks read are logged (client → server only).
+    log: Option<SentLog>,
 }
 
 struct Chunk {
@@ -304,13 +324,14 @@ struct Chunk {
 }
 
 impl Pipe {
-    fn new(fault: watch::Receiver<Fault>) -> Self {
+    fn new(fault: watch::Receiver<Fault>, log: Option<SentLog>) -> Self {
         Self {
             queue: VecDeque::new(),
             queued: 0,
             fault,
             read_closed: false,
             write_closed: false,
+            log,
         }
     }
 
@@ -342,6 +363,7 @@ impl Pipe {
         match stream.try_read(&mut buf) {
             Ok(0) => self.read_closed = true,
             Ok(n) if *self.fault.borrow() != Fault::BlackholeDrop => {
+                self.record(&buf[..n]);
                 self.queued += n;
                 self.queue.push_back(Chunk {
                     read_at: Instant::now(),
@@ -354,6 +376,20 @@ impl Pipe {
             Err(e) => return Err(e),
         }
         Ok(())
+    }
+
+    fn record(&self, bytes: &[u8]) {
+        let Some(log) = &self.log else { return };
+        let now = std::time::SystemTime::now();
+        let ms = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let mut log = log.lock().unwrap();
+        if log.len() >= MAX_SENT_LOG {
+            log.pop_front();
+        }
+        log.push_back((ms, bytes.to_vec()));
     }
 
     /// Writes what the head chunk has left to `stream`, found `writable`.

@@ -22,9 +22,14 @@ pub struct TestSidecar {
 impl TestSidecar {
     /// A sidecar on `fleet` with settings given as `REDLEASE__…` pairs (never the process env).
     pub async fn start(fleet: &TestFleet, env: &[(&str, &str)]) -> Self {
+        Self::start_on(fleet.urls(), env).await
+    }
+
+    /// A sidecar on the masters at `urls` (for example fault proxies in front of a fleet).
+    pub async fn start_on(urls: Vec<String>, env: &[(&str, &str)]) -> Self {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
         let overrides = Overrides {
-            masters: Some(fleet.urls()),
+            masters: Some(urls),
             listen: Some("127.0.0.1:0".into()),
         };
         let settings = Settings::load(None, env, overrides).unwrap();
@@ -57,6 +62,13 @@ impl TestSidecar {
 
     pub async fn acquire(&self, resource: &str, body: Value) -> (u16, Value) {
         let url = format!("{}/v1/locks/{resource}/acquire", self.base);
+        let response = self.http.post(url).json(&body).send().await.unwrap();
+        answer(response).await
+    }
+
+    /// A POST of the JSON `body` to `path`: its status and JSON body.
+    pub async fn post_json(&self, path: &str, body: Value) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
         let response = self.http.post(url).json(&body).send().await.unwrap();
         answer(response).await
     }
