@@ -13,6 +13,7 @@ pub mod health;
 mod membership;
 pub mod node;
 pub mod quarantine;
+mod startup;
 pub mod wire;
 
 use std::sync::{Arc, Mutex};
@@ -67,6 +68,11 @@ pub struct FleetOptions {
     /// How long a restarted master takes no votes, counted from its restart. Must be at least
     /// the longest lease a key can carry (max TTL, and max shadow TTL once shadows are used).
     pub quarantine: Duration,
+    /// `Some(grace)`: `connect` returns once a quorum takes lock writes, every master that
+    /// answered is prepared, and masters that never answered (frozen, black-holed: TCP
+    /// accepted, nothing said) had `grace` more — what a one-shot command wants. `None`
+    /// (default): `connect` waits for every master until `connect_timeout`.
+    pub straggler_grace: Option<Duration>,
 }
 
 impl Default for FleetOptions {
@@ -78,6 +84,7 @@ impl Default for FleetOptions {
             probe_interval: DEFAULT_PROBE_INTERVAL,
             rtt_window: DEFAULT_RTT_WINDOW,
             quarantine: DEFAULT_QUARANTINE,
+            straggler_grace: None,
         }
     }
 }
@@ -91,6 +98,8 @@ pub struct Fleet {
     history: watch::Sender<Option<History>>,
     /// The last `quorum_rtt_p99` and when it was computed (see `recent_quorum_rtt_p99`).
     recent_p99: Mutex<Option<(Instant, Option<Duration>)>>,
+    /// Held while a master's `run_id` is checked against the others' and recorded.
+    identities: Mutex<()>,
 }
 
 /// How long a computed quorum p99 serves the per-node timeouts before it is computed again.
@@ -99,9 +108,12 @@ const P99_REFRESH: Duration = Duration::from_millis(10);
 // === impl Fleet ===
 
 impl Fleet {
-    /// Connects to every master in parallel and prepares each, waiting at most
-    /// `connect_timeout` for each. Only an invalid URL is an error; an unreachable master keeps
-    /// reconnecting by itself and is prepared when it comes.
+    /// Connects to every master in parallel and prepares each, returning once every master
+    /// is settled (takes writes, quarantined, or unreachable), or after `connect_timeout`, or
+    /// (with `FleetOptions::straggler_grace`) once a quorum takes writes and the silent
+    /// masters had that grace. The rest go on in the background: an unreachable master keeps
+    /// reconnecting and is prepared when it comes. Errs on an invalid URL, and when two
+    /// entries are one server (same address, or the same `run_id`).
     pub async fn connect(urls: &[String], options: &FleetOptions) -> Result<Arc<Self>, Error> {
         if urls.is_empty() {
             return Err(Error::NoMasters);
@@ -109,20 +121,25 @@ impl Fleet {
         let now = Instant::now();
         let (prepare_tx, prepare_rx) = mpsc::unbounded_channel();
         let mut nodes = Vec::with_capacity(urls.len());
+        let mut addresses = Vec::with_capacity(urls.len());
         for (index, url) in urls.iter().enumerate() {
             let client = build_client(url, options, CommandBound::OursOnly)?;
             let target = lock_target(url, options)?;
+            let masked = mask_credentials(url);
+            addresses.push((masked.clone(), target.host.clone(), target.port));
             let rtt = RttWindow::new(options.rtt_window, now);
             let breaker = Breaker::new(options.breaker_threshold, options.probe_interval);
-            let url = mask_credentials(url);
+            let channels = (client, target);
+            let health = (rtt, breaker);
             nodes.push(Node::new(
                 index,
-                url,
-                (client, target),
-                (rtt, breaker),
+                masked,
+                channels,
+                health,
                 prepare_tx.clone(),
             ));
         }
+        startup::check_distinct_addresses(&addresses).await?;
         for index in 0..nodes.len() {
             METRICS
                 .quarantines
@@ -133,11 +150,18 @@ impl Fleet {
             options: options.clone(),
             history: watch::channel(None).0,
             recent_p99: Mutex::new(None),
+            identities: Mutex::new(()),
         });
         tokio::spawn(membership::supervise(Arc::downgrade(&fleet), prepare_rx));
-        fleet.connect_all().await;
-        fleet.survey().await;
-        fleet.wait_until_prepared().await;
+        for node in &fleet.nodes {
+            prepare_on_every_connection(node);
+            node.client().connect();
+            node.wire().connect();
+        }
+        if let Err(error) = startup::start(&fleet).await {
+            fleet.quit(options.connect_timeout).await;
+            return Err(error);
+        }
         Ok(fleet)
     }
 
@@ -227,83 +251,57 @@ impl Fleet {
 
     /// Whether the fleet had been adopted before this process came, for a master met for the
     /// first time. Waits for the start-up survey; when that was inconclusive (fewer than a
-    /// quorum answered), asks the other masters now.
-    pub(crate) async fn was_marked(&self, newcomer: &Node) -> bool {
+    /// quorum answered), asks the other masters now. `None` while nobody can tell: "fresh"
+    /// needs a quorum of masters answering without the marker, the newcomer included.
+    pub(crate) async fn was_marked(&self, newcomer: &Node) -> Option<bool> {
         let mut history = self.history.subscribe();
         // The sender lives in `self`, so the channel cannot close while we wait on it.
         let survey = history.wait_for(Option::is_some).await.map(|h| *h);
         match survey {
-            Ok(Some(History::Marked)) => true,
-            Ok(Some(History::Fresh)) => false,
+            Ok(Some(History::Marked)) => Some(true),
+            Ok(Some(History::Fresh)) => Some(false),
             _ => self.others_hold_marker(newcomer).await,
         }
     }
 
-    async fn others_hold_marker(&self, newcomer: &Node) -> bool {
+    async fn others_hold_marker(&self, newcomer: &Node) -> Option<bool> {
         let marker = self.keyspace().marker();
         let others = self.nodes.iter().filter(|n| n.index() != newcomer.index());
         let checks = others.map(|n| n.identify(&marker, self.options.connect_timeout));
-        let answers = futures_util::future::join_all(checks).await;
-        answers
+        let answers: Vec<_> = futures_util::future::join_all(checks)
+            .await
             .into_iter()
             .flatten()
-            .any(|(_, has_marker)| has_marker)
+            .collect();
+        if answers.iter().any(|(_, marker)| marker.is_some()) {
+            return Some(true);
+        }
+        (answers.len() + 1 >= self.quorum()).then_some(false)
     }
 
-    async fn connect_all(&self) {
-        let waits = self.nodes.iter().map(|node| {
-            prepare_on_every_connection(node);
-            node.client().connect();
-            node.wire().connect();
-            let both = async {
-                node.client().wait_for_connect().await?;
-                node.wire().wait_for_connect().await;
-                Ok::<_, fred::error::Error>(())
-            };
-            tokio::time::timeout(self.options.connect_timeout, both)
+    /// Records `run_id` as `node`'s server, returning the one recorded before; `None` (and
+    /// nothing recorded) when another master of this fleet is that very server: one server
+    /// must never count twice towards a quorum.
+    pub(crate) fn claim_run_id(&self, node: &Node, run_id: &str) -> Option<Option<String>> {
+        // Plain data behind the lock: a poisoned guard still serialises the check.
+        let _guard = self
+            .identities
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let twin = self.nodes.iter().find(|other| {
+            other.index() != node.index() && other.run_id().as_deref() == Some(run_id)
         });
-        let results = futures_util::future::join_all(waits).await;
-        for (node, result) in self.nodes.iter().zip(results) {
-            if !matches!(result, Ok(Ok(()))) {
-                tracing::warn!(
-                    node = node.index(),
-                    url = node.url(),
-                    "master not reachable at start-up; reconnecting in the background"
-                );
-            }
+        if let Some(twin) = twin {
+            tracing::error!(
+                node = node.index(),
+                url = node.url(),
+                same_as = twin.url(),
+                run_id,
+                "two configured masters are one redis server: this one takes no votes"
+            );
+            return None;
         }
-    }
-
-    /// Finds out whether this fleet was adopted before (some master holds the marker). "Fresh"
-    /// needs a quorum of answers; then every master that answered gets the marker, so later
-    /// processes see a marked fleet.
-    async fn survey(&self) {
-        let marker = self.keyspace().marker();
-        let timeout = self.options.connect_timeout;
-        let connected: Vec<&Arc<Node>> = self.nodes.iter().filter(|n| n.is_connected()).collect();
-        let checks = connected.iter().map(|n| n.identify(&marker, timeout));
-        let answers = futures_util::future::join_all(checks).await;
-        let answered = answers.iter().flatten().count();
-        let history = if answers.iter().flatten().any(|(_, has_marker)| *has_marker) {
-            History::Marked
-        } else if answered >= self.quorum() {
-            let adopt = connected.iter().map(|n| n.set_flag(&marker, timeout));
-            futures_util::future::join_all(adopt).await;
-            tracing::info!(masters = answered, "fresh fleet adopted");
-            History::Fresh
-        } else {
-            History::Unknown
-        };
-        self.history.send_replace(Some(history));
-    }
-
-    async fn wait_until_prepared(&self) {
-        let deadline = Instant::now() + self.options.connect_timeout;
-        let connected: Vec<&Arc<Node>> = self.nodes.iter().filter(|n| n.is_connected()).collect();
-        let settled = |n: &&Arc<Node>| n.is_up() || n.is_quarantined(Instant::now());
-        while Instant::now() < deadline && !connected.iter().all(settled) {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        Some(node.swap_run_id(run_id.to_string()))
     }
 }
 

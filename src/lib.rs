@@ -90,4 +90,8 @@ pub enum Error {
     InvalidMaster { url: String, reason: String },
     #[error("no masters configured")]
     NoMasters,
+    #[error(
+        "masters {url} and {other} are one redis server: a quorum must count distinct servers"
+    )]
+    DuplicateMaster { url: String, other: String },
 }

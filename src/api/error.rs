@@ -51,7 +51,9 @@ impl From<crate::Error> for ApiError {
             InvalidOwner(_) => "invalid_owner",
             InvalidTtl(_) => "invalid_ttl",
             InvalidLeaseId => "unknown_lease",
-            InvalidMaster { .. } | NoMasters => return Self::internal(error),
+            InvalidMaster { .. } | NoMasters | DuplicateMaster { .. } => {
+                return Self::internal(error)
+            }
         };
         Self::bad_request(reason, error.to_string())
     }

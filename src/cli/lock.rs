@@ -66,10 +66,17 @@ pub struct FleetArgs {
     /// Prefix of every key redlease writes.
     #[arg(long, env = "REDLEASE__KEY_PREFIX", default_value = crate::keys::DEFAULT_PREFIX)]
     key_prefix: String,
-    /// How long to wait for each master's connection.
-    #[arg(long, default_value_t = 2_000)]
+    /// How long to wait for the masters at start-up (a quorum that is ready answers sooner).
+    #[arg(long, default_value_t = DEFAULT_CLI_CONNECT_TIMEOUT_MS)]
     connect_timeout_ms: u64,
 }
+
+/// Default `--connect-timeout-ms`: with too few masters answering, a command says `no_quorum`
+/// within about this long.
+pub const DEFAULT_CLI_CONNECT_TIMEOUT_MS: u64 = 750;
+/// Once a quorum of masters is ready, how long a command still waits for masters that have
+/// not answered at all (frozen, black-holed) before going on without them.
+pub const CLI_STRAGGLER_GRACE: Duration = Duration::from_millis(20);
 
 #[derive(Serialize)]
 struct AcquiredJson<'a> {
@@ -152,16 +159,24 @@ async fn connect(args: &FleetArgs) -> Result<Redlock, Error> {
     let options = FleetOptions {
         keyspace: Keyspace::new(args.key_prefix.clone()),
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
+        straggler_grace: Some(CLI_STRAGGLER_GRACE),
         ..FleetOptions::default()
     };
     let fleet = Fleet::connect(&args.masters, &options).await?;
     Ok(Redlock::new(fleet, EngineOptions::default()))
 }
 
+/// How long a command waits, before exiting, for the writes and releases it sent to be
+/// answered (a master that misses a release is sent it again meanwhile).
+const SETTLE_BEFORE_EXIT: Duration = Duration::from_secs(2);
+/// How long it waits for each master to acknowledge `QUIT` (a frozen one never does; the
+/// process exit closes the connection anyway).
+const QUIT_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// Closes the connections once every write and release in flight has been answered.
 async fn finish(engine: &Redlock, code: Result<u8, Error>) -> Result<u8, Error> {
-    engine.settle(Duration::from_secs(2)).await;
-    engine.fleet().quit(Duration::from_secs(1)).await;
+    engine.settle(SETTLE_BEFORE_EXIT).await;
+    engine.fleet().quit(QUIT_TIMEOUT).await;
     code
 }
 

@@ -37,7 +37,7 @@ pub(super) async fn supervise(fleet: Weak<Fleet>, mut requests: mpsc::UnboundedR
 /// fleet's probe asks again).
 async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
     node.set_ready(false);
-    let Some(standing) = identify(fleet, node).await else {
+    let Some((standing, run_id)) = identify(fleet, node).await else {
         return;
     };
     match standing {
@@ -75,8 +75,9 @@ async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
         tracing::warn!(node = node.index(), "fence sync failed; master stays out");
         return;
     }
+    let marker = fleet.keyspace().marker();
     if !node
-        .set_flag(&fleet.keyspace().marker(), PREPARE_STEP_TIMEOUT)
+        .set_marker(&marker, &run_id, PREPARE_STEP_TIMEOUT)
         .await
     {
         return;
@@ -91,17 +92,19 @@ async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
     );
 }
 
-/// Loads the scripts and decides the master's standing.
-async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<Standing> {
+/// Loads the scripts and decides the master's standing; with it, the server's `run_id`.
+/// `None` when a step failed, when nobody can tell whether the fleet has lock history (too
+/// few masters answered), or when this server is already counted as another master.
+async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<(Standing, String)> {
     let fleet = fleet.upgrade()?;
     if !node.load_scripts(PREPARE_STEP_TIMEOUT).await {
         return None;
     }
     // A master this process marked is part of a marked fleet, fresh as the fleet was then.
-    let fleet_marked = node.marked_here() || fleet.was_marked(node).await;
+    let fleet_marked = node.marked_here() || fleet.was_marked(node).await?;
     let marker = fleet.keyspace().marker();
-    let (identity, has_marker) = node.identify(&marker, PREPARE_STEP_TIMEOUT).await?;
-    let previous = node.swap_run_id(identity.run_id.clone());
+    let (identity, member) = node.identify(&marker, PREPARE_STEP_TIMEOUT).await?;
+    let previous = fleet.claim_run_id(node, &identity.run_id)?;
     let now = Instant::now();
     let standing = match node.quarantine() {
         // A retry after a failed step: the quarantine already decided still stands.
@@ -114,14 +117,9 @@ async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<Standing> {
         }
         _ => {
             let period = fleet.options().quarantine;
-            assess(
-                previous.as_deref(),
-                &identity,
-                has_marker,
-                fleet_marked,
-                period,
-                now,
-            )
+            let previous = previous.as_deref();
+            let member = member.as_deref();
+            assess(previous, &identity, member, fleet_marked, period, now)
         }
     };
     if let Standing::Quarantined { until } = standing {
@@ -129,7 +127,7 @@ async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<Standing> {
     } else if standing == Standing::Rejoining {
         node.set_quarantine(Some(now));
     }
-    Some(standing)
+    Some((standing, identity.run_id))
 }
 
 /// Raises the master's fence counter to the largest counter among the others (at least 1, so

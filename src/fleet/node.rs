@@ -322,20 +322,21 @@ impl Node {
         matches!(tokio::time::timeout(timeout, load).await, Ok(Ok(())))
     }
 
-    /// `INFO server` and whether `marker` exists, within `timeout`.
+    /// `INFO server` and the value of the fleet marker `marker` (the `run_id` the server was
+    /// made a member under; `None` when absent), within `timeout`.
     pub(super) async fn identify(
         &self,
         marker: &str,
         timeout: Duration,
-    ) -> Option<(Identity, bool)> {
+    ) -> Option<(Identity, Option<String>)> {
         let query = async {
             let info_cmd = CustomCommand::new_static("INFO", None, false);
             let info: String = self.client.custom(info_cmd, vec!["server"]).await?;
-            let marked: i64 = self.client.exists(marker).await?;
-            Ok::<_, fred::error::Error>((info, marked > 0))
+            let member: Option<String> = self.client.get(marker).await?;
+            Ok::<_, fred::error::Error>((info, member))
         };
-        let (info, marked) = tokio::time::timeout(timeout, query).await.ok()?.ok()?;
-        Some((parse_info(&info)?, marked))
+        let (info, member) = tokio::time::timeout(timeout, query).await.ok()?.ok()?;
+        Some((parse_info(&info)?, member))
     }
 
     /// The value of an integer key (0 when absent), within `timeout`.
@@ -345,9 +346,10 @@ impl Node {
         Some(value.unwrap_or(0))
     }
 
-    /// Sets `key` with no expiry, within `timeout`.
-    pub(super) async fn set_flag(&self, key: &str, timeout: Duration) -> bool {
-        let set = self.client.set::<(), _, _>(key, "1", None, None, false);
+    /// Sets the fleet marker `key` to `run_id` (the server process made a member), with no
+    /// expiry, within `timeout`.
+    pub(super) async fn set_marker(&self, key: &str, run_id: &str, timeout: Duration) -> bool {
+        let set = self.client.set::<(), _, _>(key, run_id, None, None, false);
         matches!(tokio::time::timeout(timeout, set).await, Ok(Ok(())))
     }
 

@@ -6,9 +6,13 @@
 //! (TTL or shadow) has passed since its restart, and its fence counter is raised to the fleet
 //! maximum before it votes again (Redlock's "delayed restart", automated).
 //!
-//! A restart is seen as a changed `run_id`, or — on first contact, when no earlier `run_id` is
-//! known — as a master lacking the fleet marker key while the fleet is marked. A fresh fleet
-//! (no marker anywhere) is adopted at once.
+//! The fleet marker key holds the `run_id` of the server process a redlease process made a
+//! member. A restart is seen as a `run_id` other than the one this process saw before, or —
+//! whatever this process saw — as a marker naming another process (the server restarted since
+//! it was made a member, with some of its data: an RDB snapshot, `appendfsync everysec`); both
+//! are dated from the server's uptime. A master lacking the marker while the fleet is marked
+//! lost its data at a time nobody can tell (a restart without persistence, `FLUSHALL`): it is
+//! quarantined from now. A fresh fleet (no marker anywhere among a quorum) is adopted at once.
 
 use std::time::Duration;
 
@@ -42,26 +46,29 @@ pub enum Standing {
 /// Decides the standing of a master that just (re)connected.
 ///
 /// `previous_run_id` is the run id this process saw before (`None` on first contact),
-/// `has_marker` whether the master holds the fleet marker, `fleet_marked` whether the fleet
-/// has been adopted (some master holds the marker).
+/// `marker` the value of the fleet marker on the master (the `run_id` it was made a member
+/// under; `None` when absent), `fleet_marked` whether the fleet has been adopted (some
+/// master holds the marker).
 pub fn assess(
     previous_run_id: Option<&str>,
     identity: &Identity,
-    has_marker: bool,
+    marker: Option<&str>,
     fleet_marked: bool,
     period: Duration,
     now: Instant,
 ) -> Standing {
-    let run_id_changed = previous_run_id.is_some_and(|prev| prev != identity.run_id);
-    let forgot_marker = fleet_marked && !has_marker;
-    let lost_memory_at = if run_id_changed || (previous_run_id.is_none() && forgot_marker) {
+    let restarted_at = || {
         let uptime = identity.uptime.saturating_sub(UPTIME_RESOLUTION);
         now.checked_sub(uptime).unwrap_or(now)
-    } else if forgot_marker {
-        // Same process, data gone (FLUSHALL): when it happened is unknown, so count from now.
-        now
-    } else {
-        return Standing::Member;
+    };
+    let run_id = identity.run_id.as_str();
+    let lost_memory_at = match (previous_run_id, marker) {
+        (Some(previous), _) if previous != run_id => restarted_at(),
+        (_, Some(member)) if member != run_id => restarted_at(),
+        (_, Some(_)) => return Standing::Member,
+        // Data gone, when is unknown (a restart without persistence, FLUSHALL): from now.
+        (_, None) if fleet_marked => now,
+        (_, None) => return Standing::Member,
     };
     let until = lost_memory_at + period;
     if until > now {

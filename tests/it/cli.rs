@@ -1,6 +1,7 @@
 //! The `redlease lock` command line contract, exactly as scripts will call it.
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -113,6 +114,46 @@ fn no_quorum_exits_4() {
         (4, r#"{"acquired":false,"reason":"no_quorum"}"#)
     );
     assert_eq!(fleet.lock_keys(2), Vec::<String>::new());
+}
+
+/// With one master of five frozen (it accepts TCP, never answers) acquire answers as soon as
+/// a quorum is ready; with three frozen, no_quorum within a second.
+#[test]
+fn frozen_masters_do_not_hold_the_cli_up() {
+    let mut fleet = TestFleet::start(5);
+    let masters = fleet.urls().join(",");
+    fleet.servers[0].pause();
+    let start = tokio::time::Instant::now();
+    let (code, out) = redlease(&["lock", "acquire", "one-frozen"], &masters);
+    let took = start.elapsed();
+    assert_eq!(code, 0, "{out}");
+    assert!(took < Duration::from_millis(600), "acquire took {took:?}");
+    fleet.servers[1].pause();
+    fleet.servers[2].pause();
+    let start = tokio::time::Instant::now();
+    let (code, out) = redlease(&["lock", "acquire", "three-frozen"], &masters);
+    let took = start.elapsed();
+    assert_eq!(
+        (code, json(&out)["reason"].as_str()),
+        (4, Some("no_quorum"))
+    );
+    assert!(took < Duration::from_secs(1), "no_quorum took {took:?}");
+    for i in 0..3 {
+        fleet.servers[i].resume();
+    }
+}
+
+/// One server listed as three masters (two databases, two names for one address) is refused:
+/// exit 64, nothing granted.
+#[test]
+fn one_server_listed_as_several_masters_is_refused() {
+    let fleet = TestFleet::start(1);
+    let port = fleet.servers[0].port();
+    let masters =
+        format!("redis://127.0.0.1:{port}/1,redis://127.0.0.1:{port}/2,redis://localhost:{port}/3");
+    let (code, out) = redlease(&["lock", "acquire", "job"], &masters);
+    assert_eq!((code, out.as_str()), (64, ""));
+    assert_eq!(fleet.command(0, &["DBSIZE"]).int(), 0);
 }
 
 /// --masters on the command line wins over REDLEASE__MASTERS.

@@ -7,6 +7,7 @@ mod engine;
 mod faults;
 mod fencing;
 mod load;
+mod membership;
 mod metrics;
 mod prometheus;
 mod proxy;

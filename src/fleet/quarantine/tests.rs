@@ -15,15 +15,15 @@ fn identity(run_id: &str, uptime_secs: u64) -> Identity {
 #[tokio::test(start_paused = true)]
 async fn same_server_stays_a_member() {
     let now = Instant::now() + Duration::from_secs(3600);
-    let standing = assess(Some("a"), &identity("a", 5), true, true, PERIOD, now);
+    let standing = assess(Some("a"), &identity("a", 5), Some("a"), true, PERIOD, now);
     assert_eq!(standing, Standing::Member);
 }
 
-/// A fresh fleet is adopted at once, marker or not.
+/// A fresh fleet is adopted at once.
 #[tokio::test(start_paused = true)]
 async fn a_fresh_fleet_is_adopted_at_once() {
     let now = Instant::now() + Duration::from_secs(3600);
-    let standing = assess(None, &identity("a", 1), false, false, PERIOD, now);
+    let standing = assess(None, &identity("a", 1), None, false, PERIOD, now);
     assert_eq!(standing, Standing::Member);
 }
 
@@ -32,12 +32,12 @@ async fn a_fresh_fleet_is_adopted_at_once() {
 #[tokio::test(start_paused = true)]
 async fn a_new_run_id_is_quarantined_from_its_restart() {
     let now = Instant::now() + Duration::from_secs(3600);
-    let standing = assess(Some("a"), &identity("b", 10), true, true, PERIOD, now);
+    let standing = assess(Some("a"), &identity("b", 10), Some("a"), true, PERIOD, now);
     let until = now - Duration::from_secs(9) + PERIOD;
     assert_eq!(standing, Standing::Quarantined { until });
-    let long_ago = assess(Some("a"), &identity("b", 62), true, true, PERIOD, now);
+    let long_ago = assess(Some("a"), &identity("b", 62), Some("a"), true, PERIOD, now);
     assert_eq!(long_ago, Standing::Rejoining);
-    let just_now = assess(Some("a"), &identity("b", 1), true, true, PERIOD, now);
+    let just_now = assess(Some("a"), &identity("b", 1), Some("a"), true, PERIOD, now);
     assert_eq!(
         just_now,
         Standing::Quarantined {
@@ -47,28 +47,33 @@ async fn a_new_run_id_is_quarantined_from_its_restart() {
     );
 }
 
-/// On first contact, a master without the marker in a marked fleet restarted `uptime` ago.
+/// On first contact, a master whose marker names another process restarted since it was made
+/// a member — with some of its data (an RDB snapshot, an AOF behind) — `uptime` ago; one
+/// whose marker names itself is a member.
 #[tokio::test(start_paused = true)]
-async fn a_master_missing_the_marker_is_quarantined_on_first_contact() {
+async fn a_marker_of_another_process_means_a_restart() {
     let now = Instant::now() + Duration::from_secs(3600);
-    let standing = assess(None, &identity("x", 20), false, true, PERIOD, now);
+    let standing = assess(None, &identity("x", 20), Some("old"), true, PERIOD, now);
     let until = now - Duration::from_secs(19) + PERIOD;
     assert_eq!(standing, Standing::Quarantined { until });
-    let member = assess(None, &identity("x", 20), true, true, PERIOD, now);
+    let member = assess(None, &identity("x", 20), Some("x"), true, PERIOD, now);
     assert_eq!(member, Standing::Member);
+    let legacy = assess(None, &identity("x", 20), Some("1"), true, PERIOD, now);
+    assert_eq!(legacy, Standing::Quarantined { until });
 }
 
-/// The same server that lost its data (FLUSHALL) is quarantined from now.
+/// A master without the marker in a marked fleet lost its data at an unknown time: on first
+/// contact, and for the same server that lost its data (FLUSHALL), quarantined from now.
 #[tokio::test(start_paused = true)]
-async fn a_flushed_master_is_quarantined_from_now() {
+async fn a_master_without_the_marker_is_quarantined_from_now() {
     let now = Instant::now() + Duration::from_secs(3600);
-    let standing = assess(Some("a"), &identity("a", 9_999), false, true, PERIOD, now);
-    assert_eq!(
-        standing,
-        Standing::Quarantined {
-            until: now + PERIOD
-        }
-    );
+    let from_now = Standing::Quarantined {
+        until: now + PERIOD,
+    };
+    let first = assess(None, &identity("x", 9_999), None, true, PERIOD, now);
+    assert_eq!(first, from_now);
+    let flushed = assess(Some("a"), &identity("a", 9_999), None, true, PERIOD, now);
+    assert_eq!(flushed, from_now);
 }
 
 /// run_id and uptime are read from a real INFO server layout.

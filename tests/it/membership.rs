@@ -1,0 +1,172 @@
+//! Who counts towards a quorum: restarted masters (restart quarantine, whatever this process
+//! saw of them before), masters whose data went, and configured masters that are one server.
+
+use std::time::Duration;
+
+use redlease::fleet::FleetOptions;
+use redlease::redlock::{EngineOptions, NodeVote};
+use redlease::{Error, Fleet, Redlock};
+use tokio::time::Instant;
+
+use crate::assert_eventually;
+use crate::support::fleet::{test_fleet_options, QUARANTINE};
+use crate::support::proxy::FaultProxy;
+use crate::support::TestFleet;
+
+const SHORT_TTL: Duration = Duration::from_millis(800);
+
+fn short_leases() -> EngineOptions {
+    EngineOptions {
+        max_ttl: QUARANTINE,
+        ..EngineOptions::default()
+    }
+}
+
+fn quick_start() -> FleetOptions {
+    FleetOptions {
+        connect_timeout: Duration::from_millis(400),
+        ..test_fleet_options()
+    }
+}
+
+/// Uses a fresh fleet once (so it carries the fleet marker and a history), then lets go.
+async fn give_history(fleet: &TestFleet) {
+    let engine = fleet.engine_with(short_leases()).await;
+    for _ in 0..3 {
+        let lease = engine.acquire("job", "a", SHORT_TTL).await.unwrap();
+        engine
+            .release("job", lease.lease().unwrap().id)
+            .await
+            .unwrap();
+    }
+    engine.settle(Duration::from_secs(1)).await;
+}
+
+/// A master restarted empty, met by a new process while the other masters do not answer:
+/// nobody can tell whether the fleet is fresh, so it takes no votes — not "a fresh fleet"
+/// voting at once with counter 1 — and once the others answer it is quarantined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_master_alone_is_not_taken_for_a_fresh_fleet() {
+    let mut fleet = TestFleet::start(3);
+    give_history(&fleet).await;
+    fleet.servers[0].restart();
+    fleet.servers[1].pause();
+    fleet.servers[2].pause();
+    let engine_fleet = Fleet::connect(&fleet.urls(), &quick_start()).await.unwrap();
+    let _probe = engine_fleet.spawn_probe(Duration::from_millis(50));
+    let node = &engine_fleet.nodes()[0];
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !node.is_up(),
+        "a lone restarted master was adopted as a fresh fleet"
+    );
+    fleet.servers[1].resume();
+    fleet.servers[2].resume();
+    let others_up = || engine_fleet.nodes()[1..].iter().all(|n| n.is_up());
+    assert_eventually!(others_up(), 5, "the other masters never came back");
+    assert_eventually!(
+        node.is_quarantined(Instant::now()),
+        3,
+        "not quarantined once the marked fleet answered"
+    );
+    assert!(!node.is_up());
+}
+
+/// A master back from an RDB snapshot (its marker, locks and fence counter from before), met
+/// by a process that never saw it: its marker names the process it was made a member under,
+/// not this one, so it is quarantined from its restart instead of voting with lost locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_back_from_a_snapshot_is_quarantined_on_first_contact() {
+    let mut fleet = TestFleet::start(3);
+    let engine = fleet.engine_with(short_leases()).await;
+    engine.all_up().await;
+    fleet.command(0, &["SAVE"]);
+    // After the snapshot: more tokens, and a lease the snapshot does not have.
+    for _ in 0..3 {
+        let lease = engine.acquire("other", "a", SHORT_TTL).await.unwrap();
+        engine
+            .release("other", lease.lease().unwrap().id)
+            .await
+            .unwrap();
+    }
+    let held = engine.acquire("job", "a", SHORT_TTL).await.unwrap();
+    assert!(held.lease().is_some());
+    engine.settle(Duration::from_secs(1)).await;
+    drop(engine);
+    fleet.servers[0].restart();
+    assert_eq!(fleet.command(0, &["EXISTS", "redlease:fleet"]).int(), 1);
+    let engine = fleet.engine_with(short_leases()).await;
+    let node = &engine.fleet().nodes()[0];
+    assert_eventually!(
+        node.run_id() == Some(fleet.run_id(0)),
+        3,
+        "never identified"
+    );
+    assert!(
+        node.is_quarantined(Instant::now()),
+        "a master back from a snapshot voted at once"
+    );
+    let contender = engine.acquire("job", "b", SHORT_TTL).await.unwrap();
+    assert!(contender.lease().is_none(), "two holders: {contender:?}");
+}
+
+/// A master whose data was flushed long after it started (no restart), met by a new process:
+/// the loss is dated from now, not from the server's start, so it is quarantined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_master_is_quarantined_from_now_on_first_contact() {
+    let fleet = TestFleet::start(3);
+    give_history(&fleet).await;
+    // Older than the quarantine (1 s in tests) plus the uptime's 1 s resolution.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    fleet.command(0, &["FLUSHALL"]);
+    let engine = fleet.engine_with(short_leases()).await;
+    let node = &engine.fleet().nodes()[0];
+    assert_eventually!(node.run_id().is_some(), 3, "never identified");
+    assert!(
+        node.is_quarantined(Instant::now()),
+        "a flushed master voted at once"
+    );
+    assert!(!node.is_up());
+}
+
+/// Two configured masters that are one server behind different addresses (here a proxy in
+/// front of master 0) are refused at start-up, by their run_id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_behind_two_addresses_is_refused_at_start_up() {
+    let fleet = TestFleet::start(2);
+    let twin = FaultProxy::start(fleet.servers[0].port()).await;
+    let mut urls = fleet.urls();
+    urls.push(twin.url());
+    let refused = Fleet::connect(&urls, &test_fleet_options()).await;
+    let Err(Error::DuplicateMaster { url, other }) = refused else {
+        panic!("one server counted twice: {:?}", refused.map(|_| ()));
+    };
+    assert_eq!((url, other), (twin.url(), fleet.urls()[0].clone()));
+}
+
+/// A master that turns out, once it answers, to be the same server as another one takes no
+/// votes: with the only other server stopped, one server answering twice is no quorum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_found_later_to_be_another_takes_no_votes() {
+    let mut fleet = TestFleet::start(2);
+    let twin = FaultProxy::start(fleet.servers[0].port()).await;
+    twin.refuse(true);
+    let mut urls = fleet.urls();
+    urls.push(twin.url());
+    let engine_fleet = Fleet::connect(&urls, &quick_start()).await.unwrap();
+    let _probe = engine_fleet.spawn_probe(Duration::from_millis(50));
+    twin.refuse(false);
+    assert_eventually!(twin.open() >= 2, 3, "never connected through the proxy");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!engine_fleet.nodes()[2].is_up(), "one server counts twice");
+    fleet.servers[1].stop();
+    let engine = Redlock::new(engine_fleet, short_leases());
+    let outcome = engine.acquire("job", "a", SHORT_TTL).await.unwrap();
+    let refusal = outcome
+        .refusal()
+        .expect("granted by one server counted twice");
+    assert!(
+        matches!(refusal.votes[2], NodeVote::Failed(_)),
+        "{refusal:?}"
+    );
+}
