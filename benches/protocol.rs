@@ -211,11 +211,10 @@ async fn acquire_on(
     let reply = match acquire {
         "set" => wire.command(&set).await,
         "two" => {
-            let replies = wire.call(2, |out| {
-                wire::encode(out, &set);
-                wire::encode(out, &[b"INCR", b"fence"]);
-            });
-            replies.await.map(|mut replies| replies.swap_remove(0))
+            let mut two = wire::Commands::with_capacity(128);
+            two.push(&set).push(&[b"INCR", b"fence"]);
+            let replies = wire.send(&two).await;
+            replies.map(|mut replies| replies.swap_remove(0))
         }
         "lua3" => {
             let shadow = [key, b":shadow"].concat();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fred::types::scripts::Script;
 
-use crate::fleet::wire;
+use crate::fleet::wire::Commands;
 
 /// One script per operation; each file opens with its KEYS/ARGV/Returns contract.
 pub struct Scripts {
@@ -42,7 +42,7 @@ impl Scripts {
 #[derive(Debug)]
 pub struct ScriptCall {
     script: &'static Script,
-    encoded: Vec<u8>,
+    commands: Commands,
 }
 
 impl ScriptCall {
@@ -51,18 +51,18 @@ impl ScriptCall {
         let payload: usize = keys.iter().chain(args).map(|part| part.len()).sum();
         // 16 bytes of framing per part at most (`$`, a length, two CRLFs), sha and header.
         let parts = 3 + keys.len() + args.len();
-        let mut encoded = Vec::with_capacity(64 + 16 * parts + payload);
-        wire::encode_evalsha(&mut encoded, script.sha1(), keys, args);
-        Self { script, encoded }
+        let mut commands = Commands::with_capacity(64 + 16 * parts + payload);
+        commands.push_evalsha(script.sha1(), keys, args);
+        Self { script, commands }
     }
 
     pub fn script(&self) -> &'static Script {
         self.script
     }
 
-    /// The `EVALSHA` in RESP.
-    pub fn encoded(&self) -> &[u8] {
-        &self.encoded
+    /// The `EVALSHA`, one command in RESP.
+    pub fn commands(&self) -> &Commands {
+        &self.commands
     }
 }
 
@@ -76,7 +76,7 @@ pub struct AcquireCommands {
     /// `<prefix>lock:<resource>` (the refusal's `PTTL` reads it).
     lock: String,
     /// Both commands as RESP arrays, copied as they are onto each master's connection.
-    encoded: Vec<u8>,
+    commands: Commands,
 }
 
 impl AcquireCommands {
@@ -86,11 +86,10 @@ impl AcquireCommands {
         let mut ttl = itoa::Buffer::new();
         let ttl = ttl.format(ttl_ms).as_bytes();
         // The RESP framing of both commands is under 100 bytes.
-        let mut encoded = Vec::with_capacity(100 + lock.len() + value.len() + fence.len());
+        let mut commands = Commands::with_capacity(100 + lock.len() + value.len() + fence.len());
         let set = [b"SET", lock.as_bytes(), value.as_bytes(), b"NX", b"PX", ttl];
-        wire::encode(&mut encoded, &set);
-        wire::encode(&mut encoded, &[b"INCR", fence.as_bytes()]);
-        Self { lock, encoded }
+        commands.push(&set).push(&[b"INCR", fence.as_bytes()]);
+        Self { lock, commands }
     }
 
     pub fn lock(&self) -> &str {
@@ -98,8 +97,8 @@ impl AcquireCommands {
     }
 
     /// `SET … NX PX …` and `INCR …`, in RESP.
-    pub fn encoded(&self) -> &[u8] {
-        &self.encoded
+    pub fn commands(&self) -> &Commands {
+        &self.commands
     }
 }
 

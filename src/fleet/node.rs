@@ -384,10 +384,7 @@ impl Node {
 
     /// Sends one EVALSHA on the lock connection and waits for its reply.
     async fn send_evalsha<R: FromValue>(&self, call: &ScriptCall) -> Result<R, CallError> {
-        let reply = self
-            .wire
-            .call_one(|out| out.extend_from_slice(call.encoded()));
-        convert(reply.await?)
+        convert(self.wire.send_one(call.commands()).await?)
     }
 
     async fn reload_and_evalsha<R: FromValue>(&self, call: &ScriptCall) -> Result<R, CallError> {
@@ -404,10 +401,7 @@ impl Node {
     /// `SET lock value NX PX ttl` and `INCR fence`, written together on the lock connection
     /// on the first poll: whether the SET wrote, and the counter.
     async fn set_nx_and_incr(&self, commands: &AcquireCommands) -> Result<(bool, i64), CallError> {
-        let replies = self
-            .wire
-            .call(2, |out| out.extend_from_slice(commands.encoded()));
-        let mut replies = replies.await?.into_iter();
+        let mut replies = self.wire.send(commands.commands()).await?.into_iter();
         let (Some(set), Some(incr)) = (replies.next(), replies.next()) else {
             return Err(CallError::Reply("fewer replies than commands".into()));
         };
@@ -464,7 +458,7 @@ fn convert<R: FromValue>(reply: wire::Reply) -> Result<R, CallError> {
 impl From<WireError> for CallError {
     fn from(error: WireError) -> Self {
         match error {
-            WireError::Down => CallError::Down,
+            WireError::Down | WireError::Overloaded => CallError::Down,
             WireError::Connection(reason) => CallError::Connection(reason),
         }
     }

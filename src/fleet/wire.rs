@@ -15,10 +15,26 @@
 //! calls are in flight, the writer requeues itself once before it takes the buffer, so callers
 //! that are already runnable add theirs.
 //!
-//! A link that fails (a write or read error, the master closing it, a reply nobody waits for)
-//! fails every command in flight with [`WireError::Connection`] and is replaced in the
-//! background (backoff 10 ms doubling to 1 s); each new link is reported to `on_connect`
-//! before it takes commands, as a new connection may lead to a restarted master.
+//! **Ordering across connections.** Every link starts with a handshake (`AUTH`, `SELECT`,
+//! `CLIENT ID`): a server that accepts and says nothing, or closes at once, never carries a
+//! command. A new link to a master that had one before first sends `CLIENT KILL ID <the old
+//! link's id> ADDR <the old link's address>` (both must match: a restarted server numbers its
+//! clients from 1 again): once that is answered, no command of the old connection can still
+//! run on the master (Redis drops a killed client's unread input). So on each master, every lock command
+//! sent on a later connection runs after every command of the earlier ones that ever runs — a
+//! release sent after a reconnect cannot be overtaken by a `SET` that was stuck in the old
+//! connection.
+//!
+//! **Failure.** A link fails on a write or read error, the master closing it, a reply nobody
+//! waits for, or no reply at all for `STALL_LIMIT` while calls wait (a black-holed master
+//! keeps its socket open for the kernel's ~15 minutes otherwise); idle links are probed by TCP
+//! keepalive. A failed link fails every call in flight with [`WireError::Connection`], is
+//! closed with a reset (unsent bytes are discarded, never written later) and replaced in the
+//! background, with a backoff (10 ms doubling to 1 s) that starts again only after a link has
+//! lived `HEALTHY_LINK`, so a server that accepts and then drops connections is not hammered.
+//! At most `MAX_WAITING` calls wait on a link; past that a call fails at once
+//! ([`WireError::Overloaded`]). Each new link is reported to `on_connect` before it takes
+//! commands, as a new connection may lead to a restarted master.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +48,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
 /// Why a command sent on the wire got no reply.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -39,6 +56,9 @@ pub enum WireError {
     /// No link to the master right now (one is being made).
     #[error("not connected")]
     Down,
+    /// Too many calls already wait on the link: not sent.
+    #[error("too many calls waiting")]
+    Overloaded,
     /// The link failed while the command was in flight; it may or may not have run.
     #[error("{0}")]
     Connection(String),
@@ -59,22 +79,91 @@ pub struct Target {
     pub connect_timeout: Duration,
 }
 
+/// Commands encoded back to back, counted as they are added: a call waits for exactly as
+/// many replies as it sent commands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Commands {
+    encoded: Vec<u8>,
+    count: usize,
+}
+
+impl Commands {
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self {
+            encoded: Vec::with_capacity(bytes),
+            count: 0,
+        }
+    }
+
+    /// Adds one command: a RESP array of bulk strings.
+    pub fn push(&mut self, parts: &[&[u8]]) -> &mut Self {
+        encode(&mut self.encoded, parts);
+        self.count += 1;
+        self
+    }
+
+    /// Adds `EVALSHA sha numkeys key... arg...`.
+    pub fn push_evalsha(&mut self, sha: &str, keys: &[&[u8]], args: &[&[u8]]) -> &mut Self {
+        encode_evalsha(&mut self.encoded, sha, keys, args);
+        self.count += 1;
+        self
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    pub fn encoded(&self) -> &[u8] {
+        &self.encoded
+    }
+}
+
 /// The lock path's connection to one master, re-made whenever it fails.
 pub struct Wire {
     target: Target,
     me: Weak<Wire>,
-    link: Mutex<Option<Arc<Link>>>,
-    /// A task is making a new link.
-    connecting: AtomicBool,
+    link: Mutex<Slot>,
     /// Closed for good (the fleet quit or was dropped): no new links.
     closed: AtomicBool,
     connected: watch::Sender<bool>,
     on_connect: Box<dyn Fn() + Send + Sync>,
 }
 
+/// The current link, and what making the next one needs to know.
+#[derive(Default)]
+struct Slot {
+    current: Option<Arc<Link>>,
+    /// A task is making a new link. Set and cleared under the same lock as `current`, so two
+    /// links are never made at once.
+    connecting: bool,
+    /// The last link as the server knows it (`CLIENT ID`, and its address as the server sees
+    /// it): the next link kills it first.
+    last_link: Option<Fence>,
+    /// The wait before the next attempt when the current link dies young.
+    backoff: Duration,
+}
+
+/// A connection as the server knows it: its `CLIENT ID` and its address (our local socket).
+#[derive(Clone, Copy, Debug)]
+struct Fence {
+    client_id: i64,
+    address: std::net::SocketAddr,
+}
+
 /// Backoff between connection attempts.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// A link that lived this long resets the backoff when it fails.
+pub const HEALTHY_LINK: Duration = Duration::from_secs(1);
+/// A link on which calls wait and no reply has come for this long is failed.
+pub const STALL_LIMIT: Duration = Duration::from_secs(5);
+/// How often a link's watchdog looks for a stall.
+const STALL_CHECK: Duration = Duration::from_millis(500);
+/// Calls waiting on one link at most; past it, calls fail at once.
+pub const MAX_WAITING: usize = 65_536;
+/// Idle links are probed by TCP keepalive after this long, then every `KEEPALIVE_INTERVAL`.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 /// Read buffer of a link; grows for larger replies.
 const READ_BUFFER: usize = 16 * 1024;
 /// Largest bulk string or array a reply may announce before the link is called broken.
@@ -89,8 +178,7 @@ impl Wire {
         Arc::new_cyclic(|me| Self {
             target,
             me: me.clone(),
-            link: Mutex::new(None),
-            connecting: AtomicBool::new(false),
+            link: Mutex::new(Slot::default()),
             closed: AtomicBool::new(false),
             connected: watch::channel(false).0,
             on_connect,
@@ -99,13 +187,21 @@ impl Wire {
 
     /// Starts making a link in the background unless one is up or being made.
     pub fn connect(&self) {
-        if self.closed.load(Ordering::Acquire) || self.is_connected() {
+        if self.closed.load(Ordering::Acquire) {
             return;
         }
-        if self.connecting.swap(true, Ordering::AcqRel) {
+        let mut slot = lock(&self.link);
+        if slot.current.is_some() || slot.connecting {
             return;
         }
-        tokio::spawn(keep_connecting(self.me.clone(), self.target.clone()));
+        slot.connecting = true;
+        let backoff = slot.backoff;
+        drop(slot);
+        tokio::spawn(keep_connecting(
+            self.me.clone(),
+            self.target.clone(),
+            backoff,
+        ));
     }
 
     pub fn is_connected(&self) -> bool {
@@ -119,89 +215,94 @@ impl Wire {
         let _ = connected.wait_for(|up| *up).await;
     }
 
-    /// Sends one call of `replies` commands, written by `encode` into the link's outgoing
-    /// buffer, and returns where its replies will come (in the order the commands were
-    /// encoded). Without a link, starts making one and answers [`WireError::Down`].
-    fn send(
-        &self,
-        replies: usize,
-        encode: impl FnOnce(&mut Vec<u8>),
-    ) -> Result<oneshot::Receiver<Result<Vec<Reply>, WireError>>, WireError> {
-        let link = lock(&self.link).clone();
-        match link {
-            Some(link) => link.submit(replies, encode),
-            None => {
-                self.connect();
-                Err(WireError::Down)
-            }
-        }
-    }
-
-    /// Sends one command of `parts` (a RESP array of bulk strings) and waits for its reply.
-    pub async fn command(&self, parts: &[&[u8]]) -> Result<Reply, WireError> {
-        self.call_one(|out| encode(out, parts)).await
-    }
-
-    /// Sends the one command `encode` writes and waits for its reply.
-    pub async fn call_one(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<Reply, WireError> {
-        let mut replies = self.call(1, encode).await?;
-        // A call is answered once it has as many replies as it asked for: exactly one here.
-        replies
-            .pop()
-            .ok_or_else(|| WireError::Connection("no reply".into()))
-    }
-
-    /// Sends `encode`'s commands and waits for their replies.
-    pub async fn call(
-        &self,
-        replies: usize,
-        encode: impl FnOnce(&mut Vec<u8>),
-    ) -> Result<Vec<Reply>, WireError> {
-        let answer = self.send(replies, encode)?;
+    /// Sends `commands` and waits for their replies, in order. Without a link, starts making
+    /// one and answers [`WireError::Down`].
+    pub async fn send(&self, commands: &Commands) -> Result<Vec<Reply>, WireError> {
+        let link = lock(&self.link).current.clone();
+        let Some(link) = link else {
+            self.connect();
+            return Err(WireError::Down);
+        };
+        let answer = link.submit(commands.count, |out| {
+            out.extend_from_slice(commands.encoded());
+        })?;
         answer
             .await
             .unwrap_or_else(|_| Err(WireError::Connection("link dropped".into())))
     }
 
+    /// Sends one command of `parts` (a RESP array of bulk strings) and waits for its reply.
+    pub async fn command(&self, parts: &[&[u8]]) -> Result<Reply, WireError> {
+        let mut one = Commands::with_capacity(64);
+        one.push(parts);
+        self.send_one(&one).await
+    }
+
+    /// Sends `commands`, which must hold exactly one command, and waits for its reply.
+    pub async fn send_one(&self, commands: &Commands) -> Result<Reply, WireError> {
+        debug_assert_eq!(commands.count, 1);
+        let mut replies = self.send(commands).await?;
+        // A call is answered once it has as many replies as it sent commands.
+        replies
+            .pop()
+            .ok_or_else(|| WireError::Connection("no reply".into()))
+    }
+
     /// Closes the link for good; commands in flight fail.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        let link = lock(&self.link).take();
+        let link = lock(&self.link).current.take();
         if let Some(link) = link {
             link.close("closed by redlease".into());
         }
         self.connected.send_replace(false);
     }
 
-    fn install(&self, stream: TcpStream) {
+    fn install(&self, stream: TcpStream, fence: Option<Fence>, backoff: Duration) {
         if self.closed.load(Ordering::Acquire) {
+            lock(&self.link).connecting = false;
             return;
         }
+        // Abortive close: a failed link's unsent bytes are discarded, never written late.
+        let _ = stream.set_zero_linger();
         let (reader, writer) = stream.into_split();
         let link = Arc::new(Link {
             queue: Mutex::new(Queue::default()),
             flush: Notify::new(),
             tasks: Mutex::new(Vec::new()),
             wire: self.me.clone(),
+            opened_at: Instant::now(),
         });
-        // Current before its tasks run, so a link that fails at once is replaced.
-        *lock(&self.link) = Some(Arc::clone(&link));
+        {
+            // Current before its tasks run, so a link that fails at once is replaced; and no
+            // longer connecting under the same lock, so no second link is made meanwhile.
+            let mut slot = lock(&self.link);
+            slot.current = Some(Arc::clone(&link));
+            slot.connecting = false;
+            slot.last_link = fence;
+            slot.backoff = backoff;
+        }
         self.connected.send_replace(true);
         let read = tokio::spawn(read_replies(Arc::clone(&link), reader));
         let flush = tokio::spawn(write_requests(Arc::clone(&link), writer));
-        lock(&link.tasks).extend([read.abort_handle(), flush.abort_handle()]);
+        let watch = tokio::spawn(watch_for_stalls(Arc::downgrade(&link)));
+        let handles = [read, flush, watch].map(|task| task.abort_handle());
+        lock(&link.tasks).extend(handles);
         // A link that failed before its tasks were registered did not stop them: stop them.
         if lock(&link.queue).failed.is_some() {
             link.stop_tasks();
         }
     }
 
-    /// `link` failed: forget it and make a new one.
+    /// `link` failed: forget it and make a new one (at once if it lived long enough).
     fn lost(&self, link: &Arc<Link>) {
-        let mut current = lock(&self.link);
-        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, link)) {
-            *current = None;
-            drop(current);
+        let mut slot = lock(&self.link);
+        if slot.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, link)) {
+            slot.current = None;
+            if link.opened_at.elapsed() >= HEALTHY_LINK {
+                slot.backoff = Duration::ZERO;
+            }
+            drop(slot);
             self.connected.send_replace(false);
             self.connect();
         }
@@ -214,84 +315,122 @@ impl Drop for Wire {
     }
 }
 
-/// Makes a link, retrying with backoff until one is up or the wire is gone.
-async fn keep_connecting(wire: Weak<Wire>, target: Target) {
-    let mut backoff = FIRST_BACKOFF;
+/// The next backoff after `backoff`: 10 ms doubling to 1 s.
+fn next_backoff(backoff: Duration) -> Duration {
+    (backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF)
+}
+
+/// Makes a link, retrying with backoff (starting after `backoff`) until one is up or the wire
+/// is gone.
+async fn keep_connecting(wire: Weak<Wire>, target: Target, mut backoff: Duration) {
     loop {
-        let attempt = open(&target).await;
+        if !backoff.is_zero() {
+            tokio::time::sleep(backoff).await;
+        }
+        backoff = next_backoff(backoff);
+        let Some(fence) = wire.upgrade().map(|w| lock(&w.link).last_link) else {
+            return;
+        };
+        let attempt = open(&target, fence).await;
         let Some(live) = wire.upgrade() else { return };
         if live.closed.load(Ordering::Acquire) {
-            live.connecting.store(false, Ordering::Release);
+            lock(&live.link).connecting = false;
             return;
         }
         match attempt {
-            Ok(stream) => {
-                live.connecting.store(false, Ordering::Release);
+            Ok((stream, client_id)) => {
                 // Told before the link takes commands: the owner stops lock writes until it
                 // has checked who answers on this new connection.
                 (live.on_connect)();
-                live.install(stream);
+                let address = stream.local_addr().ok();
+                let fence = address.map(|address| Fence { client_id, address });
+                live.install(stream, fence, backoff);
                 return;
             }
             Err(reason) => {
                 tracing::debug!(host = %target.host, port = target.port, %reason, "lock link not made");
             }
         }
-        drop(live);
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
-/// Connects, authenticates and selects the database, within the target's connect timeout.
-async fn open(target: &Target) -> Result<TcpStream, String> {
+/// Connects and runs the handshake, within the target's connect timeout: the stream and the
+/// server-side id of this connection.
+async fn open(target: &Target, fence: Option<Fence>) -> Result<(TcpStream, i64), String> {
     let attempt = async {
         let mut stream = TcpStream::connect((target.host.as_str(), target.port))
             .await
             .map_err(|e| e.to_string())?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        if let Some(password) = &target.password {
-            let mut command = Vec::new();
-            match &target.username {
-                Some(user) => encode(
-                    &mut command,
-                    &[b"AUTH", user.as_bytes(), password.as_bytes()],
-                ),
-                None => encode(&mut command, &[b"AUTH", password.as_bytes()]),
-            }
-            handshake(&mut stream, &command).await?;
-        }
-        if let Some(database) = target.database {
-            let mut command = Vec::new();
-            encode(&mut command, &[b"SELECT", database.to_string().as_bytes()]);
-            handshake(&mut stream, &command).await?;
-        }
-        Ok(stream)
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL);
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+        let client_id = handshake(&mut stream, target, fence).await?;
+        Ok((stream, client_id))
     };
     tokio::time::timeout(target.connect_timeout, attempt)
         .await
         .unwrap_or_else(|_| Err("connect timed out".into()))
 }
 
-/// Sends one command on a fresh stream and reads its reply; an error reply fails the link.
-async fn handshake(stream: &mut TcpStream, command: &[u8]) -> Result<(), String> {
-    stream.write_all(command).await.map_err(|e| e.to_string())?;
-    let mut buffer = Vec::with_capacity(256);
-    loop {
-        if stream
-            .read_buf(&mut buffer)
-            .await
-            .map_err(|e| e.to_string())?
-            == 0
-        {
-            return Err("closed during the handshake".into());
-        }
-        match parse(&buffer)? {
-            Some((Ok(_), _)) => return Ok(()),
-            Some((Err(error), _)) => return Err(error),
-            None => continue,
+/// `AUTH` and `SELECT` as the target says, `CLIENT ID`, and — after an earlier link —
+/// `CLIENT KILL ID <its id> ADDR <its address>`, pipelined; any error reply fails the link.
+/// Returns this connection's id.
+async fn handshake(
+    stream: &mut TcpStream,
+    target: &Target,
+    fence: Option<Fence>,
+) -> Result<i64, String> {
+    let mut commands = Commands::with_capacity(256);
+    if let Some(password) = &target.password {
+        match &target.username {
+            Some(user) => commands.push(&[b"AUTH", user.as_bytes(), password.as_bytes()]),
+            None => commands.push(&[b"AUTH", password.as_bytes()]),
+        };
+    }
+    if let Some(database) = target.database {
+        commands.push(&[b"SELECT", database.to_string().as_bytes()]);
+    }
+    commands.push(&[b"CLIENT", b"ID"]);
+    let id_at = commands.count() - 1;
+    if let Some(old) = fence {
+        let (id, address) = (old.client_id.to_string(), old.address.to_string());
+        let kill = [b"CLIENT".as_slice(), b"KILL", b"ID", id.as_bytes()];
+        commands.push(&[&kill[..], &[b"ADDR", address.as_bytes()]].concat());
+    }
+    stream
+        .write_all(commands.encoded())
+        .await
+        .map_err(|e| e.to_string())?;
+    let replies = read_handshake(stream, commands.count()).await?;
+    let mut client_id = None;
+    for (i, reply) in replies.into_iter().enumerate() {
+        let value = reply.map_err(|error| format!("handshake refused: {error}"))?;
+        if i == id_at {
+            client_id = value.as_i64();
         }
     }
+    client_id.ok_or_else(|| "CLIENT ID answered no integer".to_string())
+}
+
+/// Reads exactly `count` replies off a fresh stream.
+async fn read_handshake(stream: &mut TcpStream, count: usize) -> Result<Vec<Reply>, String> {
+    let mut buffer = Vec::with_capacity(256);
+    let mut replies = Vec::with_capacity(count);
+    while replies.len() < count {
+        let read = stream.read_buf(&mut buffer).await;
+        if read.map_err(|e| e.to_string())? == 0 {
+            return Err("closed during the handshake".into());
+        }
+        let mut used = 0;
+        while let Some((reply, length)) = parse(&buffer[used..])? {
+            replies.push(reply);
+            used += length;
+        }
+        buffer.drain(..used);
+    }
+    Ok(replies)
 }
 
 /// One connection and the calls waiting on it.
@@ -301,6 +440,7 @@ struct Link {
     flush: Notify,
     tasks: Mutex<Vec<AbortHandle>>,
     wire: Weak<Wire>,
+    opened_at: Instant,
 }
 
 #[derive(Default)]
@@ -311,6 +451,8 @@ struct Queue {
     scheduled: bool,
     /// Calls whose replies have not all come, in the order their commands were written.
     waiting: VecDeque<Waiter>,
+    /// Replies handed out so far (the watchdog's measure of progress).
+    delivered: u64,
     /// Why the link failed, once it has.
     failed: Option<String>,
 }
@@ -335,6 +477,9 @@ impl Link {
             if let Some(reason) = &queue.failed {
                 return Err(WireError::Connection(reason.clone()));
             }
+            if queue.waiting.len() >= MAX_WAITING {
+                return Err(WireError::Overloaded);
+            }
             encode(&mut queue.out);
             queue.waiting.push_back(Waiter {
                 expected: replies,
@@ -355,6 +500,7 @@ impl Link {
         let mut stray = false;
         {
             let mut queue = lock(&self.queue);
+            queue.delivered += replies.len() as u64;
             for reply in replies.drain(..) {
                 let Some(front) = queue.waiting.front_mut() else {
                     stray = true;
@@ -399,9 +545,40 @@ impl Link {
         }
     }
 
-    /// Aborts the link's reader and writer (those registered so far).
+    /// Aborts the link's reader, writer and watchdog (those registered so far).
     fn stop_tasks(&self) {
         lock(&self.tasks).drain(..).for_each(|task| task.abort());
+    }
+}
+
+/// Fails the link once calls have waited at least `STALL_LIMIT` (and at most one
+/// `STALL_CHECK` more) with no reply coming.
+async fn watch_for_stalls(link: Weak<Link>) {
+    let mut ticks = tokio::time::interval(STALL_CHECK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_delivered = 0;
+    // The first look that saw calls waiting and no reply since the look before.
+    let mut stalled_since: Option<Instant> = None;
+    loop {
+        let now = ticks.tick().await;
+        let Some(link) = link.upgrade() else { return };
+        let (waiting, delivered) = {
+            let queue = lock(&link.queue);
+            (!queue.waiting.is_empty(), queue.delivered)
+        };
+        let progress = delivered != last_delivered;
+        last_delivered = delivered;
+        if !waiting || progress {
+            stalled_since = None;
+            continue;
+        }
+        let since = *stalled_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= STALL_LIMIT {
+            let reason = format!("no reply for {} ms", (now - since).as_millis());
+            tracing::warn!(%reason, "lock link stalled: closing it");
+            link.close(reason);
+            return;
+        }
     }
 }
 

@@ -292,3 +292,41 @@ async fn no_shadow_is_sent_after_the_validity() {
         fleet.lock_keys_on(&all)
     );
 }
+
+/// A release that finds a master's connection reset (and the master unreachable for a while)
+/// is not dropped: it is sent again once the master is reachable, so the master does not keep
+/// the key for its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_during_a_reconnect_reaches_the_master_later() {
+    let fleet = TestFleet::start(3);
+    let proxy = FaultProxy::start(fleet.servers[0].port()).await;
+    let mut urls = fleet.urls();
+    urls[0] = proxy.url();
+    let engine_fleet =
+        redlease::Fleet::connect(&urls, &crate::support::fleet::test_fleet_options())
+            .await
+            .unwrap();
+    let _probe = engine_fleet.spawn_probe(Duration::from_millis(50));
+    let engine = redlease::Redlock::new(engine_fleet, Default::default());
+    let ttl = Duration::from_secs(10);
+    let lease = engine.acquire("job", "a", ttl).await.unwrap();
+    let lease = lease.lease().expect("granted").clone();
+    engine.settle(Duration::from_secs(1)).await;
+    assert_eq!(fleet.lock_keys(0).len(), 1);
+    proxy.refuse(true);
+    proxy.reset_all();
+    let node = &engine.fleet().nodes()[0];
+    assert_eventually!(
+        !node.wire().is_connected(),
+        2,
+        "the link survived its reset"
+    );
+    let released = engine.release("job", lease.id).await.unwrap();
+    assert!(released.confirmed(), "{released:?}");
+    proxy.refuse(false);
+    assert_eventually!(
+        fleet.lock_keys(0).is_empty(),
+        3,
+        "the master that was reconnecting kept the released lease's key"
+    );
+}

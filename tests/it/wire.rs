@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::Value;
-use redlease::fleet::wire::{encode, Target, Wire, WireError};
+use redlease::fleet::wire::{self, Commands, Target, Wire, WireError};
 
 use crate::assert_eventually;
+use crate::support::proxy::{Fault, FaultProxy};
 use crate::support::redis_server::RedisServer;
 use crate::support::resp;
 
@@ -57,13 +58,10 @@ async fn concurrent_calls_get_their_own_replies() {
         tokio::spawn(async move {
             let key = format!("k{i}");
             let value = format!("v{i}");
-            let replies = wire
-                .call(2, |out| {
-                    encode(out, &[b"SET", key.as_bytes(), value.as_bytes()]);
-                    encode(out, &[b"GET", key.as_bytes()]);
-                })
-                .await
-                .unwrap();
+            let mut two = Commands::default();
+            two.push(&[b"SET", key.as_bytes(), value.as_bytes()])
+                .push(&[b"GET", key.as_bytes()]);
+            let replies = wire.send(&two).await.unwrap();
             assert_eq!(replies.len(), 2);
             assert_eq!(replies[0].as_ref().unwrap().as_str().unwrap(), "OK");
             assert_eq!(replies[1].as_ref().unwrap().as_str().unwrap(), value);
@@ -187,4 +185,146 @@ async fn credentials_and_database_are_used() {
     assert!(!refused.is_connected());
     assert_eq!(links.load(Ordering::SeqCst), 0);
     refused.close();
+}
+
+/// A command stuck on a connection that died on the client side (its bytes still on their way
+/// to the master) never runs after a command sent on the next link: the new link kills the old
+/// connection on the master before it carries anything, so a release cannot be overtaken by
+/// the `SET` it undoes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_stuck_on_a_dead_connection_never_overtakes_the_next_link() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let (wire, links) = wire_counting(target(proxy.port()));
+    connected(&wire).await;
+    proxy.set_upstream(Fault::Blackhole);
+    let stuck = {
+        let wire = Arc::clone(&wire);
+        tokio::spawn(async move { call(&wire, &[b"SET", b"k", b"old", b"PX", b"10000"]).await })
+    };
+    assert_eventually!(proxy.sent_at(b"old").len() == 1, 2, "the SET never left");
+    proxy.cut_clients();
+    let failed = tokio::time::timeout(Duration::from_secs(2), stuck).await;
+    assert!(
+        failed.unwrap().unwrap().is_err(),
+        "the stuck call did not fail"
+    );
+    proxy.set_upstream(Fault::Pass);
+    assert_eventually!(
+        links.load(Ordering::SeqCst) == 2 && wire.is_connected(),
+        3,
+        "no second link"
+    );
+    assert_eq!(
+        call(&wire, &[b"DEL", b"k"]).await.unwrap().as_i64(),
+        Some(0)
+    );
+    proxy.release_cut();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let exists = resp::command(server.port(), &["EXISTS", "k"]).int();
+    assert_eq!(
+        exists, 0,
+        "a SET of the dead connection ran after the new link's DEL"
+    );
+}
+
+/// A master that holds every command and answers nothing (black-holed, its socket open) has
+/// its link failed after the stall limit, not after the kernel's ~15 minutes; the calls
+/// waiting fail, and the wire comes back once the master answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_link_is_failed_after_the_stall_limit() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let (wire, _) = wire_counting(target(proxy.port()));
+    connected(&wire).await;
+    proxy.set_both(Fault::Blackhole);
+    let started = tokio::time::Instant::now();
+    let waiting = tokio::time::timeout(Duration::from_secs(10), call(&wire, &[b"PING"])).await;
+    let failed_after = started.elapsed();
+    let failure = waiting.expect("still waiting after 10 s").unwrap_err();
+    assert!(failure.contains("no reply"), "{failure}");
+    assert!(failed_after >= wire::STALL_LIMIT, "{failed_after:?}");
+    proxy.set_both(Fault::Pass);
+    assert_eventually!(
+        call(&wire, &[b"PING"]).await.is_ok(),
+        5,
+        "not back after the master answered again"
+    );
+}
+
+/// At most `MAX_WAITING` calls wait on a link: past that, calls fail at once instead of
+/// piling up for a master that does not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_the_queue_bound_fail_at_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let (wire, _) = wire_counting(target(proxy.port()));
+    connected(&wire).await;
+    proxy.set_upstream(Fault::Blackhole);
+    let mut ping = Commands::default();
+    ping.push(&[b"PING"]);
+    let calls = (0..wire::MAX_WAITING + 100).map(|_| wire.send(&ping));
+    let calls: Vec<_> = calls.collect();
+    let first_answers = futures_util::future::join_all(
+        calls
+            .into_iter()
+            .map(|call| tokio::time::timeout(Duration::from_millis(200), call)),
+    )
+    .await;
+    let overloaded = first_answers
+        .iter()
+        .filter(|answer| matches!(answer, Ok(Err(WireError::Overloaded))))
+        .count();
+    assert_eq!(overloaded, 100, "calls past the bound were queued");
+    wire.close();
+}
+
+/// A server that accepts connections and drops them at once (protected mode, maxclients) is
+/// not reconnected in a hot loop: every link starts with a handshake, and the backoff grows
+/// while links die young.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_drops_every_connection_is_not_hammered() {
+    for greeting in [&b""[..], b"-ERR max number of clients reached\r\n"] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.write_all(greeting).await;
+            }
+        });
+        let (wire, links) = wire_counting(target(port));
+        wire.connect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        wire.close();
+        server.abort();
+        let attempts = accepted.load(Ordering::SeqCst);
+        assert!(attempts <= 12, "{attempts} connections in 1 s");
+        assert_eq!(
+            links.load(Ordering::SeqCst),
+            0,
+            "a link that never answered"
+        );
+    }
+}
+
+/// Many calls racing on a wire that is not connected yet make one link, not several.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_calls_make_one_link() {
+    let server = RedisServer::start();
+    for _ in 0..20 {
+        let (wire, links) = wire_counting(target(server.port()));
+        let pings = (0..50).map(|_| {
+            let wire = Arc::clone(&wire);
+            tokio::spawn(async move { wire.command(&[b"PING"]).await })
+        });
+        futures_util::future::join_all(pings).await;
+        connected(&wire).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(links.load(Ordering::SeqCst), 1);
+        wire.close();
+    }
 }

@@ -63,6 +63,8 @@ struct Shared {
     downstream: watch::Sender<Fault>,
     /// Bumped by `reset_all`; every connection alive at that moment resets itself.
     resets: watch::Sender<u64>,
+    /// Which connections are cut (see `cut_clients`).
+    cut: watch::Sender<Cut>,
     refusing: AtomicBool,
     accepted: AtomicUsize,
     refused: AtomicUsize,
@@ -129,6 +131,7 @@ impl ProxyHandle {
             upstream: watch::Sender::new(Fault::Pass),
             downstream: watch::Sender::new(Fault::Pass),
             resets: watch::Sender::new(0),
+            cut: watch::Sender::new(Cut::default()),
             refusing: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
@@ -162,6 +165,20 @@ impl ProxyHandle {
         self.shared
             .resets
             .send_modify(|generation| *generation += 1);
+    }
+
+    /// Cuts every connection open now on the client side only: the client sees the proxy
+    /// close (EOF) and is ignored from then on, while the server side stays open and the
+    /// bytes the client had sent are held — as when a client's connection dies while its last
+    /// commands are still on their way to the server. `release_cut` delivers them.
+    pub fn cut_clients(&self) {
+        let below = self.shared.accepted.load(Ordering::SeqCst);
+        self.shared.cut.send_replace(Cut { below, held: true });
+    }
+
+    /// Delivers what the cut connections held, to the server sides still open.
+    pub fn release_cut(&self) {
+        self.shared.cut.send_modify(|cut| cut.held = false);
     }
 
     /// While true, each new client connection is accepted and at once reset (RST): the
@@ -219,20 +236,36 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, shared: Arc<Sh
     }
 }
 
+/// Connections accepted before `below` are cut on the client side; their bytes to the
+/// server are held while `held`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cut {
+    below: usize,
+    held: bool,
+}
+
 /// One proxied connection: its two queues and the reset signal, counted open until dropped.
 struct Connection {
+    /// Accept order, from 0.
+    id: usize,
     up: Pipe,
     down: Pipe,
     resets: watch::Receiver<u64>,
+    cut: watch::Receiver<Cut>,
+    /// The client side was cut: it is no longer read or written.
+    client_cut: bool,
     shared: Arc<Shared>,
 }
 
 impl Connection {
     /// Subscribes before the task is spawned, so a `reset_all` right after accept applies.
     fn new(shared: &Arc<Shared>) -> Self {
-        shared.accepted.fetch_add(1, Ordering::SeqCst);
+        let id = shared.accepted.fetch_add(1, Ordering::SeqCst);
         shared.open.fetch_add(1, Ordering::SeqCst);
         Self {
+            id,
+            cut: shared.cut.subscribe(),
+            client_cut: false,
             up: Pipe::new(shared.upstream.subscribe(), Some(Arc::clone(&shared.sent))),
             down: Pipe::new(shared.downstream.subscribe(), None),
             resets: shared.resets.subscribe(),
@@ -262,21 +295,42 @@ impl Connection {
         loop {
             let (up_due, down_due) = (self.up.due(), self.down.due());
             // The futures are dropped before a branch's handler runs, so handlers may borrow.
+            let client_open = !self.client_cut;
             tokio::select! {
-                r = client.readable(), if self.up.wants_read() => self.up.read_from(client, r)?,
+                r = client.readable(), if client_open && self.up.wants_read() => {
+                    self.up.read_from(client, r)?
+                }
                 r = server.readable(), if self.down.wants_read() => self.down.read_from(server, r)?,
                 r = writable_at(server, up_due) => self.up.write_to(server, r)?,
-                r = writable_at(client, down_due) => self.down.write_to(client, r)?,
+                r = writable_at(client, down_due), if client_open => {
+                    self.down.write_to(client, r)?
+                }
                 _ = self.up.fault.changed() => self.up.apply_fault(),
                 _ = self.down.fault.changed() => self.down.apply_fault(),
+                _ = self.cut.changed() => self.apply_cut(client).await,
                 _ = self.resets.changed() => return Ok(Ending::Reset),
             }
             self.up.half_close(server).await?;
-            self.down.half_close(client).await?;
+            if !self.client_cut {
+                self.down.half_close(client).await?;
+            }
             if self.up.write_closed && self.down.write_closed {
                 return Ok(Ending::Closed);
             }
         }
+    }
+}
+
+impl Connection {
+    /// Cuts the client side if this connection is among those cut, and holds or delivers
+    /// its bytes to the server.
+    async fn apply_cut(&mut self, client: &mut TcpStream) {
+        let cut = *self.cut.borrow_and_update();
+        if self.id < cut.below && !self.client_cut {
+            self.client_cut = true;
+            let _ = client.shutdown().await;
+        }
+        self.up.held = self.client_cut && cut.held;
     }
 }
 
@@ -314,6 +368,8 @@ struct Pipe {
     write_closed: bool,
     /// Where chunks read are logged (client → server only).
     log: Option<SentLog>,
+    /// Held by a cut, whatever the fault (see `ProxyHandle::cut_clients`).
+    held: bool,
 }
 
 struct Chunk {
@@ -332,6 +388,7 @@ impl Pipe {
             read_closed: false,
             write_closed: false,
             log,
+            held: false,
         }
     }
 
@@ -342,6 +399,9 @@ impl Pipe {
     /// When the head chunk may be written; `None` when the queue is empty or held.
     fn due(&self) -> Option<Instant> {
         let head = self.queue.front()?;
+        if self.held {
+            return None;
+        }
         match *self.fault.borrow() {
             Fault::Pass => Some(head.read_at),
             Fault::Delay(delay) => Some(head.read_at + delay),
