@@ -17,10 +17,11 @@
 //!
 //! **Ordering across connections.** Every link starts with a handshake (`AUTH`, `SELECT`,
 //! `CLIENT ID`): a server that accepts and says nothing, or closes at once, never carries a
-//! command. A new link to a master that had one before first sends `CLIENT KILL ID <the old
-//! link's id> ADDR <the old link's address>` (both must match: a restarted server numbers its
-//! clients from 1 again): once that is answered, no command of the old connection can still
-//! run on the master (Redis drops a killed client's unread input). So on each master, every lock command
+//! command. A new link to a master that had one before, on the same server process (`run_id`
+//! from `INFO server`: client ids are never reused within a process, and a restarted server
+//! lost the old connection with everything in it), first sends `CLIENT KILL ID <the old
+//! link's id>`: once that is answered, no command of the old connection can still run on the
+//! master (Redis drops a killed client's unread input). So on each master, every lock command
 //! sent on a later connection runs after every command of the earlier ones that ever runs — a
 //! release sent after a reconnect cannot be overtaken by a `SET` that was stuck in the old
 //! connection.
@@ -143,11 +144,12 @@ struct Slot {
     backoff: Duration,
 }
 
-/// A connection as the server knows it: its `CLIENT ID` and its address (our local socket).
-#[derive(Clone, Copy, Debug)]
+/// A connection as the server knows it: its `CLIENT ID`, unique within the server process
+/// `run_id`.
+#[derive(Clone, Debug)]
 struct Fence {
     client_id: i64,
-    address: std::net::SocketAddr,
+    run_id: String,
 }
 
 /// Backoff between connection attempts.
@@ -328,7 +330,7 @@ async fn keep_connecting(wire: Weak<Wire>, target: Target, mut backoff: Duration
             tokio::time::sleep(backoff).await;
         }
         backoff = next_backoff(backoff);
-        let Some(fence) = wire.upgrade().map(|w| lock(&w.link).last_link) else {
+        let Some(fence) = wire.upgrade().map(|w| lock(&w.link).last_link.clone()) else {
             return;
         };
         let attempt = open(&target, fence).await;
@@ -338,13 +340,11 @@ async fn keep_connecting(wire: Weak<Wire>, target: Target, mut backoff: Duration
             return;
         }
         match attempt {
-            Ok((stream, client_id)) => {
+            Ok((stream, fence)) => {
                 // Told before the link takes commands: the owner stops lock writes until it
                 // has checked who answers on this new connection.
                 (live.on_connect)();
-                let address = stream.local_addr().ok();
-                let fence = address.map(|address| Fence { client_id, address });
-                live.install(stream, fence, backoff);
+                live.install(stream, Some(fence), backoff);
                 return;
             }
             Err(reason) => {
@@ -354,9 +354,9 @@ async fn keep_connecting(wire: Weak<Wire>, target: Target, mut backoff: Duration
     }
 }
 
-/// Connects and runs the handshake, within the target's connect timeout: the stream and the
-/// server-side id of this connection.
-async fn open(target: &Target, fence: Option<Fence>) -> Result<(TcpStream, i64), String> {
+/// Connects and runs the handshake, within the target's connect timeout: the stream and this
+/// connection as the server knows it.
+async fn open(target: &Target, fence: Option<Fence>) -> Result<(TcpStream, Fence), String> {
     let attempt = async {
         let mut stream = TcpStream::connect((target.host.as_str(), target.port))
             .await
@@ -374,14 +374,14 @@ async fn open(target: &Target, fence: Option<Fence>) -> Result<(TcpStream, i64),
         .unwrap_or_else(|_| Err("connect timed out".into()))
 }
 
-/// `AUTH` and `SELECT` as the target says, `CLIENT ID`, and — after an earlier link —
-/// `CLIENT KILL ID <its id> ADDR <its address>`, pipelined; any error reply fails the link.
-/// Returns this connection's id.
+/// `AUTH` and `SELECT` as the target says, `CLIENT ID` and `INFO server`, pipelined; then,
+/// when the server process is the one of the earlier link `fence`, `CLIENT KILL ID <its id>`.
+/// Any error reply fails the link. Returns this connection as the server knows it.
 async fn handshake(
     stream: &mut TcpStream,
     target: &Target,
     fence: Option<Fence>,
-) -> Result<i64, String> {
+) -> Result<Fence, String> {
     let mut commands = Commands::with_capacity(256);
     if let Some(password) = &target.password {
         match &target.username {
@@ -392,26 +392,39 @@ async fn handshake(
     if let Some(database) = target.database {
         commands.push(&[b"SELECT", database.to_string().as_bytes()]);
     }
-    commands.push(&[b"CLIENT", b"ID"]);
-    let id_at = commands.count() - 1;
-    if let Some(old) = fence {
-        let (id, address) = (old.client_id.to_string(), old.address.to_string());
-        let kill = [b"CLIENT".as_slice(), b"KILL", b"ID", id.as_bytes()];
-        commands.push(&[&kill[..], &[b"ADDR", address.as_bytes()]].concat());
+    commands
+        .push(&[b"CLIENT", b"ID"])
+        .push(&[b"INFO", b"server"]);
+    let mut replies = exchange(stream, &commands).await?;
+    let info = replies
+        .pop()
+        .and_then(|v| v.as_string())
+        .unwrap_or_default();
+    let client_id = replies.pop().and_then(|v| v.as_i64());
+    let run_id = super::quarantine::parse_info(&info).map(|identity| identity.run_id);
+    let (Some(client_id), Some(run_id)) = (client_id, run_id) else {
+        return Err("CLIENT ID or INFO server answered nothing usable".into());
+    };
+    if let Some(old) = fence.filter(|old| old.run_id == run_id) {
+        let id = old.client_id.to_string();
+        let mut kill = Commands::with_capacity(64);
+        kill.push(&[b"CLIENT", b"KILL", b"ID", id.as_bytes()]);
+        exchange(stream, &kill).await?;
     }
+    Ok(Fence { client_id, run_id })
+}
+
+/// Writes `commands` on a fresh stream and reads their replies; any error reply fails.
+async fn exchange(stream: &mut TcpStream, commands: &Commands) -> Result<Vec<Value>, String> {
     stream
         .write_all(commands.encoded())
         .await
         .map_err(|e| e.to_string())?;
     let replies = read_handshake(stream, commands.count()).await?;
-    let mut client_id = None;
-    for (i, reply) in replies.into_iter().enumerate() {
-        let value = reply.map_err(|error| format!("handshake refused: {error}"))?;
-        if i == id_at {
-            client_id = value.as_i64();
-        }
-    }
-    client_id.ok_or_else(|| "CLIENT ID answered no integer".to_string())
+    let values = replies
+        .into_iter()
+        .map(|reply| reply.map_err(|error| format!("handshake refused: {error}")));
+    values.collect()
 }
 
 /// Reads exactly `count` replies off a fresh stream.
