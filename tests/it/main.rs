@@ -6,6 +6,7 @@ mod cli;
 mod engine;
 mod faults;
 mod fencing;
+mod history;
 mod load;
 mod membership;
 mod metrics;

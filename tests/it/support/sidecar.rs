@@ -97,11 +97,15 @@ impl TestSidecar {
         let url = format!("{}/v1/leases/{lease_id}/events", self.base);
         let response = self.http.get(url).send().await.unwrap();
         assert_eq!(response.status(), 200);
-        EventStream {
-            body: Box::pin(response.bytes_stream()),
-            buffer: String::new(),
-        }
+        EventStream::new(response)
     }
+}
+
+/// Opens the event stream at `url` (`…/v1/leases/{id}/events`); `None` when the request
+/// fails or is refused, for tests whose sidecars may be going away.
+pub async fn open_events(http: &reqwest::Client, url: &str) -> Option<EventStream> {
+    let response = http.get(url).send().await.ok()?;
+    (response.status() == 200).then(|| EventStream::new(response))
 }
 
 impl Drop for TestSidecar {
@@ -122,6 +126,10 @@ async fn answer(response: reqwest::Response) -> (u16, Value) {
 type Body =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>;
 
+/// The event stream ended (the lease ended, or the connection went).
+#[derive(Debug)]
+pub struct StreamEnded;
+
 /// Reads `event:`/`data:` pairs off an SSE response.
 pub struct EventStream {
     body: Body,
@@ -129,6 +137,26 @@ pub struct EventStream {
 }
 
 impl EventStream {
+    fn new(response: reqwest::Response) -> Self {
+        Self {
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+
+    /// Like `next`, but tells a stream that ended (`Err`) from a `timeout` that passed first
+    /// (`Ok(None)`).
+    pub async fn next_or_end(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<(String, Value)>, StreamEnded> {
+        match tokio::time::timeout(timeout, self.next_event()).await {
+            Ok(Some(event)) => Ok(Some(event)),
+            Ok(None) => Err(StreamEnded),
+            Err(_) => Ok(None),
+        }
+    }
+
     /// The next event (name, data), or `None` when the stream ended or `timeout` passed.
     pub async fn next(&mut self, timeout: Duration) -> Option<(String, Value)> {
         tokio::time::timeout(timeout, self.next_event())
