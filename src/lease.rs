@@ -374,6 +374,10 @@ impl LeaseManager {
     /// Extends the lease now, to `ttl` or its current TTL.
     pub async fn renew(&self, id: LeaseId, ttl: Option<Duration>) -> Result<LeaseView, RenewError> {
         let tracked = self.find(id).ok_or(RenewError::Unknown)?;
+        let view = tracked.view();
+        if view.state.is_ended() {
+            return Err(RenewError::Gone(Box::new(view)));
+        }
         tracked.record().last_seen = Instant::now();
         let ttl = ttl.unwrap_or_else(|| tracked.record().lease.ttl);
         match renewal::renew(&self.renewals, &self.policy, &tracked, ttl).await? {

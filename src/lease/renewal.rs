@@ -281,13 +281,16 @@ pub fn start_release(
 
 async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked, key_lifetime: Duration) {
     // After any renewal or shadow in flight (cancelled by `begin_release`): on each master,
-    // the release is then sent after every write of this lease.
-    let _op = tracked.ops.lock().await;
+    // the first release is sent after every write of this lease, and none follows (renewals
+    // stop once the lease is releasing), so the retries need not hold the lease's calls.
+    let mut op = Some(tracked.ops.lock().await);
     let (resource, id) = tracked.key();
     let give_up_at = Instant::now() + key_lifetime;
     let mut backoff = FIRST_RELEASE_BACKOFF;
     loop {
-        let confirmed = match engine.release(&resource, id).await {
+        let released = engine.release(&resource, id).await;
+        op.take();
+        let confirmed = match released {
             Ok(outcome) => outcome.confirmed(),
             Err(error) => {
                 tracing::error!(%error, lease = %id, "release refused");

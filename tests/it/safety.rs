@@ -330,3 +330,32 @@ async fn a_release_during_a_reconnect_reaches_the_master_later() {
         "the master that was reconnecting kept the released lease's key"
     );
 }
+
+/// A lease whose release cannot be confirmed (a majority frozen) answers a renewal at once
+/// with 410: the release keeps trying without holding the lease's other requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_being_released_refuses_renewal_at_once() {
+    let mut fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let lease = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 5000})).await;
+    let path = format!("/v1/leases/{}", id_of(&lease));
+    fleet.servers[0].pause();
+    fleet.servers[1].pause();
+    let (status, _) = sidecar.delete(&path).await;
+    assert_eq!(status, 503);
+    let asked = Instant::now();
+    let renew_path = format!("{path}/renew");
+    let renew = sidecar.post(&renew_path);
+    let (status, body) = tokio::time::timeout(Duration::from_secs(2), renew)
+        .await
+        .expect("a renewal of a releasing lease hung");
+    assert_eq!((status, body["reason"].as_str()), (410, Some("lease_lost")));
+    assert!(asked.elapsed() < Duration::from_millis(500));
+    fleet.servers[0].resume();
+    fleet.servers[1].resume();
+    assert_eventually!(
+        sidecar.get(&path).await.1["state"] == "released",
+        5,
+        "never released"
+    );
+}
