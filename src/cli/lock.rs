@@ -225,7 +225,9 @@ fn print_extend(outcome: &ExtendOutcome, id: LeaseId, resource: &str) -> u8 {
             // The extension may have run on some masters and shortened the key there: the
             // lease is valid at most this much longer, whatever it had before.
             let now = tokio::time::Instant::now();
-            let cap = refusal.valid_until_cap.map(|cap| cap.saturating_duration_since(now));
+            let cap = refusal
+                .valid_until_cap
+                .map(|cap| cap.saturating_duration_since(now));
             let at_most = cap.map(|left| left.as_millis() as u64);
             print_json(&serde_json::json!({
                 "extended": false, "reason": "no_quorum", "validity_ms_at_most": at_most,

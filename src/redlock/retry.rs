@@ -6,6 +6,8 @@
 //! degraded lease, and on a majority when the release met a reset connection. Sending a
 //! release again is harmless: it deletes the key only while it holds this very lease.
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -32,7 +34,10 @@ struct Pending {
 
 /// The releases waiting to be sent again, and the task that sends them.
 pub(crate) struct ReleaseRetries {
-    pending: Mutex<Vec<Pending>>,
+    pending: Mutex<VecDeque<Pending>>,
+    /// Releases dropped because `MAX_PENDING` were already waiting (warned about once per
+    /// thousand).
+    dropped: AtomicU64,
     /// How long a key of a lease can live at the most (the longest shadow TTL).
     key_lifetime: Duration,
     /// Wakes the retry task when the first release is queued.
@@ -50,7 +55,8 @@ impl ReleaseRetries {
     /// bounds the shadow TTL and the max TTL).
     pub(crate) fn new(key_lifetime: Duration) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(VecDeque::new()),
+            dropped: AtomicU64::new(0),
             key_lifetime,
             queued: Arc::new(Notify::new()),
             emptied: Notify::new(),
@@ -73,13 +79,17 @@ impl ReleaseRetries {
         {
             let mut pending = lock(&self.pending);
             if pending.len() >= MAX_PENDING {
-                tracing::warn!(
-                    pending = pending.len(),
-                    "too many releases waiting for their masters; dropping the oldest"
-                );
-                pending.remove(0);
+                pending.pop_front();
+                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed);
+                if dropped.is_multiple_of(1000) {
+                    tracing::warn!(
+                        pending = pending.len(),
+                        dropped = dropped + 1,
+                        "too many releases waiting for their masters; dropping the oldest"
+                    );
+                }
             }
-            pending.push(Pending {
+            pending.push_back(Pending {
                 node,
                 call,
                 give_up_at,
@@ -121,10 +131,10 @@ impl ReleaseRetries {
         let due: Vec<Pending> = {
             let mut pending = lock(&self.pending);
             pending.retain(|p| p.give_up_at > now);
-            let (due, later) = std::mem::take(&mut *pending)
+            let (due, later): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut *pending)
                 .into_iter()
                 .partition(|p| p.node.wire().is_connected());
-            *pending = later;
+            *pending = later.into();
             due
         };
         let sends = due.into_iter().map(|p| async move {
