@@ -101,13 +101,13 @@ impl Redlock {
 
     /// Waits (at most `timeout`) until no per-master call of this engine is in flight: the
     /// writes that went out after a quorum answered, the releases of abandoned grants, and the
-    /// releases being sent again to masters that missed them. Call it before closing the
-    /// connections or exiting the process.
+    /// releases being sent again to masters that missed them and have a connection now. Call
+    /// it before closing the connections or exiting the process.
     pub async fn settle(&self, timeout: Duration) -> bool {
         self.tasks.close();
         let both = async {
             self.tasks.wait().await;
-            self.retries.wait_until_empty().await;
+            self.retries.wait_until_settled().await;
         };
         let settled = tokio::time::timeout(timeout, both).await.is_ok();
         self.tasks.reopen();

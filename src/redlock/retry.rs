@@ -42,7 +42,7 @@ pub(crate) struct ReleaseRetries {
     key_lifetime: Duration,
     /// Wakes the retry task when the first release is queued.
     queued: Arc<Notify>,
-    /// Wakes `wait_until_empty` when a round left nothing pending.
+    /// Wakes `wait_until_settled` after every round.
     emptied: Notify,
     me: Weak<ReleaseRetries>,
     running: Mutex<bool>,
@@ -104,14 +104,16 @@ impl ReleaseRetries {
         lock(&self.pending).len()
     }
 
-    /// Waits until no release is waiting for its master.
-    pub(crate) async fn wait_until_empty(&self) {
+    /// Waits until no release waits for a master it could reach now: releases to masters
+    /// without a connection cannot make progress meanwhile (they are still sent later).
+    pub(crate) async fn wait_until_settled(&self) {
         loop {
-            let emptied = self.emptied.notified();
-            if self.len() == 0 {
+            let round_done = self.emptied.notified();
+            let reachable = |p: &Pending| p.node.wire().is_connected();
+            if !lock(&self.pending).iter().any(reachable) {
                 return;
             }
-            emptied.await;
+            let _ = tokio::time::timeout(RETRY_INTERVAL, round_done).await;
         }
     }
 
@@ -150,11 +152,8 @@ impl ReleaseRetries {
             .into_iter()
             .flatten()
             .collect();
-        let mut pending = lock(&self.pending);
-        pending.extend(missed);
-        if pending.is_empty() {
-            self.emptied.notify_waiters();
-        }
+        lock(&self.pending).extend(missed);
+        self.emptied.notify_waiters();
     }
 }
 
