@@ -171,7 +171,7 @@ async fn connect(args: &FleetArgs) -> Result<Redlock, Error> {
 const SETTLE_BEFORE_EXIT: Duration = Duration::from_secs(2);
 /// How long it waits for each master to acknowledge `QUIT` (a frozen one never does; the
 /// process exit closes the connection anyway).
-const QUIT_TIMEOUT: Duration = Duration::from_millis(100);
+const QUIT_TIMEOUT: Duration = Duration::from_millis(20);
 
 /// Closes the connections once every write and release in flight has been answered.
 async fn finish(engine: &Redlock, code: Result<u8, Error>) -> Result<u8, Error> {

@@ -127,6 +127,7 @@ fn frozen_masters_do_not_hold_the_cli_up() {
     let (code, out) = redlease(&["lock", "acquire", "one-frozen"], &masters);
     let took = start.elapsed();
     assert_eq!(code, 0, "{out}");
+    eprintln!("one frozen of five: acquire answered and exited in {took:?}");
     assert!(took < Duration::from_millis(600), "acquire took {took:?}");
     fleet.servers[1].pause();
     fleet.servers[2].pause();
@@ -137,6 +138,7 @@ fn frozen_masters_do_not_hold_the_cli_up() {
         (code, json(&out)["reason"].as_str()),
         (4, Some("no_quorum"))
     );
+    eprintln!("three frozen of five: no_quorum answered and exited in {took:?}");
     assert!(took < Duration::from_secs(1), "no_quorum took {took:?}");
     for i in 0..3 {
         fleet.servers[i].resume();
