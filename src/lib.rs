@@ -8,6 +8,8 @@
 //! - [`fleet`]: the N masters, each with its lock connection ([`fleet::wire`]) and a fred
 //!   client for its preparation, a per-node timeout, RTT record and a circuit breaker
 //!   ([`fleet::health`]).
+//! - [`resp`]: RESP2 encoding of lock commands and parsing of their replies, on
+//!   `redis-protocol`'s decoder with our own size and depth limits.
 //! - [`scripts`]: what each master is sent: the acquisition's plain commands (`SET NX PX` and
 //!   `INCR`) and the Lua scripts of `lua/`, loaded with `include_str!` and called with EVALSHA.
 //! - [`redlock`]: the engine: acquire, extend and release fanned out to all masters, with the
@@ -63,6 +65,7 @@ pub mod lease_id;
 pub mod loadtest;
 pub mod metrics;
 pub mod redlock;
+pub mod resp;
 pub mod rtt;
 pub mod scripts;
 pub mod server;

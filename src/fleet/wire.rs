@@ -42,7 +42,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use fred::bytes::Bytes;
 use fred::types::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -50,6 +49,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
+
+use crate::resp::{encode, encode_evalsha, parse};
 
 /// Why a command sent on the wire got no reply.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -65,8 +66,7 @@ pub enum WireError {
     Connection(String),
 }
 
-/// One reply: a value, or the error reply's text (`NOSCRIPT ...`, `WRONGTYPE ...`).
-pub type Reply = Result<Value, String>;
+pub use crate::resp::Reply;
 
 /// Where and how to connect.
 #[derive(Clone, Debug)]
@@ -168,9 +168,6 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 /// Read buffer of a link; grows for larger replies.
 const READ_BUFFER: usize = 16 * 1024;
-/// Largest bulk string or array a reply may announce before the link is called broken.
-const MAX_BULK: usize = 512 * 1024 * 1024;
-const MAX_ARRAY: usize = 1 << 20;
 
 // === impl Wire ===
 
@@ -686,218 +683,10 @@ async fn requeue() {
     .await;
 }
 
-/// Appends one command: a RESP array of bulk strings.
-pub fn encode(out: &mut Vec<u8>, parts: &[&[u8]]) {
-    array_header(out, parts.len());
-    for part in parts {
-        bulk(out, part);
-    }
-}
-
-/// Appends `EVALSHA sha numkeys key... arg...`.
-pub fn encode_evalsha(out: &mut Vec<u8>, sha: &str, keys: &[&[u8]], args: &[&[u8]]) {
-    array_header(out, 3 + keys.len() + args.len());
-    bulk(out, b"EVALSHA");
-    bulk(out, sha.as_bytes());
-    bulk(out, itoa::Buffer::new().format(keys.len()).as_bytes());
-    for part in keys.iter().chain(args) {
-        bulk(out, part);
-    }
-}
-
-fn array_header(out: &mut Vec<u8>, length: usize) {
-    out.push(b'*');
-    out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-fn bulk(out: &mut Vec<u8>, data: &[u8]) {
-    out.push(b'$');
-    out.extend_from_slice(itoa::Buffer::new().format(data.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Parses one reply at the start of `input`: the reply and its length, `None` when it is
-/// not all there yet, or why the bytes are not RESP2.
-pub fn parse(input: &[u8]) -> Result<Option<(Reply, usize)>, String> {
-    match parse_at(input, 0, 0)? {
-        Some((Frame::Value(value), end)) => Ok(Some((Ok(value), end))),
-        Some((Frame::Error(error), end)) => Ok(Some((Err(error), end))),
-        None => Ok(None),
-    }
-}
-
-enum Frame {
-    Value(Value),
-    Error(String),
-}
-
-/// Nesting deeper than this is refused (no lock reply nests at all).
-const MAX_DEPTH: usize = 8;
-
-fn parse_at(input: &[u8], start: usize, depth: usize) -> Result<Option<(Frame, usize)>, String> {
-    let Some(&kind) = input.get(start) else {
-        return Ok(None);
-    };
-    let Some(line_end) = find_crlf(input, start + 1) else {
-        return Ok(None);
-    };
-    let line = &input[start + 1..line_end];
-    let next = line_end + 2;
-    let frame = match kind {
-        b'+' => Frame::Value(text_value(line)),
-        b'-' => Frame::Error(String::from_utf8_lossy(line).into_owned()),
-        b':' => Frame::Value(Value::Integer(integer(line)?)),
-        b'$' => {
-            let length = integer(line)?;
-            if length < 0 {
-                return Ok(Some((Frame::Value(Value::Null), next)));
-            }
-            let length = usize::try_from(length).map_err(|_| "bad bulk length".to_string())?;
-            if length > MAX_BULK {
-                return Err(format!("bulk string of {length} bytes"));
-            }
-            let end = next + length;
-            if input.len() < end + 2 {
-                return Ok(None);
-            }
-            if &input[end..end + 2] != b"\r\n" {
-                return Err("bulk string not ended by CRLF".into());
-            }
-            return Ok(Some((Frame::Value(text_value(&input[next..end])), end + 2)));
-        }
-        b'*' => {
-            let length = integer(line)?;
-            if length < 0 {
-                return Ok(Some((Frame::Value(Value::Null), next)));
-            }
-            let length = usize::try_from(length).map_err(|_| "bad array length".to_string())?;
-            if length > MAX_ARRAY || depth >= MAX_DEPTH {
-                return Err(format!("array of {length} elements at depth {depth}"));
-            }
-            let mut items = Vec::with_capacity(length);
-            let mut error = None;
-            let mut at = next;
-            for _ in 0..length {
-                let Some((item, end)) = parse_at(input, at, depth + 1)? else {
-                    return Ok(None);
-                };
-                at = end;
-                match item {
-                    Frame::Value(value) => items.push(value),
-                    Frame::Error(e) => error = error.or(Some(e)),
-                }
-            }
-            let frame = match error {
-                Some(e) => Frame::Error(e),
-                None => Frame::Value(Value::Array(items)),
-            };
-            return Ok(Some((frame, at)));
-        }
-        other => return Err(format!("unexpected reply type byte {other:#04x}")),
-    };
-    Ok(Some((frame, next)))
-}
-
-fn find_crlf(input: &[u8], from: usize) -> Option<usize> {
-    let rest = input.get(from..)?;
-    rest.windows(2).position(|w| w == b"\r\n").map(|i| from + i)
-}
-
-fn integer(line: &[u8]) -> Result<i64, String> {
-    std::str::from_utf8(line)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("not an integer: {:?}", String::from_utf8_lossy(line)))
-}
-
-/// A string reply as fred gives it: UTF-8 text as a string, other bytes as bytes.
-fn text_value(data: &[u8]) -> Value {
-    match std::str::from_utf8(data) {
-        Ok(text) => Value::from(text.to_string()),
-        Err(_) => Value::Bytes(Bytes::copy_from_slice(data)),
-    }
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section here only moves buffers and queue entries; a panic inside one
     // (there is no code that can panic there) would leave them usable.
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn whole(input: &[u8]) -> Reply {
-        let (reply, used) = parse(input).unwrap().unwrap();
-        assert_eq!(used, input.len(), "consumed all of {input:?}");
-        reply
-    }
-
-    #[test]
-    fn parses_each_reply_kind() {
-        assert_eq!(whole(b"+OK\r\n").unwrap().as_str().as_deref(), Some("OK"));
-        assert_eq!(whole(b":42\r\n").unwrap().as_i64(), Some(42));
-        assert_eq!(whole(b":-7\r\n").unwrap().as_i64(), Some(-7));
-        assert!(whole(b"$-1\r\n").unwrap().is_null());
-        assert_eq!(
-            whole(b"$5\r\nab\r\nc\r\n").unwrap().as_str().as_deref(),
-            Some("ab\r\nc")
-        );
-        assert_eq!(
-            whole(b"-NOSCRIPT No matching script\r\n").unwrap_err(),
-            "NOSCRIPT No matching script"
-        );
-        let array = whole(b"*3\r\n:1\r\n:0\r\n$1\r\nx\r\n").unwrap();
-        let Value::Array(items) = array else {
-            panic!("expected an array")
-        };
-        assert_eq!(items.len(), 3);
-        assert_eq!(items[1].as_i64(), Some(0));
-        assert!(matches!(
-            whole(b"$2\r\n\xff\xfe\r\n").unwrap(),
-            Value::Bytes(_)
-        ));
-    }
-
-    /// A reply cut anywhere is "not yet", never a wrong reply.
-    #[test]
-    fn a_partial_reply_waits_for_more() {
-        let full = b"*2\r\n$3\r\nabc\r\n:12\r\n";
-        for cut in 0..full.len() {
-            assert!(parse(&full[..cut]).unwrap().is_none(), "cut at {cut}");
-        }
-        assert!(parse(full).unwrap().is_some());
-    }
-
-    #[test]
-    fn garbage_is_a_protocol_error() {
-        assert!(parse(b"!oops\r\n").is_err());
-        assert!(parse(b":12x\r\n").is_err());
-        assert!(parse(b"$3\r\nabcXY").is_err());
-        assert!(parse(b"$99999999999\r\n").is_err());
-    }
-
-    #[test]
-    fn an_error_inside_an_array_fails_the_reply() {
-        assert_eq!(whole(b"*2\r\n:1\r\n-ERR no\r\n").unwrap_err(), "ERR no");
-    }
-
-    #[test]
-    fn encodes_commands_as_bulk_arrays() {
-        let mut out = Vec::new();
-        encode(&mut out, &[b"INCR", b"fence"]);
-        assert_eq!(out, b"*2\r\n$4\r\nINCR\r\n$5\r\nfence\r\n");
-        out.clear();
-        encode_evalsha(&mut out, "abc", &[b"k"], &[b"v", b"-3"]);
-        assert_eq!(
-            out,
-            b"*6\r\n$7\r\nEVALSHA\r\n$3\r\nabc\r\n$1\r\n1\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\n-3\r\n"
-        );
-    }
 }
