@@ -166,6 +166,8 @@ pub const MAX_WAITING: usize = 65_536;
 /// Idle links are probed by TCP keepalive after this long, then every `KEEPALIVE_INTERVAL`.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+/// How a link attempt the master answered with an error reply is described.
+const HANDSHAKE_REFUSED: &str = "handshake refused";
 /// Read buffer of a link; grows for larger replies.
 const READ_BUFFER: usize = 16 * 1024;
 
@@ -344,6 +346,11 @@ async fn keep_connecting(wire: Weak<Wire>, target: Target, mut backoff: Duration
                 live.install(stream, Some(fence), backoff);
                 return;
             }
+            // A refusal (wrong password, a missing permission such as CLIENT KILL) is the
+            // operator's to fix: said at warn, at most once per backoff step.
+            Err(reason) if reason.starts_with(HANDSHAKE_REFUSED) => {
+                tracing::warn!(host = %target.host, port = target.port, %reason, "lock link refused by the master");
+            }
             Err(reason) => {
                 tracing::debug!(host = %target.host, port = target.port, %reason, "lock link not made");
             }
@@ -420,7 +427,7 @@ async fn exchange(stream: &mut TcpStream, commands: &Commands) -> Result<Vec<Val
     let replies = read_handshake(stream, commands.count()).await?;
     let values = replies
         .into_iter()
-        .map(|reply| reply.map_err(|error| format!("handshake refused: {error}")));
+        .map(|reply| reply.map_err(|error| format!("{HANDSHAKE_REFUSED}: {error}")));
     values.collect()
 }
 
