@@ -2,7 +2,7 @@
 
 /// mimalloc instead of glibc's malloc: the engine's per-master calls allocate on one worker
 /// thread and free on another, and glibc's arena locks then cost a futex wake-up per
-/// acquire+release cycle under load (README: The library, Measured).
+/// acquire+release cycle under load (`docs/library.md`, `bench/README.md`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

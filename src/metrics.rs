@@ -39,7 +39,7 @@ pub const LOST_REASONS: [&str; 3] = ["expired", "not_ours", "invalid"];
 /// The instruments, created once per process.
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
-/// Every instrument (see the README's metric reference for each series).
+/// Every instrument (see `docs/operations.md` for each series).
 pub struct Metrics {
     registry: Registry,
     /// Kept alive so the instruments keep exporting.

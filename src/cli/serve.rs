@@ -12,7 +12,7 @@ use crate::server::Sidecar;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// TOML configuration file (keys as in the README); env REDLEASE__* and flags override it.
+    /// TOML configuration file (keys in `docs/operations.md`); env REDLEASE__* and flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Comma-separated redis:// URLs of the independent masters.

@@ -5,7 +5,7 @@
 //! `redlock::fanout`) sleeps until the instant it chose and then calls
 //! [`SharedDeadline::pass`], which wakes every call still waiting. A tokio timer registered
 //! and cleared per call cost the engine 5% of its instructions per acquire+release cycle
-//! (callgrind, see the README's Measured).
+//! (callgrind).
 
 use std::future::{poll_fn, Future};
 use std::sync::{Arc, Mutex};

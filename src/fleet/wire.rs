@@ -6,7 +6,7 @@
 //!
 //! Why not fred for every command: fred routes each command through its router task and
 //! builds a multi-kilobyte future for it, which made the library engine's 16-client
-//! throughput miss its budget (README, Measured). Every command of one caller's batch goes out
+//! throughput miss its budget (`bench/README.md`). Every command of one caller's batch goes out
 //! in one write, and every command of this master's lock path is ordered on one connection, so
 //! a release always reaches the master after the acquisition it undoes. Writing from a task
 //! rather than from each caller lets concurrent callers' commands share a write, so the master

@@ -2,7 +2,7 @@
 //! moment its validity runs out, release it when the app goes quiet; and the release itself,
 //! which runs as a task of its own so that a caller who goes away cannot stop it half done.
 //!
-//! Rules kept here (the README's safety model states them):
+//! Rules kept here (`docs/safety.md` states them):
 //! - after every extension or shadow call that was sent, whatever its outcome, the lease is
 //!   valid no longer than `call start + ttl − drift` (a master that ran it may have shortened
 //!   the key), see [`crate::redlock::Lease::apply_extension`];

@@ -69,7 +69,7 @@ async fn every_dashboard_and_alert_query_returns_data() {
     }
 }
 
-/// The queries operators already alert on, exactly as they write them (issue 4).
+/// The queries operators already alert on, exactly as they write them.
 const OPERATOR_QUERIES: [&str; 3] = [
     "histogram_quantile(0.99, rate(lock_acquisition_latency_bucket[5m]))",
     "rate(lock_renewal_failures_total[5m]) / rate(lock_renewal_attempts_total[5m])",

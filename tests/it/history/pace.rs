@@ -1,5 +1,5 @@
 //! What every client of the run shares: the resources, when to stop, a small deterministic
-//! random generator, the write loop and the README's cap on a lease whose extension was sent.
+//! random generator, the write loop and the safety model's cap on a lease whose extension was sent.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -83,7 +83,7 @@ pub async fn write_for(history: &History, id: WindowId, span: Duration) -> bool 
 }
 
 /// Once an extension to `ttl` is sent at `sent`, whatever its outcome, the lease is valid no
-/// longer than `sent + ttl − drift` (the README's rule: a master that ran it may have
+/// longer than `sent + ttl − drift` (the safety model's rule: a master that ran it may have
 /// shortened the key). A client applies it as it sends.
 pub fn extension_cap(sent: Instant, ttl: Duration) -> Instant {
     DriftPolicy::default()

@@ -4,7 +4,7 @@
 //! it was in force, so a violation can be shown with the faults around it.
 //!
 //! Masters lose their memory (restart empty, restart from a snapshot, FLUSHALL) one at a
-//! time, more than the quarantine apart: the README's limits put losing a majority's history
+//! time, more than the quarantine apart: the safety model's limits put losing a majority's history
 //! out of reach of any quorum algorithm.
 
 use std::time::Duration;
