@@ -275,8 +275,7 @@ impl Redlock {
         Ok(outcome)
     }
 
-    /// Sends `call` to `nodes`, down or not (releases and fence raises: running them late is
-    /// harmless, and a release must follow any write still queued on that connection).
+    /// Sends `call` to `nodes`, down or not (fence raises: running one late is harmless).
     fn send_ungated<'a>(
         &self,
         nodes: impl IntoIterator<Item = &'a Arc<Node>>,

@@ -72,11 +72,7 @@ pub(super) async fn acquire_on(
         let own = Deadline::After(timeout);
         let call = release.call();
         let result = Box::pin(node.eval::<i64>(&call, &own, Admission::Always)).await;
-        if let Err(error) = &result {
-            if ReleaseRetries::missed(error) {
-                release.retries.push(Arc::clone(&node), call);
-            }
-        }
+        release.retries.push_if_missed(&node, call, &result);
         reply.send(AcquireEvent::Released);
     }
 }
@@ -123,11 +119,7 @@ pub(super) async fn release_on(
     reply: Reply<Result<i64, CallError>>,
 ) {
     let result = node.eval(&call, &deadline, Admission::Always).await;
-    if let Err(error) = &result {
-        if ReleaseRetries::missed(error) {
-            retries.push(Arc::clone(&node), call);
-        }
-    }
+    retries.push_if_missed(&node, call, &result);
     reply.send(result);
 }
 

@@ -66,11 +66,23 @@ impl ReleaseRetries {
     }
 
     /// Whether a release that ended with `error` may not have reached the master.
-    pub(crate) fn missed(error: &CallError) -> bool {
+    fn missed(error: &CallError) -> bool {
         matches!(
             error,
             CallError::Down | CallError::Connection(_) | CallError::Timeout
         )
+    }
+
+    /// Queues `call` for `node` again when `result` says the master may have missed it.
+    pub(crate) fn push_if_missed<T>(
+        &self,
+        node: &Arc<Node>,
+        call: Arc<ScriptCall>,
+        result: &Result<T, CallError>,
+    ) {
+        if result.as_ref().is_err_and(Self::missed) {
+            self.push(Arc::clone(node), call);
+        }
     }
 
     /// Queues `call` for `node` to be sent again until it answers.
