@@ -211,7 +211,7 @@ async fn acquire_on(
     let reply = match acquire {
         "set" => wire.command(&set).await,
         "two" => {
-            let mut two = wire::Commands::with_capacity(128);
+            let mut two = redlease::resp::Commands::with_capacity(128);
             two.push(&set).push(&[b"INCR", b"fence"]);
             let replies = wire.send(&two).await;
             replies.map(|mut replies| replies.swap_remove(0))

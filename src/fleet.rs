@@ -13,6 +13,7 @@ pub mod health;
 mod membership;
 pub mod node;
 pub mod quarantine;
+pub mod rtt;
 mod startup;
 pub mod wire;
 
@@ -25,10 +26,9 @@ use fred::prelude::{
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use self::rtt::{RttWindow, DEFAULT_RTT_WINDOW};
 use crate::keys::Keyspace;
 use crate::metrics::{self, METRICS};
-use crate::redlock::quorum::quorum_of;
-use crate::rtt::{RttWindow, DEFAULT_RTT_WINDOW};
 use crate::Error;
 pub use deadline::{Deadline, SharedDeadline};
 pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_PROBE_INTERVAL};
@@ -39,6 +39,11 @@ pub use quarantine::DEFAULT_QUARANTINE;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a long-running fleet PINGs every master.
 pub const DEFAULT_PROBE_PERIOD: Duration = Duration::from_millis(500);
+
+/// Votes needed among `n` masters: ⌊n/2⌋+1.
+pub fn quorum_of(n: usize) -> usize {
+    n / 2 + 1
+}
 /// What fred bounds each command by on a client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CommandBound {
@@ -425,6 +430,13 @@ pub fn mask_credentials(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ⌊N/2⌋+1 for odd and even fleets.
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        let quorums: Vec<usize> = (1..=7).map(quorum_of).collect();
+        assert_eq!(quorums, [1, 2, 2, 3, 3, 4, 4]);
+    }
 
     /// The lock connection goes where fred's does, with the same credentials and database.
     #[test]

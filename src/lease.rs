@@ -22,6 +22,7 @@ macro_rules! lease_event {
 pub mod escalation;
 pub mod renewal;
 pub mod state;
+pub mod ttl;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,10 +34,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use self::ttl::{RenewalSchedule, TtlPolicy};
 use crate::metrics::{self, METRICS};
 use crate::redlock::batch::Renewals;
 use crate::redlock::{AcquireOutcome, Lease, Redlock};
-use crate::ttl::{RenewalSchedule, TtlPolicy};
 use crate::wakeup::Wakeups;
 use crate::{Error, LeaseId};
 use renewal::Begin;

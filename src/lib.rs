@@ -57,7 +57,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod dev;
-pub mod fencing;
+mod error;
 pub mod fleet;
 pub mod keys;
 pub mod lease;
@@ -66,35 +66,12 @@ pub mod loadtest;
 pub mod metrics;
 pub mod redlock;
 pub mod resp;
-pub mod rtt;
 pub mod scripts;
 pub mod server;
 pub mod shutdown;
-pub mod ttl;
 pub mod wakeup;
 
+pub use error::Error;
 pub use fleet::{Fleet, FleetOptions};
 pub use lease_id::LeaseId;
 pub use redlock::{AcquireOutcome, EngineOptions, ExtendOutcome, Lease, Redlock, ReleaseOutcome};
-
-/// Errors of the library: invalid input or configuration. Infrastructure trouble on single
-/// masters is reported per node inside the outcomes, never as an `Err` of the whole call.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("invalid resource: {0}")]
-    InvalidResource(&'static str),
-    #[error("invalid owner: {0}")]
-    InvalidOwner(&'static str),
-    #[error("invalid ttl: {0}")]
-    InvalidTtl(String),
-    #[error("invalid lease id: expected 32 lowercase hex digits")]
-    InvalidLeaseId,
-    #[error("invalid master url {url}: {reason}")]
-    InvalidMaster { url: String, reason: String },
-    #[error("no masters configured")]
-    NoMasters,
-    #[error(
-        "masters {url} and {other} are one redis server: a quorum must count distinct servers"
-    )]
-    DuplicateMaster { url: String, other: String },
-}

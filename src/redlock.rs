@@ -7,7 +7,8 @@ pub mod batch;
 mod calls;
 mod extend;
 mod fanout;
-pub mod lease;
+pub mod fencing;
+pub mod outcome;
 pub mod quorum;
 mod retry;
 mod shadow;
@@ -30,9 +31,9 @@ use crate::fleet::{CallError, Fleet, Node};
 use crate::keys::{validate_owner, validate_resource};
 use crate::metrics::METRICS;
 use crate::scripts::{ScriptCall, SCRIPTS};
-use crate::{fencing, Error, LeaseId};
+use crate::{Error, LeaseId};
 pub use extend::Extension;
-pub use lease::{
+pub use outcome::{
     AcquireOutcome, ExtendOutcome, Lease, NodeVote, Refusal, ReleaseOutcome, Renewal, Shortfall,
 };
 

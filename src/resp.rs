@@ -61,6 +61,45 @@ pub fn encode_evalsha(out: &mut Vec<u8>, sha: &str, keys: &[&[u8]], args: &[&[u8
     }
 }
 
+/// Commands encoded back to back, counted as they are added: a call waits for exactly as
+/// many replies as it sent commands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Commands {
+    encoded: Vec<u8>,
+    count: usize,
+}
+
+impl Commands {
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self {
+            encoded: Vec::with_capacity(bytes),
+            count: 0,
+        }
+    }
+
+    /// Adds one command: a RESP array of bulk strings.
+    pub fn push(&mut self, parts: &[&[u8]]) -> &mut Self {
+        encode(&mut self.encoded, parts);
+        self.count += 1;
+        self
+    }
+
+    /// Adds `EVALSHA sha numkeys key... arg...`.
+    pub fn push_evalsha(&mut self, sha: &str, keys: &[&[u8]], args: &[&[u8]]) -> &mut Self {
+        encode_evalsha(&mut self.encoded, sha, keys, args);
+        self.count += 1;
+        self
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    pub fn encoded(&self) -> &[u8] {
+        &self.encoded
+    }
+}
+
 fn array_header(out: &mut Vec<u8>, length: usize) {
     out.push(b'*');
     out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fred::types::scripts::Script;
 
-use crate::fleet::wire::Commands;
+use crate::resp::Commands;
 
 /// One script per operation; each file opens with its KEYS/ARGV/Returns contract.
 pub struct Scripts {

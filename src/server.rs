@@ -12,8 +12,8 @@ use tokio::sync::Notify;
 
 use crate::config::Settings;
 use crate::fleet::ProbeGuard;
+use crate::lease::ttl::{RenewalSchedule, TtlPolicy};
 use crate::lease::{LeaseManager, LeasePolicy, DEFAULT_RETENTION};
-use crate::ttl::{RenewalSchedule, TtlPolicy};
 use crate::wakeup::Wakeups;
 use crate::{api, Error, Fleet, Redlock};
 

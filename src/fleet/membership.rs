@@ -9,9 +9,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::quarantine::{assess, Standing};
-use super::{Admission, Deadline, Fleet, Node};
+use super::{quorum_of, Admission, Deadline, Fleet, Node};
 use crate::metrics::{self, METRICS};
-use crate::redlock::quorum::quorum_of;
 use crate::scripts::{ScriptCall, SCRIPTS};
 
 /// Bound on each step of a preparation (script load, INFO, fence reads and raise).

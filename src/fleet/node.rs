@@ -16,9 +16,9 @@ use tokio::time::Instant;
 use super::deadline::Deadline;
 use super::health::Breaker;
 use super::quarantine::{parse_info, Identity};
+use super::rtt::RttWindow;
 use super::wire::{self, Target, Wire, WireError};
 use crate::metrics::{self, METRICS};
-use crate::rtt::RttWindow;
 use crate::scripts::{fence_was_lost, AcquireCommands, AcquireReply, ScriptCall, SCRIPTS};
 
 /// Why a call to one master produced no answer.

@@ -50,7 +50,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::resp::{encode, encode_evalsha, parse};
+use crate::resp::{parse, Commands};
 
 /// Why a command sent on the wire got no reply.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -78,45 +78,6 @@ pub struct Target {
     pub database: Option<u8>,
     /// Bound on one connection attempt, handshake included.
     pub connect_timeout: Duration,
-}
-
-/// Commands encoded back to back, counted as they are added: a call waits for exactly as
-/// many replies as it sent commands.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Commands {
-    encoded: Vec<u8>,
-    count: usize,
-}
-
-impl Commands {
-    pub fn with_capacity(bytes: usize) -> Self {
-        Self {
-            encoded: Vec::with_capacity(bytes),
-            count: 0,
-        }
-    }
-
-    /// Adds one command: a RESP array of bulk strings.
-    pub fn push(&mut self, parts: &[&[u8]]) -> &mut Self {
-        encode(&mut self.encoded, parts);
-        self.count += 1;
-        self
-    }
-
-    /// Adds `EVALSHA sha numkeys key... arg...`.
-    pub fn push_evalsha(&mut self, sha: &str, keys: &[&[u8]], args: &[&[u8]]) -> &mut Self {
-        encode_evalsha(&mut self.encoded, sha, keys, args);
-        self.count += 1;
-        self
-    }
-
-    pub fn count(&self) -> usize {
-        self.count
-    }
-
-    pub fn encoded(&self) -> &[u8] {
-        &self.encoded
-    }
 }
 
 /// The lock path's connection to one master, re-made whenever it fails.
@@ -224,7 +185,7 @@ impl Wire {
             self.connect();
             return Err(WireError::Down);
         };
-        let answer = link.submit(commands.count, |out| {
+        let answer = link.submit(commands.count(), |out| {
             out.extend_from_slice(commands.encoded());
         })?;
         answer
@@ -241,7 +202,7 @@ impl Wire {
 
     /// Sends `commands`, which must hold exactly one command, and waits for its reply.
     pub async fn send_one(&self, commands: &Commands) -> Result<Reply, WireError> {
-        debug_assert_eq!(commands.count, 1);
+        debug_assert_eq!(commands.count(), 1);
         let mut replies = self.send(commands).await?;
         // A call is answered once it has as many replies as it sent commands.
         replies

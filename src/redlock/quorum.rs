@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::fleet::quorum_of;
+
 /// Default clock drift allowance, as a fraction of the TTL (Redlock's 1%).
 pub const DEFAULT_CLOCK_DRIFT_FACTOR: f64 = 0.01;
 /// Fixed part of the drift allowance.
@@ -17,11 +19,6 @@ pub const DEFAULT_NODE_TIMEOUT_FLOOR: Duration = Duration::from_millis(50);
 pub const DEFAULT_NODE_TIMEOUT_RTT_MULTIPLIER: u32 = 10;
 /// ... and never more than this fraction of the TTL.
 pub const DEFAULT_NODE_TIMEOUT_TTL_FRACTION: f64 = 0.1;
-
-/// Votes needed among `n` masters: ⌊n/2⌋+1.
-pub fn quorum_of(n: usize) -> usize {
-    n / 2 + 1
-}
 
 /// Where a fan-out stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,13 +2,6 @@
 
 use super::*;
 
-/// ⌊N/2⌋+1 for odd and even fleets.
-#[test]
-fn quorum_is_a_strict_majority() {
-    let quorums: Vec<usize> = (1..=7).map(quorum_of).collect();
-    assert_eq!(quorums, [1, 2, 2, 3, 3, 4, 4]);
-}
-
 /// A tally decides as soon as the outcome can no longer change, and not before.
 #[test]
 fn tally_decides_as_soon_as_the_outcome_is_fixed() {

@@ -1,0 +1,23 @@
+//! The crate's `Error`: invalid input or configuration, never a single master's trouble.
+
+/// Errors of the library: invalid input or configuration. Infrastructure trouble on single
+/// masters is reported per node inside the outcomes, never as an `Err` of the whole call.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid resource: {0}")]
+    InvalidResource(&'static str),
+    #[error("invalid owner: {0}")]
+    InvalidOwner(&'static str),
+    #[error("invalid ttl: {0}")]
+    InvalidTtl(String),
+    #[error("invalid lease id: expected 32 lowercase hex digits")]
+    InvalidLeaseId,
+    #[error("invalid master url {url}: {reason}")]
+    InvalidMaster { url: String, reason: String },
+    #[error("no masters configured")]
+    NoMasters,
+    #[error(
+        "masters {url} and {other} are one redis server: a quorum must count distinct servers"
+    )]
+    DuplicateMaster { url: String, other: String },
+}
