@@ -97,7 +97,11 @@ impl Default for FleetOptions {
 /// The masters, in the configured order.
 pub struct Fleet {
     nodes: Vec<Arc<Node>>,
+    /// The configured URLs, credentials included, for the connections opened later.
+    urls: Vec<String>,
     options: FleetOptions,
+    /// Subscriber connections opened for release messages ([`Fleet::open_subscribers`]).
+    subscribers: Mutex<Vec<fred::clients::Client>>,
     /// Whether the fleet was adopted before this process came (some master held the marker);
     /// `None` until the start-up survey ran.
     history: watch::Sender<Option<History>>,
@@ -152,7 +156,9 @@ impl Fleet {
         }
         let fleet = Arc::new(Self {
             nodes,
+            urls: urls.to_vec(),
             options: options.clone(),
+            subscribers: Mutex::new(Vec::new()),
             history: watch::channel(None).0,
             recent_p99: Mutex::new(None),
             identities: Mutex::new(()),
@@ -244,13 +250,32 @@ impl Fleet {
         ProbeGuard(task)
     }
 
-    /// Closes every connection (best effort, each bounded by `timeout`).
+    /// Opens one subscriber connection per master, in the configured order, for release
+    /// messages (`Wakeups`); not connected until the caller has set its handlers and calls
+    /// `connect`. [`Fleet::quit`] closes them with the others.
+    pub(crate) fn open_subscribers(&self) -> Result<Vec<fred::clients::Client>, Error> {
+        let build = |url: &String| build_client(url, &self.options, CommandBound::Generous);
+        let clients = self.urls.iter().map(build).collect::<Result<Vec<_>, _>>()?;
+        let mut subscribers = self
+            .subscribers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        subscribers.extend(clients.iter().cloned());
+        Ok(clients)
+    }
+
+    /// Closes every connection, the subscribers' included (best effort, each bounded by
+    /// `timeout`).
     pub async fn quit(&self, timeout: Duration) {
         self.nodes.iter().for_each(|n| n.wire().close());
-        let quits = self
-            .nodes
-            .iter()
-            .map(|n| tokio::time::timeout(timeout, n.client().quit()));
+        let subscribers = std::mem::take(
+            &mut *self
+                .subscribers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        let clients = self.nodes.iter().map(|n| n.client()).chain(&subscribers);
+        let quits = clients.map(|client| tokio::time::timeout(timeout, client.quit()));
         futures_util::future::join_all(quits).await;
     }
 

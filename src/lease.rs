@@ -38,7 +38,6 @@ use self::ttl::{RenewalSchedule, TtlPolicy};
 use crate::metrics::{self, METRICS};
 use crate::redlock::batch::Renewals;
 use crate::redlock::{AcquireOutcome, Lease, Redlock};
-use crate::wakeup::Wakeups;
 use crate::{Error, LeaseId};
 use renewal::Begin;
 pub use state::{LeaseEvent, LeaseRecord, LeaseState, LeaseView, Step};
@@ -230,8 +229,6 @@ pub struct LeaseManager {
     /// Renewals due together go out as one script call per master.
     renewals: Arc<Renewals>,
     policy: LeasePolicy,
-    /// Release messages and the FIFO queues of blocking acquisitions.
-    wakeups: Arc<Wakeups>,
     table: Mutex<HashMap<LeaseId, Arc<Tracked>>>,
     tasks: TaskTracker,
     /// Set at shutdown: no new lease is granted.
@@ -241,12 +238,11 @@ pub struct LeaseManager {
 // === impl LeaseManager ===
 
 impl LeaseManager {
-    pub fn new(engine: Arc<Redlock>, policy: LeasePolicy, wakeups: Arc<Wakeups>) -> Arc<Self> {
+    pub fn new(engine: Arc<Redlock>, policy: LeasePolicy) -> Arc<Self> {
         Arc::new(Self {
             renewals: Arc::new(Renewals::start(Arc::clone(&engine))),
             engine,
             policy,
-            wakeups,
             table: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
             closing: AtomicBool::new(false),
@@ -335,7 +331,7 @@ impl LeaseManager {
         })
     }
 
-    /// Blocking acquisition through the wake-up queues (see [`Wakeups::acquire`]).
+    /// Blocking acquisition: the engine's, through its wake-up queues.
     async fn acquire_waiting(
         &self,
         request: &AcquireRequest,
@@ -343,8 +339,8 @@ impl LeaseManager {
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
         let (resource, owner) = (request.resource.as_str(), request.owner.as_str());
-        self.wakeups
-            .acquire(&self.engine, resource, owner, ttl, wait)
+        self.engine
+            .acquire_with_wait(resource, owner, ttl, wait)
             .await
     }
 

@@ -53,10 +53,7 @@ pub const TIMELINE_WINDOW: Duration = Duration::from_millis(100);
 pub enum Target {
     /// The library engine straight against the masters; contended cycles wait through the
     /// release wake-ups, as the sidecar does.
-    Engine {
-        engine: Arc<Redlock>,
-        wakeups: Arc<Wakeups>,
-    },
+    Engine { engine: Arc<Redlock> },
     /// A sidecar's HTTP API (keep-alive connections).
     Sidecar { http: reqwest::Client, base: String },
 }
@@ -244,16 +241,16 @@ impl Target {
         engine_options: EngineOptions,
     ) -> Result<Self, Error> {
         let fleet = Fleet::connect(masters, fleet_options).await?;
-        let wakeups = Wakeups::connect(masters, fleet_options)?;
-        let engine = Arc::new(Redlock::new(fleet, engine_options));
-        Ok(Self::Engine { engine, wakeups })
+        let wakeups = Wakeups::connect(&fleet)?;
+        let engine = Arc::new(Redlock::new(fleet, engine_options).with_wakeups(wakeups));
+        Ok(Self::Engine { engine })
     }
 
-    /// Waits for the engine's calls in flight and closes the release channels.
+    /// Waits for the engine's calls in flight and closes its connections.
     pub async fn close(&self) {
-        if let Self::Engine { engine, wakeups } = self {
+        if let Self::Engine { engine } = self {
             engine.settle(Duration::from_secs(2)).await;
-            let _ = tokio::time::timeout(Duration::from_secs(1), wakeups.quit()).await;
+            engine.fleet().quit(Duration::from_secs(1)).await;
         }
     }
 
@@ -267,26 +264,19 @@ impl Target {
     /// Acquire then release `resource`; a contended acquisition waits (and counts a retry).
     async fn cycle(&self, resource: &str, options: &LoadOptions) -> Cycle {
         match self {
-            Self::Engine { engine, wakeups } => {
-                engine_cycle(engine, wakeups, resource, options).await
-            }
+            Self::Engine { engine } => engine_cycle(engine, resource, options).await,
             Self::Sidecar { http, base } => sidecar_cycle(http, base, resource, options).await,
         }
     }
 }
 
-async fn engine_cycle(
-    engine: &Redlock,
-    wakeups: &Arc<Wakeups>,
-    resource: &str,
-    options: &LoadOptions,
-) -> Cycle {
+async fn engine_cycle(engine: &Redlock, resource: &str, options: &LoadOptions) -> Cycle {
     let (owner, ttl) = ("redlease-load", options.ttl);
     let mut outcome = engine.acquire(resource, owner, ttl).await;
     let retried = matches!(outcome, Ok(AcquireOutcome::Contended(_)));
     if retried && options.workload == Workload::Contention {
-        outcome = wakeups
-            .acquire(engine, resource, owner, ttl, options.wait)
+        outcome = engine
+            .acquire_with_wait(resource, owner, ttl, options.wait)
             .await;
     }
     let Ok(AcquireOutcome::Acquired(lease)) = outcome else {

@@ -12,6 +12,7 @@ pub mod outcome;
 pub mod quorum;
 mod retry;
 mod shadow;
+mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,11 +32,13 @@ use crate::fleet::{CallError, Fleet, Node};
 use crate::keys::{validate_owner, validate_resource};
 use crate::metrics::METRICS;
 use crate::scripts::{ScriptCall, SCRIPTS};
+use crate::wakeup::Wakeups;
 use crate::{Error, LeaseId};
 pub use extend::Extension;
 pub use outcome::{
     AcquireOutcome, ExtendOutcome, Lease, NodeVote, Refusal, ReleaseOutcome, Renewal, Shortfall,
 };
+pub use wait::retry_delay;
 
 /// Shortest TTL accepted.
 pub const DEFAULT_MIN_TTL: Duration = Duration::from_millis(10);
@@ -81,6 +84,8 @@ pub struct Redlock {
     tasks: TaskTracker,
     /// Releases a master missed, sent again until it answers.
     retries: Arc<ReleaseRetries>,
+    /// Release messages for blocking acquisitions, when the engine has them.
+    wakeups: Option<Arc<Wakeups>>,
 }
 
 // === impl Redlock ===
@@ -97,7 +102,16 @@ impl Redlock {
             options,
             tasks,
             retries,
+            wakeups: None,
         }
+    }
+
+    /// Blocking acquisitions ([`Redlock::acquire_with_wait`]) of this engine queue first come
+    /// first served per resource and retry when a release message comes (see [`Wakeups`]),
+    /// instead of at random intervals only.
+    pub fn with_wakeups(mut self, wakeups: Arc<Wakeups>) -> Self {
+        self.wakeups = Some(wakeups);
+        self
     }
 
     /// Waits (at most `timeout`) until no per-master call of this engine is in flight: the
@@ -205,28 +219,6 @@ impl Redlock {
         };
         METRICS.record_acquisition(outcome.label(), start.elapsed());
         Ok(outcome)
-    }
-
-    /// Tries to acquire until granted or `wait` has passed, sleeping a random delay between
-    /// attempts (never past the holder's expiry or the deadline).
-    pub async fn acquire_with_wait(
-        &self,
-        resource: &str,
-        owner: &str,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<AcquireOutcome, Error> {
-        let deadline = Instant::now() + wait;
-        loop {
-            let outcome = self.acquire(resource, owner, ttl).await?;
-            let now = Instant::now();
-            let Some(refusal) = outcome.refusal().filter(|_| now < deadline) else {
-                return Ok(outcome);
-            };
-            let jitter = rand::random::<f64>();
-            let delay = retry_delay(&self.options, refusal.holder_remaining(), jitter);
-            tokio::time::sleep(delay.min(deadline - now)).await;
-        }
     }
 
     /// Deletes lease `id` on `resource` everywhere it stands. The release goes to every
@@ -508,36 +500,4 @@ fn answered_with_write(vote: &NodeVote) -> bool {
         vote,
         NodeVote::Granted { .. } | NodeVote::Failed(CallError::Reply(_) | CallError::LostMemory)
     )
-}
-
-/// A random delay in `[retry_delay_min, retry_delay_max]` (`jitter` in 0..1 picks where),
-/// cut short to just past the holder's expiry when that comes sooner.
-pub fn retry_delay(
-    options: &EngineOptions,
-    holder_remaining: Option<Duration>,
-    jitter: f64,
-) -> Duration {
-    let (min, max) = (options.retry_delay_min, options.retry_delay_max);
-    let span = max.saturating_sub(min);
-    let delay = min + span.mul_f64(jitter.clamp(0.0, 1.0));
-    match holder_remaining {
-        Some(remaining) => delay.min(remaining + Duration::from_millis(1)),
-        None => delay,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Retry delays spread between their bounds and never sleep past the holder's expiry.
-    #[test]
-    fn retry_delay_is_jittered_and_bounded_by_holder_expiry() {
-        let options = EngineOptions::default();
-        assert_eq!(retry_delay(&options, None, 0.0), Duration::from_millis(10));
-        assert_eq!(retry_delay(&options, None, 1.0), Duration::from_millis(100));
-        assert_eq!(retry_delay(&options, None, 0.5), Duration::from_millis(55));
-        let soon = Some(Duration::from_millis(3));
-        assert_eq!(retry_delay(&options, soon, 1.0), Duration::from_millis(4));
-    }
 }

@@ -20,7 +20,6 @@ use crate::{api, Error, Fleet, Redlock};
 /// A connected sidecar, ready to serve.
 pub struct Sidecar {
     manager: Arc<LeaseManager>,
-    wakeups: Arc<Wakeups>,
     grace: Duration,
     _probe: ProbeGuard,
 }
@@ -40,12 +39,11 @@ impl Sidecar {
                 "master"
             );
         }
-        let engine = Arc::new(Redlock::new(fleet, settings.engine_options()));
-        let wakeups = Wakeups::connect(&settings.masters, &settings.fleet_options())?;
-        let manager = LeaseManager::new(engine, lease_policy(settings), Arc::clone(&wakeups));
+        let wakeups = Wakeups::connect(&fleet)?;
+        let engine = Redlock::new(fleet, settings.engine_options()).with_wakeups(wakeups);
+        let manager = LeaseManager::new(Arc::new(engine), lease_policy(settings));
         Ok(Self {
             manager,
-            wakeups,
             grace: settings.shutdown_grace,
             _probe: probe,
         })
@@ -92,7 +90,6 @@ impl Sidecar {
         let engine = self.manager.engine();
         engine.settle(Duration::from_secs(1)).await;
         engine.fleet().quit(Duration::from_secs(1)).await;
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.wakeups.quit()).await;
         Ok(())
     }
 }

@@ -1,10 +1,11 @@
 //! Wake-ups for blocking acquisitions: a first-come first-served queue of waiters per
 //! resource in this process, and the `released:{resource}` messages every master publishes
 //! when a lease is deleted. Only the head of a queue retries; a release message wakes it at once.
+//! The retry loop itself is the engine's ([`crate::Redlock::acquire_with_wait`]).
 //!
 //! A resource's channel is subscribed to only while it has waiters here: an uncontended release
 //! then publishes to nobody, and no process wakes for it (a pattern subscription to every
-//! release cost every acquire+release cycle about 60 µs on a 2-core machine, see bench/).
+//! release would wake every process for every release).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,30 +15,16 @@ use std::time::Duration;
 use fred::prelude::{ClientLike, EventInterface, PubsubInterface};
 use futures_util::future::{BoxFuture, Shared};
 use futures_util::FutureExt;
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::fleet::{build_client, CommandBound, FleetOptions};
-use crate::redlock::{retry_delay, AcquireOutcome, EngineOptions, Redlock, Refusal};
+use crate::fleet::Fleet;
 use crate::Error;
 
 /// How long a new queue waits for its subscriptions to be confirmed before its first retry
 /// (a master that has not confirmed by then may miss that release; the fallback timer covers it).
 pub const SUBSCRIBE_TIMEOUT: Duration = Duration::from_millis(250);
-
-/// How long the head waiter sleeps when no release message comes: until just past the
-/// holder's expiry when a master said when that is (an expiry publishes nothing), otherwise
-/// the engine's jittered retry delay (`jitter` in 0..1).
-pub fn fallback_delay(
-    options: &EngineOptions,
-    holder_remaining: Option<Duration>,
-    jitter: f64,
-) -> Duration {
-    match holder_remaining {
-        Some(left) => left + Duration::from_millis(1),
-        None => retry_delay(options, None, jitter),
-    }
-}
 
 /// The waiters of one resource.
 struct Queue {
@@ -61,7 +48,7 @@ pub struct Wakeups {
 
 /// A place in a resource's queue; the queue (and its subscription) is dropped when its last
 /// waiter leaves (the map and the waiters hold the only references to a queue).
-struct Waiting {
+pub(crate) struct Waiting {
     hub: Arc<Wakeups>,
     resource: String,
     queue: Arc<Queue>,
@@ -70,18 +57,16 @@ struct Waiting {
 // === impl Wakeups ===
 
 impl Wakeups {
-    /// Opens one subscriber connection per master. Channels are subscribed while they have
-    /// waiters, and again after each reconnect. A master that is down misses releases until it
-    /// comes back; the waiters' timers still retry meanwhile.
-    pub fn connect(urls: &[String], options: &FleetOptions) -> Result<Arc<Self>, Error> {
-        let clients = urls
-            .iter()
-            .map(|url| build_client(url, options, CommandBound::Generous))
-            .collect::<Result<Vec<_>, _>>()?;
+    /// Opens one subscriber connection per master through `fleet` (which closes them on
+    /// quit). Channels are subscribed while they have waiters, and again after each reconnect.
+    /// A master that is down misses releases until it comes back; the waiters' timers still
+    /// retry meanwhile. Hand the result to [`crate::Redlock::with_wakeups`].
+    pub fn connect(fleet: &Fleet) -> Result<Arc<Self>, Error> {
+        let clients = fleet.open_subscribers()?;
         let hub = Arc::new(Self {
             queues: Mutex::new(HashMap::new()),
             clients,
-            channel_prefix: format!("{}released:", options.keyspace.prefix()),
+            channel_prefix: format!("{}released:", fleet.keyspace().prefix()),
         });
         for client in &hub.clients {
             listen(client, Arc::downgrade(&hub));
@@ -90,63 +75,8 @@ impl Wakeups {
         Ok(hub)
     }
 
-    /// One attempt at once, unless waiters of this process are queued on `resource`; then,
-    /// while `wait` lasts, first-come first-served: the head of the queue retries when a
-    /// release message arrives, or when the holder's lease would have expired.
-    pub async fn acquire(
-        self: &Arc<Self>,
-        engine: &Redlock,
-        resource: &str,
-        owner: &str,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<AcquireOutcome, Error> {
-        let deadline = Instant::now() + wait;
-        if wait.is_zero() || !self.has_waiters(resource) {
-            let outcome = engine.acquire(resource, owner, ttl).await?;
-            if outcome.lease().is_some() || wait.is_zero() {
-                return Ok(outcome);
-            }
-        }
-        let waiting = self.wait(resource);
-        // Queue first (the fair mutex serves in the order of this call), then, as the head,
-        // make sure the release channel is subscribed before retrying.
-        let turn = tokio::time::timeout_at(deadline, waiting.queue.turn.lock()).await;
-        let Ok(_turn) = turn else {
-            return Ok(AcquireOutcome::Contended(Refusal::queued()));
-        };
-        let subscribed = waiting.queue.subscribed.clone();
-        let confirm_by = deadline.min(Instant::now() + SUBSCRIBE_TIMEOUT);
-        // Unconfirmed, a release may publish to nobody here: then do not sleep until the
-        // holder's expiry, retry at the engine's jittered pace.
-        let listening = matches!(
-            tokio::time::timeout_at(confirm_by, subscribed).await,
-            Ok(true)
-        );
-        loop {
-            let released = waiting.queue.released.notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            let outcome = engine.acquire(resource, owner, ttl).await?;
-            let now = Instant::now();
-            let Some(refusal) = outcome.refusal().filter(|_| now < deadline) else {
-                return Ok(outcome);
-            };
-            let holder_remaining = refusal.holder_remaining();
-            let fallback = if listening {
-                fallback_delay(engine.options(), holder_remaining, rand::random())
-            } else {
-                retry_delay(engine.options(), holder_remaining, rand::random())
-            };
-            tokio::select! {
-                _ = released => {}
-                _ = tokio::time::sleep_until((now + fallback).min(deadline)) => {}
-            }
-        }
-    }
-
     /// Joins the queue of `resource`, creating it (and subscribing to its channel) if needed.
-    fn wait(self: &Arc<Self>, resource: &str) -> Waiting {
+    pub(crate) fn join(self: &Arc<Self>, resource: &str) -> Waiting {
         let mut queues = self.queues();
         let queue = match queues.get(resource) {
             Some(queue) => Arc::clone(queue),
@@ -184,12 +114,6 @@ impl Wakeups {
         }
     }
 
-    /// Closes the subscriber connections.
-    pub async fn quit(&self) {
-        let quits = self.clients.iter().map(|client| client.quit());
-        futures_util::future::join_all(quits).await;
-    }
-
     fn channel(&self, resource: &str) -> String {
         format!("{}{resource}", self.channel_prefix)
     }
@@ -212,6 +136,39 @@ impl Wakeups {
         self.queues
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+// === impl Waiting ===
+
+impl Waiting {
+    /// Waits (until `deadline`) to be the head of the queue: the one waiter of this process
+    /// allowed to retry, until the returned guard is dropped. `None` at the deadline.
+    pub(crate) async fn take_turn(
+        &self,
+        deadline: Instant,
+    ) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        tokio::time::timeout_at(deadline, self.queue.turn.lock())
+            .await
+            .ok()
+    }
+
+    /// Whether every master confirmed the subscription to the resource's channel, waiting for
+    /// that at most `SUBSCRIBE_TIMEOUT` (and not past `deadline`). Unconfirmed, a release may
+    /// publish to nobody here.
+    pub(crate) async fn listening(&self, deadline: Instant) -> bool {
+        let confirm_by = deadline.min(Instant::now() + SUBSCRIBE_TIMEOUT);
+        let subscribed = self.queue.subscribed.clone();
+        matches!(
+            tokio::time::timeout_at(confirm_by, subscribed).await,
+            Ok(true)
+        )
+    }
+
+    /// Completes on the next release message for the resource; `enable` it before the attempt
+    /// it should follow, so a release during that attempt is not missed.
+    pub(crate) fn released(&self) -> Notified<'_> {
+        self.queue.released.notified()
     }
 }
 
@@ -295,25 +252,4 @@ fn listen(client: &fred::clients::Client, hub: Weak<Wakeups>) {
         }
         async { Ok(()) }
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Without a message, the head waiter retries just after the holder's expiry, or after the
-    /// jittered delay when no master said.
-    #[test]
-    fn fallback_waits_for_the_holders_expiry() {
-        let options = EngineOptions::default();
-        let left = Some(Duration::from_millis(700));
-        assert_eq!(
-            fallback_delay(&options, left, 0.5),
-            Duration::from_millis(701)
-        );
-        assert_eq!(
-            fallback_delay(&options, None, 0.0),
-            Duration::from_millis(10)
-        );
-    }
 }

@@ -1,0 +1,153 @@
+//! Blocking acquisition: attempts until granted or the wait is over. With wake-ups, the
+//! waiters of this process queue first come first served per resource; only the head retries,
+//! at once on a release message, or when the holder's lease would have expired. Without them,
+//! attempts come at random intervals.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{AcquireOutcome, EngineOptions, Redlock, Refusal};
+use crate::Error;
+
+// === impl Redlock ===
+
+impl Redlock {
+    /// Tries to acquire until granted or `wait` has passed. One attempt at once, unless waiters
+    /// of this process are queued on `resource` (with wake-ups); then in turn, sleeping between
+    /// attempts a random delay, or until a release message or the holder's expiry when the
+    /// engine has wake-ups, never past the deadline. A waiter still queued at the deadline is
+    /// answered `Contended` with no votes.
+    pub async fn acquire_with_wait(
+        &self,
+        resource: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<AcquireOutcome, Error> {
+        let deadline = Instant::now() + wait;
+        let queued = self
+            .wakeups
+            .as_ref()
+            .is_some_and(|w| w.has_waiters(resource));
+        // An attempt already answered, to wait after before the next one.
+        let mut refused = None;
+        if wait.is_zero() || !queued {
+            let outcome = self.acquire(resource, owner, ttl).await?;
+            if outcome.lease().is_some() || wait.is_zero() {
+                return Ok(outcome);
+            }
+            refused = Some(outcome);
+        }
+        let waiting = self.wakeups.as_ref().map(|wakeups| wakeups.join(resource));
+        let mut listening = false;
+        let _turn = match &waiting {
+            None => None,
+            Some(waiting) => {
+                // Queue first (the fair mutex serves in the order of this call), then, as the
+                // head, make sure the release channel is subscribed and retry at once.
+                let Some(turn) = waiting.take_turn(deadline).await else {
+                    return Ok(AcquireOutcome::Contended(Refusal::queued()));
+                };
+                listening = waiting.listening(deadline).await;
+                refused = None;
+                Some(turn)
+            }
+        };
+        loop {
+            let mut released = waiting.as_ref().map(|w| Box::pin(w.released()));
+            if let Some(released) = &mut released {
+                released.as_mut().enable();
+            }
+            let outcome = match refused.take() {
+                Some(outcome) => outcome,
+                None => self.acquire(resource, owner, ttl).await?,
+            };
+            let now = Instant::now();
+            let Some(refusal) = outcome.refusal().filter(|_| now < deadline) else {
+                return Ok(outcome);
+            };
+            let holder_remaining = refusal.holder_remaining();
+            // Unconfirmed, a release may publish to nobody here: then do not sleep until the
+            // holder's expiry, retry at the engine's jittered pace.
+            let delay = if listening {
+                fallback_delay(&self.options, holder_remaining, rand::random())
+            } else {
+                retry_delay(&self.options, holder_remaining, rand::random())
+            };
+            let message = async {
+                match released {
+                    Some(released) => released.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = message => {}
+                _ = tokio::time::sleep_until((now + delay).min(deadline)) => {}
+            }
+        }
+    }
+}
+
+/// A random delay in `[retry_delay_min, retry_delay_max]` (`jitter` in 0..1 picks where),
+/// cut short to just past the holder's expiry when that comes sooner.
+pub fn retry_delay(
+    options: &EngineOptions,
+    holder_remaining: Option<Duration>,
+    jitter: f64,
+) -> Duration {
+    let (min, max) = (options.retry_delay_min, options.retry_delay_max);
+    let span = max.saturating_sub(min);
+    let delay = min + span.mul_f64(jitter.clamp(0.0, 1.0));
+    match holder_remaining {
+        Some(remaining) => delay.min(remaining + Duration::from_millis(1)),
+        None => delay,
+    }
+}
+
+/// How long the head waiter sleeps when no release message comes: until just past the
+/// holder's expiry when a master said when that is (an expiry publishes nothing), otherwise
+/// the jittered retry delay (`jitter` in 0..1).
+pub(crate) fn fallback_delay(
+    options: &EngineOptions,
+    holder_remaining: Option<Duration>,
+    jitter: f64,
+) -> Duration {
+    match holder_remaining {
+        Some(left) => left + Duration::from_millis(1),
+        None => retry_delay(options, None, jitter),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redlock::EngineOptions;
+
+    /// Retry delays spread between their bounds and never sleep past the holder's expiry.
+    #[test]
+    fn retry_delay_is_jittered_and_bounded_by_holder_expiry() {
+        let options = EngineOptions::default();
+        assert_eq!(retry_delay(&options, None, 0.0), Duration::from_millis(10));
+        assert_eq!(retry_delay(&options, None, 1.0), Duration::from_millis(100));
+        assert_eq!(retry_delay(&options, None, 0.5), Duration::from_millis(55));
+        let soon = Some(Duration::from_millis(3));
+        assert_eq!(retry_delay(&options, soon, 1.0), Duration::from_millis(4));
+    }
+
+    /// Without a message, the head waiter retries just after the holder's expiry, or after the
+    /// jittered delay when no master said.
+    #[test]
+    fn fallback_waits_for_the_holders_expiry() {
+        let options = EngineOptions::default();
+        let left = Some(Duration::from_millis(700));
+        assert_eq!(
+            fallback_delay(&options, left, 0.5),
+            Duration::from_millis(701)
+        );
+        assert_eq!(
+            fallback_delay(&options, None, 0.0),
+            Duration::from_millis(10)
+        );
+    }
+}
