@@ -19,6 +19,7 @@ use axum::routing::{delete, get, post};
 use axum::Router;
 use tower_http::timeout::TimeoutLayer;
 
+use crate::fleet::Fleet;
 use crate::lease::LeaseManager;
 
 /// Largest request body accepted.
@@ -29,13 +30,16 @@ const TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 /// What every handler reaches.
 #[derive(Clone)]
 pub struct AppState {
+    /// The leases this sidecar holds.
     pub manager: Arc<LeaseManager>,
+    /// The masters, for `/v1/fleet` and `/readyz`.
+    pub fleet: Arc<Fleet>,
 }
 
 /// The API router (tests call it directly or serve it on port 0).
-pub fn app(manager: Arc<LeaseManager>) -> Router {
+pub fn app(manager: Arc<LeaseManager>, fleet: Arc<Fleet>) -> Router {
     let timeout = manager.policy().max_wait + TIMEOUT_MARGIN;
-    let state = AppState { manager };
+    let state = AppState { manager, fleet };
     let bounded = Router::new()
         .route("/v1/locks/{resource}/acquire", post(handlers::acquire))
         .route("/v1/leases/{id}", get(handlers::get_lease))

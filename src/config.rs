@@ -17,6 +17,8 @@ use crate::fleet::mask_credentials;
 pub use crate::fleet::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PROBE_PERIOD, DEFAULT_QUARANTINE};
 use crate::keys::Keyspace;
 pub use crate::keys::DEFAULT_PREFIX;
+use crate::lease::ttl::{RenewalSchedule, TtlPolicy};
+use crate::lease::{LeasePolicy, DEFAULT_RETENTION};
 use crate::{EngineOptions, FleetOptions};
 
 /// Address the HTTP API binds.
@@ -87,7 +89,7 @@ pub struct FleetSettings {
     /// How long start-up waits for each master.
     pub connect_timeout: Duration,
     /// How often every master is PINGed.
-    pub probe_interval: Duration,
+    pub probe_period: Duration,
     /// How long a restarted master takes no votes.
     pub quarantine: Duration,
 }
@@ -185,6 +187,29 @@ impl Settings {
         EngineOptions {
             max_ttl: self.lease.max_ttl,
             ..EngineOptions::default()
+        }
+    }
+
+    /// The lease table's policy from these settings (the adaptive TTL, the renewal schedule,
+    /// liveness, waits and shadows; the shadow cap is the restart quarantine).
+    pub fn lease_policy(&self) -> LeasePolicy {
+        let lease = &self.lease;
+        LeasePolicy {
+            ttl: TtlPolicy {
+                min_ttl: lease.min_ttl,
+                max_ttl: lease.max_ttl,
+                rtt_multiplier: lease.rtt_multiplier,
+                safety_margin: lease.safety_margin,
+            },
+            schedule: RenewalSchedule {
+                fraction: lease.renew_fraction,
+                jitter: lease.renew_jitter,
+            },
+            idle_timeout: lease.idle_timeout,
+            max_wait: lease.max_wait,
+            retention: DEFAULT_RETENTION,
+            shadow_multiplier: lease.shadow_multiplier,
+            shadow_cap: self.fleet.quarantine,
         }
     }
 }
@@ -293,7 +318,7 @@ impl Raw {
         let f = self.fleet;
         let fleet = FleetSettings {
             connect_timeout: positive("fleet.connect_timeout_ms", f.connect_timeout_ms, &mut p),
-            probe_interval: positive("fleet.probe_interval_ms", f.probe_interval_ms, &mut p),
+            probe_period: positive("fleet.probe_interval_ms", f.probe_interval_ms, &mut p),
             quarantine: Duration::from_millis(f.quarantine_ms),
         };
         let shutdown_grace = positive("shutdown.grace_ms", self.shutdown.grace_ms, &mut p);

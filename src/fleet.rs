@@ -31,7 +31,7 @@ use crate::keys::Keyspace;
 use crate::metrics::{self, METRICS};
 use crate::Error;
 pub use deadline::{Deadline, SharedDeadline};
-pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_PROBE_INTERVAL};
+pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_BREAKER_TRIAL_INTERVAL};
 pub use node::{Admission, CallError, Node};
 pub use quarantine::DEFAULT_QUARANTINE;
 
@@ -67,7 +67,7 @@ pub struct FleetOptions {
     /// Consecutive failures that open a master's breaker.
     pub breaker_threshold: u32,
     /// How often an open breaker lets a trial write through.
-    pub probe_interval: Duration,
+    pub breaker_trial_interval: Duration,
     /// Length of the RTT window each master keeps.
     pub rtt_window: Duration,
     /// How long a restarted master takes no votes, counted from its restart. Must be at least
@@ -86,7 +86,7 @@ impl Default for FleetOptions {
             keyspace: Keyspace::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
-            probe_interval: DEFAULT_PROBE_INTERVAL,
+            breaker_trial_interval: DEFAULT_BREAKER_TRIAL_INTERVAL,
             rtt_window: DEFAULT_RTT_WINDOW,
             quarantine: DEFAULT_QUARANTINE,
             straggler_grace: None,
@@ -137,7 +137,7 @@ impl Fleet {
             let masked = mask_credentials(url);
             addresses.push((masked.clone(), target.host.clone(), target.port));
             let rtt = RttWindow::new(options.rtt_window, now);
-            let breaker = Breaker::new(options.breaker_threshold, options.probe_interval);
+            let breaker = Breaker::new(options.breaker_threshold, options.breaker_trial_interval);
             let channels = (client, target);
             let health = (rtt, breaker);
             nodes.push(Node::new(

@@ -12,14 +12,15 @@ use tokio::sync::Notify;
 
 use crate::config::Settings;
 use crate::fleet::ProbeGuard;
-use crate::lease::ttl::{RenewalSchedule, TtlPolicy};
-use crate::lease::{LeaseManager, LeasePolicy, DEFAULT_RETENTION};
+use crate::lease::LeaseManager;
 use crate::wakeup::Wakeups;
 use crate::{api, Error, Fleet, Redlock};
 
 /// A connected sidecar, ready to serve.
 pub struct Sidecar {
     manager: Arc<LeaseManager>,
+    engine: Arc<Redlock>,
+    fleet: Arc<Fleet>,
     grace: Duration,
     _probe: ProbeGuard,
 }
@@ -30,7 +31,7 @@ impl Sidecar {
     /// Connects to the masters and builds the lease manager.
     pub async fn start(settings: &Settings) -> Result<Self, Error> {
         let fleet = Fleet::connect(&settings.masters, &settings.fleet_options()).await?;
-        let probe = fleet.spawn_probe(settings.fleet.probe_interval);
+        let probe = fleet.spawn_probe(settings.fleet.probe_period);
         for node in fleet.nodes() {
             tracing::info!(
                 node = node.index(),
@@ -40,10 +41,13 @@ impl Sidecar {
             );
         }
         let wakeups = Wakeups::connect(&fleet)?;
-        let engine = Redlock::new(fleet, settings.engine_options()).with_wakeups(wakeups);
-        let manager = LeaseManager::new(Arc::new(engine), lease_policy(settings));
+        let engine = Redlock::new(Arc::clone(&fleet), settings.engine_options());
+        let engine = Arc::new(engine.with_wakeups(wakeups));
+        let manager = LeaseManager::new(Arc::clone(&engine), settings.lease_policy());
         Ok(Self {
             manager,
+            engine,
+            fleet,
             grace: settings.shutdown_grace,
             _probe: probe,
         })
@@ -77,8 +81,11 @@ impl Sidecar {
         let listener = listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let serve = axum::serve(listener, api::app(Arc::clone(&self.manager)))
-            .with_graceful_shutdown(release_then_drain);
+        let serve = axum::serve(
+            listener,
+            api::app(Arc::clone(&self.manager), Arc::clone(&self.fleet)),
+        )
+        .with_graceful_shutdown(release_then_drain);
         let deadline = async {
             draining.notified().await;
             tokio::time::sleep(grace).await;
@@ -87,30 +94,8 @@ impl Sidecar {
             served = serve => served?,
             _ = deadline => tracing::warn!("grace period expired with connections still open"),
         }
-        let engine = self.manager.engine();
-        engine.settle(Duration::from_secs(1)).await;
-        engine.fleet().quit(Duration::from_secs(1)).await;
+        self.engine.settle(Duration::from_secs(1)).await;
+        self.fleet.quit(Duration::from_secs(1)).await;
         Ok(())
-    }
-}
-
-fn lease_policy(settings: &Settings) -> LeasePolicy {
-    let lease = &settings.lease;
-    LeasePolicy {
-        ttl: TtlPolicy {
-            min_ttl: lease.min_ttl,
-            max_ttl: lease.max_ttl,
-            rtt_multiplier: lease.rtt_multiplier,
-            safety_margin: lease.safety_margin,
-        },
-        schedule: RenewalSchedule {
-            fraction: lease.renew_fraction,
-            jitter: lease.renew_jitter,
-        },
-        idle_timeout: lease.idle_timeout,
-        max_wait: lease.max_wait,
-        retention: DEFAULT_RETENTION,
-        shadow_multiplier: lease.shadow_multiplier,
-        shadow_cap: settings.fleet.quarantine,
     }
 }

@@ -158,7 +158,7 @@ pub async fn events(
 }
 
 pub async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
-    let fleet = state.manager.engine().fleet();
+    let fleet = &state.fleet;
     let now = Instant::now();
     let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
     let masters: Vec<_> = fleet
@@ -194,7 +194,7 @@ pub async fn livez() -> Json<serde_json::Value> {
 
 /// 200 only while a quorum of masters takes lock writes.
 pub async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let fleet = state.manager.engine().fleet();
+    let fleet = &state.fleet;
     let up = fleet.nodes().iter().filter(|n| n.is_up()).count();
     if up < fleet.quorum() {
         let detail = format!(

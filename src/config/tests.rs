@@ -60,7 +60,7 @@ fn one_master_and_nothing_else_gives_the_documented_defaults() {
     assert_eq!(s.lease, lease);
     let fleet = FleetSettings {
         connect_timeout: Duration::from_millis(2000),
-        probe_interval: Duration::from_millis(500),
+        probe_period: Duration::from_millis(500),
         quarantine: Duration::from_millis(300_000),
     };
     assert_eq!(s.fleet, fleet);
@@ -291,7 +291,10 @@ fn library_options_carry_the_settings() {
     assert_eq!(fleet.keyspace.prefix(), "x:");
     assert_eq!(fleet.connect_timeout, Duration::from_millis(750));
     assert_eq!(fleet.quarantine, Duration::from_secs(90));
-    assert_eq!(fleet.probe_interval, FleetOptions::default().probe_interval);
+    assert_eq!(
+        fleet.breaker_trial_interval,
+        FleetOptions::default().breaker_trial_interval
+    );
     let engine = s.engine_options();
     assert_eq!(engine.max_ttl, Duration::from_secs(20));
     assert_eq!(engine.min_ttl, EngineOptions::default().min_ttl);

@@ -3,7 +3,7 @@
 //! fred notices a dead connection only through writes timing out, and a black-holed or
 //! SIGSTOPped master keeps its socket open, so every lock write to it would wait out the
 //! per-node timeout. After `threshold` consecutive failures the breaker opens: lock writes skip
-//! the master (it counts as down for the quorum) except one trial every `probe_interval`, whose
+//! the master (it counts as down for the quorum) except one trial every `trial_interval`, whose
 //! success closes the breaker again. Releases are never gated (see `Admission`).
 
 use std::time::Duration;
@@ -13,13 +13,13 @@ use tokio::time::Instant;
 /// Consecutive timeouts or connection errors that open the breaker.
 pub const DEFAULT_BREAKER_THRESHOLD: u32 = 3;
 /// While open, one trial request is let through this often.
-pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(250);
+pub const DEFAULT_BREAKER_TRIAL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Liveness of one master as its recent calls saw it.
 #[derive(Clone, Debug)]
 pub struct Breaker {
     threshold: u32,
-    probe_interval: Duration,
+    trial_interval: Duration,
     consecutive_failures: u32,
     /// `Some(last trial)` while open.
     open: Option<Instant>,
@@ -28,10 +28,10 @@ pub struct Breaker {
 // === impl Breaker ===
 
 impl Breaker {
-    pub fn new(threshold: u32, probe_interval: Duration) -> Self {
+    pub fn new(threshold: u32, trial_interval: Duration) -> Self {
         Self {
             threshold: threshold.max(1),
-            probe_interval,
+            trial_interval,
             consecutive_failures: 0,
             open: None,
         }
@@ -55,7 +55,7 @@ impl Breaker {
     pub fn admit(&mut self, now: Instant) -> bool {
         match self.open {
             None => true,
-            Some(last_trial) if now >= last_trial + self.probe_interval => {
+            Some(last_trial) if now >= last_trial + self.trial_interval => {
                 self.open = Some(now);
                 true
             }
@@ -70,7 +70,7 @@ impl Breaker {
 
 impl Default for Breaker {
     fn default() -> Self {
-        Self::new(DEFAULT_BREAKER_THRESHOLD, DEFAULT_PROBE_INTERVAL)
+        Self::new(DEFAULT_BREAKER_THRESHOLD, DEFAULT_BREAKER_TRIAL_INTERVAL)
     }
 }
 
