@@ -34,7 +34,7 @@ use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis_server::RedisServer;
 use redlease::config::{Overrides, Settings};
-use redlease::metrics::process;
+use redlease::internals::process;
 use redlease::server::Sidecar;
 use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
 use tokio::time::Instant;

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The README's test command: installs what the tests need, then format check, lints, tests.
+# The README's test command: installs what the tests need, then format check, lints (the
+# engine alone included), tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
+# The engine alone, as a library user with `default-features = false` builds it.
+cargo clippy --locked --lib --no-default-features -- -D warnings
 cargo test --locked "$@"

@@ -1,29 +1,37 @@
 //! redlease: a Redlock coordinator over N independent Redis masters, with fencing tokens.
 //!
+//! The library is the engine: [`Fleet`] (the masters and their connections), [`Redlock`]
+//! (acquire, extend, release with quorum, validity and fencing), [`Wakeups`] (release messages
+//! for blocking acquisitions), their options, outcomes and [`Error`]. The sidecar, the command
+//! line, the load tester and local fleets sit behind the Cargo features `sidecar`, `cli`,
+//! `loadtest` and `dev` (all on by default); `default-features = false` builds the engine alone.
+//!
 //! # Layout
 //!
-//! - [`keys`]: key and channel names, and validation of resource names and owners.
-//! - [`lease_id`]: the 128-bit random lease id and the value stored in the lock key.
-//! - [`rtt`]: a pure sliding-window RTT estimator (takes `now`).
-//! - [`fleet`]: the N masters, each with its lock connection ([`fleet::wire`]) and a fred
-//!   client for its preparation, a per-node timeout, RTT record and a circuit breaker
-//!   ([`fleet::health`]).
-//! - [`resp`]: RESP2 encoding of lock commands and parsing of their replies, on
-//!   `redis-protocol`'s decoder with our own size and depth limits.
-//! - [`scripts`]: what each master is sent: the acquisition's plain commands (`SET NX PX` and
-//!   `INCR`) and the Lua scripts of `lua/`, loaded with `include_str!` and called with EVALSHA.
-//! - [`redlock`]: the engine: acquire, extend and release fanned out to all masters, with the
-//!   pure quorum and validity arithmetic in [`redlock::quorum`].
-//! - [`fencing`]: fencing-token computation and the raise plan.
-//! - [`wakeup`]: blocking acquisition: per-resource FIFO queues woken by release messages
-//!   (channels subscribed only while someone waits).
-//! - [`ttl`]: the adaptive TTL and the renewal schedule (pure).
-//! - [`lease`]: the sidecar's lease table: auto-renewal, app liveness, shadow escalation.
-//! - [`api`], [`server`], [`shutdown`]: the HTTP API, the sidecar process, graceful shutdown.
-//! - [`config`]: settings from defaults, TOML, `REDLEASE__…` variables and flags.
-//! - [`metrics`]: every instrument, exported for Prometheus.
-//! - [`loadtest`]: `redlease load`, workloads and reports; [`dev`]: a local fleet.
-//! - [`cli`]: the `redlease` command line (the binary in `main.rs` only calls it).
+//! Layers from top to bottom; a module imports only from the layers below it.
+//!
+//! 1. `cli`: the `redlease` command line (the binary in `main.rs` only calls it). Feature `cli`.
+//! 2. `loadtest` (`redlease load`: workloads, reports, plots; feature `loadtest`) and `server`
+//!    (the sidecar process; feature `sidecar`).
+//! 3. `api`: the HTTP API and its problem+json errors. Feature `sidecar`.
+//! 4. `config`: settings from defaults, TOML, `REDLEASE__…` variables and flags, turned into
+//!    each component's options. Feature `sidecar`.
+//! 5. `lease`: the sidecar's lease table: auto-renewal, the adaptive TTL (`lease::ttl`), app
+//!    liveness, shadow escalation, releases until confirmed. Feature `sidecar`.
+//! 6. `redlock`: the engine: acquire, extend, shadow and release fanned out to all masters; the
+//!    pure quorum and validity arithmetic (`redlock::quorum`), fencing (`redlock::fencing`),
+//!    release retries and the one blocking acquire (`redlock::wait`).
+//! 7. `wakeup`: per-resource FIFO queues of blocking acquisitions, woken by release messages.
+//! 8. `fleet`: the N masters: each with its lock connection (`fleet::wire`), a fred client for
+//!    preparation, RTT (`fleet::rtt`), a breaker (`fleet::health`), restart quarantine and
+//!    membership; the quorum size.
+//! 9. `scripts`: what each master is sent: the acquisition's plain commands and the Lua of `lua/`.
+//! 10. Leaves: `resp` (RESP2 encoding and parsing), `metrics` (every instrument), `keys` (key
+//!     names, resource and owner validation), `lease_id`, `error`; and, beside the rest,
+//!     `shutdown` (the signals that stop the process; feature `cli`) and `dev` (local `redis-server` fleets, feature `dev`).
+//!
+//! Items inside modules are `pub` where another module uses them; the crate's API is what this
+//! file exports.
 //!
 //! # Example
 //!
@@ -48,30 +56,61 @@
 //! }
 //! ```
 //!
-//! Expected outcomes ("held by someone else", "no quorum") are values
-//! ([`redlock::AcquireOutcome`]); `Err` means bad input or broken infrastructure.
+//! Expected outcomes ("held by someone else", "no quorum") are values ([`AcquireOutcome`]);
+//! `Err` means bad input or broken infrastructure.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
-pub mod api;
-pub mod cli;
-pub mod config;
-pub mod dev;
 mod error;
-pub mod fleet;
-pub mod keys;
-pub mod lease;
-pub mod lease_id;
+mod fleet;
+mod keys;
+mod lease_id;
+mod metrics;
+mod redlock;
+mod resp;
+mod scripts;
+mod wakeup;
+
+#[cfg(feature = "sidecar")]
+mod api;
+#[cfg(feature = "cli")]
+pub mod cli;
+#[cfg(feature = "sidecar")]
+pub mod config;
+#[cfg(feature = "dev")]
+pub mod dev;
+#[cfg(feature = "sidecar")]
+mod lease;
+#[cfg(feature = "loadtest")]
 pub mod loadtest;
-pub mod metrics;
-pub mod redlock;
-pub mod resp;
-pub mod scripts;
+#[cfg(feature = "sidecar")]
 pub mod server;
-pub mod shutdown;
-pub mod wakeup;
+#[cfg(feature = "cli")]
+mod shutdown;
 
 pub use error::Error;
-pub use fleet::{Fleet, FleetOptions};
+pub use fleet::{CallError, Fleet, FleetOptions, ProbeGuard, DEFAULT_PROBE_PERIOD};
+pub use keys::Keyspace;
 pub use lease_id::LeaseId;
-pub use redlock::{AcquireOutcome, EngineOptions, ExtendOutcome, Lease, Redlock, ReleaseOutcome};
+pub use redlock::quorum::{DriftPolicy, NodeTimeoutPolicy};
+pub use redlock::{
+    AcquireOutcome, EngineOptions, ExtendOutcome, Extension, Lease, NodeVote, Redlock, Refusal,
+    ReleaseOutcome, Renewal, Shortfall,
+};
+pub use wakeup::Wakeups;
+
+/// Internal modules, reachable for the crate's own tests and benches (feature `internals`):
+/// not a stable API.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::fleet::{wire, Deadline, Node};
+    pub use crate::metrics::process;
+
+    pub mod resp {
+        pub use crate::resp::*;
+    }
+    pub mod scripts {
+        pub use crate::scripts::*;
+    }
+}

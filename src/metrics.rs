@@ -18,6 +18,7 @@ use opentelemetry::metrics::{
 };
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
+#[cfg(feature = "sidecar")]
 use prometheus::{Encoder, Registry, TextEncoder};
 
 /// Bucket bounds (seconds) for command and lock latencies: 50 µs … 30 s.
@@ -39,8 +40,12 @@ pub const LOST_REASONS: [&str; 3] = ["expired", "not_ours", "invalid"];
 /// The instruments, created once per process.
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
-/// Every instrument (see `docs/operations.md` for each series).
+/// Every instrument (see `docs/operations.md` for each series). The lease table's are recorded
+/// only by the sidecar.
+#[cfg_attr(not(feature = "sidecar"), allow(dead_code))]
 pub struct Metrics {
+    /// Where the Prometheus exporter puts what [`render`] prints.
+    #[cfg(feature = "sidecar")]
     registry: Registry,
     /// Kept alive so the instruments keep exporting.
     _provider: SdkMeterProvider,
@@ -54,8 +59,6 @@ pub struct Metrics {
     pub renewal_attempts: Counter<u64>,
     /// `lock_renewal_failures_total` (no labels).
     pub renewal_failures: Counter<u64>,
-    /// `lock_release_latency` (s).
-    pub release_latency: Histogram<f64>,
     /// `lock_hold_duration` (s): from grant to release or loss.
     pub hold_duration: Histogram<f64>,
     /// `redis_command_rtt` (s), label `node`.
@@ -129,22 +132,18 @@ impl Metrics {
     }
 
     fn new() -> Self {
-        let registry = Registry::new();
-        let exporter = opentelemetry_prometheus::exporter()
-            .with_registry(registry.clone())
-            .without_units()
-            .without_target_info()
-            .scope_info_enabled(false)
-            .build();
-        let provider = match exporter {
-            Ok(exporter) => SdkMeterProvider::builder().with_reader(exporter).build(),
-            Err(error) => {
-                tracing::error!(%error, "metrics exporter unavailable; metrics are dropped");
-                SdkMeterProvider::builder().build()
-            }
-        };
+        #[cfg(feature = "sidecar")]
+        let (registry, provider) = exported_provider();
+        // The engine alone exports nothing: the instruments record into no reader.
+        #[cfg(not(feature = "sidecar"))]
+        let provider = SdkMeterProvider::builder().build();
         let meter = provider.meter("redlease");
-        let metrics = Self::with_instruments(registry, &meter, provider.clone());
+        let metrics = Self::with_instruments(
+            #[cfg(feature = "sidecar")]
+            registry,
+            &meter,
+            provider.clone(),
+        );
         metrics.start_counters_at_zero();
         metrics
     }
@@ -169,7 +168,11 @@ impl Metrics {
         }
     }
 
-    fn with_instruments(registry: Registry, meter: &Meter, provider: SdkMeterProvider) -> Self {
+    fn with_instruments(
+        #[cfg(feature = "sidecar")] registry: Registry,
+        meter: &Meter,
+        provider: SdkMeterProvider,
+    ) -> Self {
         let latency = |name: &'static str, help: &'static str| {
             meter
                 .f64_histogram(name)
@@ -207,7 +210,6 @@ impl Metrics {
                 "lock_renewal_failures",
                 "Lease renewals that did not extend the lock",
             ),
-            release_latency,
             hold_duration: meter
                 .f64_histogram("lock_hold_duration")
                 .with_unit("s")
@@ -288,6 +290,7 @@ impl Metrics {
                 })
                 .build(),
             hot,
+            #[cfg(feature = "sidecar")]
             registry,
             _provider: provider,
         }
@@ -304,7 +307,28 @@ pub fn seconds(elapsed: Duration) -> f64 {
     elapsed.as_secs_f64()
 }
 
+/// A meter provider whose instruments the Prometheus exporter reads into the registry.
+#[cfg(feature = "sidecar")]
+fn exported_provider() -> (Registry, SdkMeterProvider) {
+    let registry = Registry::new();
+    let exporter = opentelemetry_prometheus::exporter()
+        .with_registry(registry.clone())
+        .without_units()
+        .without_target_info()
+        .scope_info_enabled(false)
+        .build();
+    let provider = match exporter {
+        Ok(exporter) => SdkMeterProvider::builder().with_reader(exporter).build(),
+        Err(error) => {
+            tracing::error!(%error, "metrics exporter unavailable; metrics are dropped");
+            SdkMeterProvider::builder().build()
+        }
+    };
+    (registry, provider)
+}
+
 /// Every metric in Prometheus text format.
+#[cfg(feature = "sidecar")]
 pub fn render() -> String {
     let families = METRICS.registry.gather();
     let mut out = Vec::new();

@@ -3,6 +3,7 @@
 //! The pure arithmetic (quorum, validity, per-node timeout) is in [`quorum`], the fencing plan
 //! in [`crate::fencing`]; this module only sends and collects.
 
+#[cfg(feature = "sidecar")]
 pub mod batch;
 mod calls;
 mod extend;
@@ -38,7 +39,6 @@ pub use extend::Extension;
 pub use outcome::{
     AcquireOutcome, ExtendOutcome, Lease, NodeVote, Refusal, ReleaseOutcome, Renewal, Shortfall,
 };
-pub use wait::retry_delay;
 
 /// Shortest TTL accepted.
 pub const DEFAULT_MIN_TTL: Duration = Duration::from_millis(10);

@@ -10,13 +10,13 @@
 //! release always reaches the master after the acquisition it undoes.
 //!
 //! **Failure.** A link fails on a write or read error, the master closing it, a reply nobody
-//! waits for, or no reply at all for [`STALL_LIMIT`] while calls wait (a black-holed master
+//! waits for, or no reply at all for `STALL_LIMIT` while calls wait (a black-holed master
 //! keeps its socket open for the kernel's ~15 minutes otherwise); idle links are probed by TCP
 //! keepalive. A failed link fails every call in flight with [`WireError::Connection`], is
 //! closed with a reset (unsent bytes are discarded, never written later) and replaced in the
 //! background, with a backoff (10 ms doubling to 1 s) that starts again only after a link has
 //! lived [`HEALTHY_LINK`], so a server that accepts and then drops connections is not hammered.
-//! At most [`MAX_WAITING`] calls wait on a link; past that a call fails at once
+//! At most `MAX_WAITING` calls wait on a link; past that a call fails at once
 //! ([`WireError::Overloaded`]). Each new link is reported to `on_connect` before it takes
 //! commands, as a new connection may lead to a restarted master.
 
@@ -32,6 +32,7 @@ use tokio::sync::watch;
 
 use self::handshake::{open, Fence, HANDSHAKE_REFUSED};
 use self::link::Link;
+#[cfg(any(test, feature = "internals"))]
 pub use self::link::{MAX_WAITING, STALL_LIMIT};
 use crate::resp::Commands;
 

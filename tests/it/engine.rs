@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use redlease::redlock::{EngineOptions, Extension, NodeVote, Shortfall};
 use redlease::{AcquireOutcome, ExtendOutcome, LeaseId};
+use redlease::{EngineOptions, Extension, NodeVote, Shortfall};
 use tokio::time::Instant;
 
 use crate::assert_eventually;
@@ -200,7 +200,7 @@ async fn validity_is_never_positive_after_it_elapsed() {
 async fn a_grant_slower_than_its_ttl_is_refused() {
     let fleet = TestFleet::start(3);
     let options = EngineOptions {
-        node_timeout: redlease::redlock::quorum::NodeTimeoutPolicy {
+        node_timeout: redlease::NodeTimeoutPolicy {
             fixed: Some(Duration::from_secs(2)),
             ..Default::default()
         },

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use redlease::redlock::quorum::NodeTimeoutPolicy;
-use redlease::redlock::{EngineOptions, Shortfall};
 use redlease::AcquireOutcome;
+use redlease::NodeTimeoutPolicy;
+use redlease::{EngineOptions, Shortfall};
 use tokio::time::Instant;
 
 use crate::assert_eventually;
@@ -227,7 +227,7 @@ async fn a_master_that_lost_its_memory_while_connected_does_not_vote() {
     let refusal = contender.refusal().expect("a second majority was granted");
     assert_eq!(
         refusal.votes[0],
-        redlease::redlock::NodeVote::Failed(redlease::fleet::CallError::LostMemory)
+        redlease::NodeVote::Failed(redlease::CallError::LostMemory)
     );
     assert_eq!(fleet.lock_keys_on(&[0, 3, 4]), Vec::<String>::new());
     let node = &engine.fleet().nodes()[0];

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use redlease::redlock::EngineOptions;
+use redlease::EngineOptions;
 use redlease::{AcquireOutcome, FleetOptions, Lease};
 use tokio::time::Instant;
 

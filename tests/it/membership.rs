@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use redlease::fleet::FleetOptions;
-use redlease::redlock::{EngineOptions, NodeVote};
+use redlease::FleetOptions;
+use redlease::{EngineOptions, NodeVote};
 use redlease::{Error, Fleet, Redlock};
 use tokio::time::Instant;
 

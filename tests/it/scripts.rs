@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
-use redlease::fleet::{CallError, Deadline, Node};
-use redlease::scripts::{AcquireCommands, AcquireReply, SCRIPTS};
+use redlease::internals::scripts::{AcquireCommands, AcquireReply, SCRIPTS};
+use redlease::internals::{Deadline, Node};
+use redlease::CallError;
 use redlease::{Fleet, LeaseId};
 
 use crate::assert_eventually;

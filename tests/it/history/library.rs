@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlease::fleet::ProbeGuard;
-use redlease::redlock::{EngineOptions, ExtendOutcome, Lease};
+use redlease::ProbeGuard;
 use redlease::{AcquireOutcome, Fleet, FleetOptions, Redlock};
+use redlease::{EngineOptions, ExtendOutcome, Lease};
 use tokio::time::Instant;
 
 use super::pace::{extension_cap, write_for, Rng, Stop, MAX_ROUNDS, MAX_STEPS};

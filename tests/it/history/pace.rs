@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redlease::redlock::quorum::DriftPolicy;
+use redlease::DriftPolicy;
 use tokio::time::Instant;
 
 use super::record::{History, WindowId, Wrote};

@@ -4,8 +4,8 @@
 use std::ops::Deref;
 use std::time::Duration;
 
-use redlease::fleet::ProbeGuard;
-use redlease::redlock::EngineOptions;
+use redlease::EngineOptions;
+use redlease::ProbeGuard;
 use redlease::{Fleet, FleetOptions, Redlock};
 
 use super::resp;
