@@ -31,7 +31,7 @@
 //!     `shutdown` (the signals that stop the process; feature `cli`) and `dev` (local `redis-server` fleets, feature `dev`).
 //!
 //! Items inside modules are `pub` where another module uses them; the crate's API is what this
-//! file exports.
+//! file exports. A unit test (`layers.rs`) holds every module to this order.
 //!
 //! # Example
 //!
@@ -70,6 +70,9 @@ mod redlock;
 mod resp;
 mod scripts;
 mod wakeup;
+
+#[cfg(test)]
+mod layers;
 
 #[cfg(feature = "sidecar")]
 mod api;
