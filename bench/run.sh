@@ -27,37 +27,50 @@ MASTERS=5 scripts/fleet.sh bash -c '
   for target in "--masters $REDLEASE__MASTERS" "--sidecar http://127.0.0.1:$port"; do
     $bin load $target --workload sequential --ops 5000 --json
     $bin load $target --workload parallel --clients 16 --duration $DURATION --json
-    $bin load $target --workload contention --clients 16 --resources 4 --hold-ms 1 --duration $DURATION --json
+    $bin load $target --workload contention --clients 16 --resources 4 --hold-ms 1 \
+      --duration $DURATION --json
   done
-  $bin load --sidecar http://127.0.0.1:$port --workload renewal --leases 10000 --ttl-ms 10000 --duration 20s --json > "$RENEWAL_OUT"
+  $bin load --sidecar http://127.0.0.1:$port --workload renewal --leases 10000 --ttl-ms 10000 \
+    --duration 20s --json > "$RENEWAL_OUT"
 ' > "$out/load.jsonl"
 target/release/redlease load --local-fleet 5 --workload fault --clients 16 --duration 9s --json > "$out/fault.json"
-cargo bench --bench sequential 2>/dev/null | grep -E "^(engine|sidecar|raw|p50 ratio|parallel|throughput ratio)" > "$out/baseline.txt"
+cargo bench --bench sequential 2>/dev/null \
+  | grep -E "^(engine|sidecar|raw|p50 ratio|parallel|throughput ratio)" > "$out/baseline.txt"
 
 python3 - "$out/load.jsonl" "$out/baseline.txt" "$out/renewal.json" "$out/fault.json" <<'PY' | tee bench/results.md
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 rows += [json.loads(line) for line in open(sys.argv[4]) if line.startswith("{")]
-print("| workload | target | clients | ops/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors | retries |")
+print("| workload | target | clients | ops/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs "
+      "| errors | retries |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
-    print(f"| {r['workload']} | {r['target']} | {r['clients']} | {r['ops_per_s']:.0f} | {r['p50_us']} | {r['p90_us']} | {r['p99_us']} | {r['p999_us']} | {r['max_us']} | {r['errors']} | {r['contention_retries']} |")
+    print(f"| {r['workload']} | {r['target']} | {r['clients']} | {r['ops_per_s']:.0f} "
+          f"| {r['p50_us']} | {r['p90_us']} | {r['p99_us']} | {r['p999_us']} | {r['max_us']} "
+          f"| {r['errors']} | {r['contention_retries']} |")
 print()
 for r in rows:
     if "fault" in r:
         f = r["fault"]
-        print(f"Fault run: {f['before_ops_per_s']:.0f} ops/s before; master 0 killed at {f['killed_at_s']:.1f} s: "
-              f"{f['after_kill']['ops_per_s']:.0f} ops/s, lowest 100 ms window {f['after_kill']['min_ops_per_s']:.0f}/s, "
-              f"{f['after_kill']['errors']} errors, {f['after_kill']['degraded_s']:.1f} s below 90%; restarted at {f['restarted_at_s']:.1f} s: "
-              f"{f['after_restart']['ops_per_s']:.0f} ops/s, lowest window {f['after_restart']['min_ops_per_s']:.0f}/s, "
+        print(f"Fault run: {f['before_ops_per_s']:.0f} ops/s before; "
+              f"master 0 killed at {f['killed_at_s']:.1f} s: "
+              f"{f['after_kill']['ops_per_s']:.0f} ops/s, "
+              f"lowest 100 ms window {f['after_kill']['min_ops_per_s']:.0f}/s, "
+              f"{f['after_kill']['errors']} errors, {f['after_kill']['degraded_s']:.1f} s below 90%; "
+              f"restarted at {f['restarted_at_s']:.1f} s: "
+              f"{f['after_restart']['ops_per_s']:.0f} ops/s, "
+              f"lowest window {f['after_restart']['min_ops_per_s']:.0f}/s, "
               f"{f['after_restart']['errors']} errors, {f['after_restart']['degraded_s']:.1f} s below 90%.")
         print()
 renewal = [json.loads(line) for line in open(sys.argv[3]) if line.startswith("{")]
-print("| renewal | leases | ttl ms | renewals/s | p50 µs | p99 µs | failures | lost | held at end | sidecar CPU % of a core | RSS first → max MiB |")
+print("| renewal | leases | ttl ms | renewals/s | p50 µs | p99 µs | failures | lost | held at end "
+      "| sidecar CPU % of a core | RSS first → max MiB |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in renewal:
     mib = lambda b: b / 1048576
-    print(f"| sidecar | {r['leases']} | {r['ttl_ms']} | {r['ops_per_s']:.0f} | {r['p50_us']} | {r['p99_us']} | {r['renewal_failures']} | {r['leases_lost']} | {r['held_at_end']} | {r['cpu_percent']:.1f} | {mib(r['rss_first_bytes']):.1f} → {mib(r['rss_max_bytes']):.1f} |")
+    print(f"| sidecar | {r['leases']} | {r['ttl_ms']} | {r['ops_per_s']:.0f} | {r['p50_us']} "
+          f"| {r['p99_us']} | {r['renewal_failures']} | {r['leases_lost']} | {r['held_at_end']} "
+          f"| {r['cpu_percent']:.1f} | {mib(r['rss_first_bytes']):.1f} → {mib(r['rss_max_bytes']):.1f} |")
 print()
 print("Sequential acquire+release and 16-client throughput, same machine (`cargo bench --bench sequential`):")
 print()

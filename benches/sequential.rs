@@ -391,7 +391,8 @@ fn report(name: &str, measured: Measured) -> f64 {
         samples[index].as_secs_f64() * 1e6
     };
     println!(
-        "{name:<26} n={:<6} p50={:>7.1}us p90={:>7.1}us p99={:>7.1}us p99.9={:>7.1}us max={:>8.1}us cpu/cycle={:>5.1}us",
+        "{name:<26} n={:<6} p50={:>7.1}us p90={:>7.1}us p99={:>7.1}us p99.9={:>7.1}us \
+         max={:>8.1}us cpu/cycle={:>5.1}us",
         samples.len(),
         at(0.5),
         at(0.9),

@@ -13,7 +13,10 @@ fi
 echo "installing ${missing[*]} with apt-get" >&2
 as_root=()
 if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null 2>&1 || { echo "${missing[*]} missing and neither root nor sudo is available" >&2; exit 1; }
+  command -v sudo >/dev/null 2>&1 || {
+    echo "${missing[*]} missing and neither root nor sudo is available" >&2
+    exit 1
+  }
   as_root=(sudo)
 fi
 export DEBIAN_FRONTEND=noninteractive

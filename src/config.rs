@@ -1,4 +1,6 @@
-//! Settings of the sidecar: DEFAULT_* constants, layering (defaults → TOML file → REDLEASE__ env → CLI flags) and validation that reports every invalid key at once.
+//! Settings of the sidecar: DEFAULT_* constants, layering (defaults → TOML file →
+//! REDLEASE__ env → CLI flags), validation that reports every invalid key at once, and the
+//! one place settings become each component's options.
 //!
 //! Durations are integer milliseconds under `_ms` keys. The raw layers are read into a private
 //! struct of primitives that refuses unknown keys (a misspelled key is an error, not a silently

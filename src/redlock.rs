@@ -11,6 +11,7 @@ mod fanout;
 pub mod fencing;
 pub mod outcome;
 pub mod quorum;
+mod release;
 mod retry;
 mod shadow;
 mod wait;
@@ -22,10 +23,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use self::calls::{
-    acquire_commands, acquire_on, eval_on, release_call, release_on, AcquireEvent, ChainedRelease,
-    Decision,
-};
+use self::calls::{acquire_commands, acquire_on, eval_on, AcquireEvent, ChainedRelease, Decision};
 use self::fanout::{fan_out, Fanout};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
 use self::retry::ReleaseRetries;
@@ -93,7 +91,12 @@ pub struct Redlock {
 impl Redlock {
     pub fn new(fleet: Arc<Fleet>, options: EngineOptions) -> Self {
         if options.max_ttl > fleet.options().quarantine {
-            tracing::warn!(max_ttl_ms = options.max_ttl.as_millis() as u64, quarantine_ms = fleet.options().quarantine.as_millis() as u64, "max TTL exceeds the restart quarantine: a restarted master may vote while a lease it forgot still stands");
+            tracing::warn!(
+                max_ttl_ms = options.max_ttl.as_millis() as u64,
+                quarantine_ms = fleet.options().quarantine.as_millis() as u64,
+                "max TTL exceeds the restart quarantine: a restarted master may vote while a \
+                 lease it forgot still stands"
+            );
         }
         let tasks = TaskTracker::new();
         let retries = ReleaseRetries::new(fleet.options().quarantine);
@@ -218,53 +221,6 @@ impl Redlock {
             }
         };
         METRICS.record_acquisition(outcome.label(), start.elapsed());
-        Ok(outcome)
-    }
-
-    /// Deletes lease `id` on `resource` everywhere it stands. The release goes to every
-    /// master, down or not, and returns once a quorum answered (no majority can hold the lease
-    /// any more: [`ReleaseOutcome::confirmed`]), or once every master that is up answered or
-    /// timed out. The slower masters' releases are already enqueued on their connections, ahead
-    /// of any later write there, and finish in the background ([`Redlock::settle`] waits for
-    /// them); a master the release could not reach (down, reconnecting, timed out) is sent it
-    /// again until it answers or every key the lease could have left there has expired.
-    #[tracing::instrument(skip(self), fields(lease = %id))]
-    pub async fn release(&self, resource: &str, id: LeaseId) -> Result<ReleaseOutcome, Error> {
-        validate_resource(resource)?;
-        let keyspace = self.fleet.keyspace();
-        let now = Instant::now();
-        let timeout = self.node_timeout(self.options.max_ttl, now);
-        let (lock, channel) = (keyspace.lock(resource), keyspace.released_channel(resource));
-        let call = release_call(&lock, &channel, id);
-        let awaited: Vec<bool> = self.fleet.nodes().iter().map(|n| n.is_up()).collect();
-        let until = now + timeout;
-        let retries = &self.retries;
-        let mut replies = fan_out(
-            &self.tasks,
-            self.fleet.nodes(),
-            until,
-            |node, deadline, reply| {
-                release_on(node, call.clone(), deadline, retries.clone(), reply)
-            },
-        );
-        let quorum = self.fleet.quorum();
-        let mut outcome = ReleaseOutcome {
-            deleted_on: 0,
-            answered: 0,
-            quorum,
-        };
-        let mut waiting = awaited.iter().filter(|up| **up).count();
-        while waiting > 0 && !outcome.confirmed() {
-            let Some((index, result)) = replies.recv().await else {
-                break;
-            };
-            waiting -= usize::from(awaited[index]);
-            if let Ok(deleted) = result {
-                outcome.answered += 1;
-                outcome.deleted_on += usize::from(deleted > 0);
-            }
-        }
-        METRICS.record_release(now.elapsed());
         Ok(outcome)
     }
 

@@ -35,7 +35,8 @@ impl RawHttp {
     pub async fn send(&mut self, method: &str, path: &str, json: Option<&str>) -> Answer {
         let body = json.unwrap_or("");
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{body}",
             self.host,
             body.len()
         );

@@ -114,6 +114,7 @@ fn announce(settings: &Settings, listener: &TcpListener) {
         settings.masters.len()
     );
     println!(
-        "try: curl -s -X POST http://{addr}/v1/locks/demo/acquire -H 'content-type: application/json' -d '{{\"owner\":\"me\"}}'"
+        "try: curl -s -X POST http://{addr}/v1/locks/demo/acquire \
+         -H 'content-type: application/json' -d '{{\"owner\":\"me\"}}'"
     );
 }

@@ -170,7 +170,10 @@ struct Prometheus {
 
 async fn start_prometheus(binary: &Path, dir: &Path, target: &str) -> Prometheus {
     let target = target.trim_start_matches("http://");
-    let config = format!("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: redlease\n    static_configs:\n      - targets: ['{target}']\n");
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+         - job_name: redlease\n    static_configs:\n      - targets: ['{target}']\n"
+    );
     std::fs::write(dir.join("prometheus.yml"), config).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
