@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the standard load workloads against 5 local masters, through the library engine and
 # through a sidecar over HTTP (plus 10,000 renewed leases on the sidecar, and the fault
-# workload on its own local fleet), and writes markdown tables to bench/results.md (and stdout).
+# workload on its own local fleet), and writes markdown tables to target/bench-results.md (and stdout).
 # The raw-quorum baseline comes from `cargo bench --bench sequential` in the same run.
 #   bench/run.sh            # default durations
 #   DURATION=5s bench/run.sh
@@ -37,7 +37,7 @@ target/release/redlease load --local-fleet 5 --workload fault --clients 16 --dur
 cargo bench --bench sequential 2>/dev/null \
   | grep -E "^(engine|sidecar|raw|p50 ratio|parallel|throughput ratio)" > "$out/baseline.txt"
 
-python3 - "$out/load.jsonl" "$out/baseline.txt" "$out/renewal.json" "$out/fault.json" <<'PY' | tee bench/results.md
+python3 - "$out/load.jsonl" "$out/baseline.txt" "$out/renewal.json" "$out/fault.json" <<'PY' | tee target/bench-results.md
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 rows += [json.loads(line) for line in open(sys.argv[4]) if line.startswith("{")]

@@ -90,7 +90,7 @@ pub struct Metrics {
     /// `lock_acquisition_latency` and `lock_acquisition_attempts_total` bound to each of
     /// [`OUTCOMES`], and `lock_release_latency`: recorded on every acquisition and release,
     /// so bound once (OpenTelemetry's bound instruments skip the per-record label lookup,
-    /// which hashed the labels on every record: about 6% of the engine's instructions).
+    /// which hashes the labels on every record).
     hot: HotPath,
     /// `process_cpu_seconds_total` (s): user + system CPU time of this process, read at scrape.
     _process_cpu: ObservableCounter<f64>,

@@ -10,15 +10,11 @@
 //! every lock reply fits in, so those are scanned once. A reply that does not fit, or is not
 //! all there yet, is first walked header by header here (no copies, no allocation), so a
 //! length beyond the limits fails at once instead of waiting for the bytes it announces.
-//! Measured on a mix of `:1`, `+OK`, `$-1`, `:N` and `*3` replies, a reply costs about 110 ns
-//! here against 70 in the hand-written parser this replaced (the decoder's own cost; the
-//! checks add a few ns).
 //!
 //! Encoding stays here, by hand: a command is a header and its parts copied after their
 //! lengths, with no allocation. The crate's encoder takes a frame, so each command would
 //! first build an array of borrowed frames (an allocation), then zero-fill its room in the
-//! buffer and write it: over five times as slow for the lock commands (about 400 ns a
-//! command against 70, measured on an acquisition's SET and INCR and a release's EVALSHA).
+//! buffer and write it (`bench/README.md`, The codec, has both measured).
 
 use fred::bytes::Bytes;
 use fred::types::Value;

@@ -69,7 +69,7 @@ impl ScriptCall {
 /// An acquisition's write to one master: two plain commands sent back to back on its
 /// connection, `SET <lock> <value> NX PX <ttl>` then `INCR <fence>`. The INCR runs whether
 /// the SET wrote or not: counters only ever grow, which is all fencing needs, and the pair
-/// costs the master far less than a script doing the same (see bench/). Built once per
+/// costs the master less than a script doing the same (`bench/README.md`, The protocol). Built once per
 /// attempt, already in RESP, and shared by every master's call.
 #[derive(Clone, Debug)]
 pub struct AcquireCommands {

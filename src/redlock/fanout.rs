@@ -1,7 +1,7 @@
 //! Running one call per master at once and collecting their answers as they come.
 //!
 //! The per-master futures are driven inside the caller's own task (no spawn, no cross-task
-//! wake-up per answer: on a 2-core machine those hops cost more than the Redis round trip),
+//! wake-up per answer: such a hop can cost more than the Redis round trip on loopback),
 //! in a `FuturesUnordered`, so an answer polls only the call it woke (a joined future polls
 //! every unfinished call on each wake-up).
 //! A caller that returns at quorum (or is cancelled) drops its [`Fanout`], which hands the
