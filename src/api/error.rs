@@ -61,15 +61,23 @@ impl From<crate::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({
-            "type": format!("https://redlease.dev/problems/{}", self.reason),
-            "title": self.status.canonical_reason().unwrap_or("error"),
-            "status": self.status.as_u16(),
-            "reason": self.reason,
-            "detail": self.detail,
-        });
-        problem(self.status, body)
+        problem(
+            self.status,
+            problem_body(self.status, self.reason, &self.detail),
+        )
     }
+}
+
+/// The fields of every problem+json body. `type` is a relative reference naming the reason
+/// (RFC 9457 allows one); `title` is the status's phrase.
+pub fn problem_body(status: StatusCode, reason: &str, detail: &str) -> serde_json::Value {
+    json!({
+        "type": format!("/problems/{reason}"),
+        "title": status.canonical_reason().unwrap_or("error"),
+        "status": status.as_u16(),
+        "reason": reason,
+        "detail": detail,
+    })
 }
 
 /// A problem+json response with `body`.

@@ -17,7 +17,7 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
-use super::error::{problem, ApiError};
+use super::error::{problem, problem_body, ApiError};
 use super::AppState;
 use crate::keys::validate_resource;
 use crate::lease::{AcquireRequest, Acquired, LeaseEvent, LeaseState, RenewError, Watch};
@@ -279,11 +279,7 @@ fn problem_with(
     detail: &str,
     extra: serde_json::Value,
 ) -> Response {
-    let title = status.canonical_reason().unwrap_or("error");
-    let mut body = json!({
-        "type": format!("https://redlease.dev/problems/{reason}"),
-        "title": title, "status": status.as_u16(), "reason": reason, "detail": detail,
-    });
+    let mut body = problem_body(status, reason, detail);
     if let (Some(body), serde_json::Value::Object(extra)) = (body.as_object_mut(), extra) {
         body.extend(extra);
     }
