@@ -22,7 +22,8 @@
 //! - [`api`], [`server`], [`shutdown`]: the HTTP API, the sidecar process, graceful shutdown.
 //! - [`config`]: settings from defaults, TOML, `REDLEASE__…` variables and flags.
 //! - [`metrics`]: every instrument, exported for Prometheus.
-//! - [`loadtest`]: `redlease load`, workloads and reports; [`dev`]: a local fleet.
+//! - [`loadtest`]: `redlease load`, workloads and reports; [`dev`]: local `redis-server`
+//!   processes ([`dev::RedisServer`], which the tests and benches use too) and a local fleet.
 //! - [`cli`]: the `redlease` command line (the binary in `main.rs` only calls it).
 //!
 //! # Example
