@@ -1,15 +1,13 @@
-//! `redlease dev`: a throwaway local fleet of `redis-server` processes on free loopback
-//! ports, each in its own temp dir, killed (and the dirs removed) when dropped.
+//! Local `redis-server` processes: [`RedisServer`] (one process, in `dev/redis_server.rs`),
+//! and [`LocalFleet`], the throwaway fleet `redlease dev` and `redlease load --local-fleet`
+//! run on.
 
-use std::net::TcpListener;
+mod redis_server;
+
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
+use std::process::ExitStatus;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
-use tokio::time::Instant;
+pub use redis_server::{RedisServer, START_TIMEOUT};
 
 /// The `redis-server` binary local fleets run: `$REDIS_SERVER_BIN`, or `redis-server` on the
 /// PATH.
@@ -17,10 +15,7 @@ pub fn redis_server_binary() -> String {
     std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into())
 }
 
-/// How long a master may take to answer PING after starting.
-const START_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Why the local fleet could not start.
+/// Why a local `redis-server` could not be started, stopped or restarted.
 #[derive(Debug, thiserror::Error)]
 pub enum DevError {
     #[error("cannot start {binary} ({source}); install it with scripts/install-deps.sh or set REDIS_SERVER_BIN")]
@@ -28,150 +23,120 @@ pub enum DevError {
         binary: String,
         source: std::io::Error,
     },
-    #[error("master on port {port} did not answer within {START_TIMEOUT:?}; its log is in {log}")]
-    NotReady { port: u16, log: String },
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
+    #[error("redis-server for 127.0.0.1:{port} exited ({status}) before answering PING; log ends:\n{log}")]
+    Exited {
+        port: u16,
+        status: ExitStatus,
+        log: String,
+    },
+    #[error("redis-server (pid {pid}) on 127.0.0.1:{port} gave no PONG within {START_TIMEOUT:?}; log ends:\n{log}")]
+    NotReady { port: u16, pid: u32, log: String },
+    #[error("cannot wait for redis-server (pid {pid}): {source}")]
+    Wait { pid: u32, source: std::io::Error },
+    #[error("cannot create the temp dir {} for redis-server: {source}", .path.display())]
+    TempDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the redis-server log {}: {source}", .path.display())]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot find a free loopback port for redis-server: {0}")]
+    FreePort(std::io::Error),
+    #[error("no master {index} in a fleet of {count}")]
+    NoMaster { index: usize, count: usize },
+    #[error("master {index} is gone: a kill or restart of it was cancelled before it finished")]
+    Lost { index: usize },
+    #[error("the task driving redis-server failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
 }
 
-/// One local master.
-struct LocalMaster {
-    port: u16,
-    dir: PathBuf,
-    /// The binary it was started from (for `restart`).
-    binary: String,
-    /// Killed when the fleet stops (and, failing that, when dropped: `kill_on_drop`).
-    child: Child,
-}
-
-/// The local masters.
+/// A throwaway fleet of local masters, killed (and their temp dirs removed) on `stop` or drop.
+///
+/// Starting, killing and restarting block on a process for a few milliseconds (at most
+/// [`START_TIMEOUT`] per server): they run on tokio's blocking threads, so the load a fault run
+/// measures keeps its workers.
 pub struct LocalFleet {
-    masters: Vec<LocalMaster>,
+    /// A slot is empty while a blocking task owns its server, and stays empty if the caller
+    /// was cancelled meanwhile (the task then drops, so kills, the server).
+    masters: Vec<Option<RedisServer>>,
+    /// The masters' URLs, fixed at start (`restart` keeps the port).
+    urls: Vec<String>,
 }
 
 impl LocalFleet {
     /// Starts `n` masters; `binary` is `redis-server` or `$REDIS_SERVER_BIN`.
     pub async fn start(n: usize, binary: &str) -> Result<Self, DevError> {
-        let mut masters = Vec::with_capacity(n);
-        for index in 0..n {
-            masters.push(start_master(index, binary).await?);
-        }
-        Ok(Self { masters })
+        let binary = binary.to_string();
+        let start = move || {
+            (0..n)
+                .map(|_| RedisServer::start(&binary))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let masters = blocking(start).await??;
+        Ok(Self {
+            urls: masters.iter().map(RedisServer::url).collect(),
+            masters: masters.into_iter().map(Some).collect(),
+        })
     }
 
     /// Kills every master and waits for it to exit.
-    pub async fn stop(mut self) {
-        for master in &mut self.masters {
-            let _ = master.child.kill().await;
-        }
+    pub async fn stop(self) {
+        // Dropping a server kills and reaps it; a failed task has dropped them already.
+        let _ = blocking(move || drop(self)).await;
     }
 
     /// Kills master `index` (SIGKILL, as a crash) and waits for it to exit.
     pub async fn kill(&mut self, index: usize) -> Result<(), DevError> {
-        let master = self.master(index)?;
-        master.child.kill().await?;
-        Ok(())
+        self.on_master(index, RedisServer::stop).await
     }
 
     /// Starts master `index` again on its port, with an empty dataset (`--save ""`): a
     /// restarted master that forgot every key.
     pub async fn restart(&mut self, index: usize) -> Result<(), DevError> {
-        let master = self.master(index)?;
-        let _ = master.child.kill().await;
-        master.child = spawn_server(&master.binary, master.port, &master.dir)?;
-        wait_for_ping(master, START_TIMEOUT).await
+        self.on_master(index, RedisServer::restart).await
     }
 
     pub fn len(&self) -> usize {
-        self.masters.len()
+        self.urls.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.masters.is_empty()
-    }
-
-    fn master(&mut self, index: usize) -> Result<&mut LocalMaster, DevError> {
-        let count = self.masters.len();
-        self.masters.get_mut(index).ok_or_else(|| {
-            DevError::Io(std::io::Error::other(format!(
-                "no master {index} in a fleet of {count}"
-            )))
-        })
+        self.urls.is_empty()
     }
 
     pub fn urls(&self) -> Vec<String> {
-        let url = |m: &LocalMaster| format!("redis://127.0.0.1:{}", m.port);
-        self.masters.iter().map(url).collect()
+        self.urls.clone()
     }
-}
 
-impl Drop for LocalFleet {
-    fn drop(&mut self) {
-        for master in &self.masters {
-            let _ = std::fs::remove_dir_all(&master.dir);
-        }
-    }
-}
-
-async fn start_master(index: usize, binary: &str) -> Result<LocalMaster, DevError> {
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let dir = std::env::temp_dir().join(format!("redlease-dev-{}-{index}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let child = spawn_server(binary, port, &dir)?;
-    let master = LocalMaster {
-        port,
-        dir,
-        binary: binary.to_string(),
-        child,
-    };
-    wait_for_ping(&master, START_TIMEOUT).await?;
-    Ok(master)
-}
-
-fn spawn_server(binary: &str, port: u16, dir: &std::path::Path) -> Result<Child, DevError> {
-    let log = dir.join("redis.log");
-    Command::new(binary)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-        .arg("--dir")
-        .arg(dir)
-        .arg("--logfile")
-        .arg(&log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| DevError::Spawn {
-            binary: binary.to_string(),
-            source,
+    /// Runs `op` on master `index` on a blocking thread.
+    async fn on_master(
+        &mut self,
+        index: usize,
+        op: fn(&mut RedisServer) -> Result<(), DevError>,
+    ) -> Result<(), DevError> {
+        let count = self.masters.len();
+        let slot = self
+            .masters
+            .get_mut(index)
+            .ok_or(DevError::NoMaster { index, count })?;
+        let mut server = slot.take().ok_or(DevError::Lost { index })?;
+        let (server, result) = blocking(move || {
+            let result = op(&mut server);
+            (server, result)
         })
-}
-
-async fn wait_for_ping(master: &LocalMaster, timeout: Duration) -> Result<(), DevError> {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if answers_ping(master.port).await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        .await?;
+        *slot = Some(server);
+        result
     }
-    let log = master.dir.join("redis.log").display().to_string();
-    Err(DevError::NotReady {
-        port: master.port,
-        log,
-    })
 }
 
-async fn answers_ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)).await else {
-        return false;
-    };
-    let mut pong = [0; 7];
-    let exchange = async {
-        stream.write_all(b"PING\r\n").await?;
-        stream.read_exact(&mut pong).await
-    };
-    let answered = tokio::time::timeout(Duration::from_millis(200), exchange).await;
-    matches!(answered, Ok(Ok(_))) && &pong == b"+PONG\r\n"
+async fn blocking<T, F>(f: F) -> Result<T, DevError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    Ok(tokio::task::spawn_blocking(f).await?)
 }

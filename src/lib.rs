@@ -28,8 +28,9 @@
 //! 9. `scripts`: what each master is sent: the acquisition's plain commands and the Lua of `lua/`.
 //! 10. Leaves: `resp` (RESP2 encoding and parsing), `metrics` (every instrument), `keys` (key
 //!     names, resource and owner validation), `lease_id`, `error`; and, beside the rest,
-//!     `shutdown` (the signals that stop the process; feature `cli`) and `dev` (local
-//!     `redis-server` fleets, feature `dev`).
+//!     `shutdown` (the signals that stop the process; feature `cli`) and `dev` (the one
+//!     `redis-server` launcher and local fleets, for `redlease dev`, the tests and the benches;
+//!     feature `dev`).
 //!
 //! Items inside modules are `pub` where another module uses them; the crate's API is what this
 //! file exports. A unit test (`layers.rs`) holds every module to this order.

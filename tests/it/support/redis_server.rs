@@ -1,55 +1,41 @@
-//! A real `redis-server` on a kernel-chosen loopback port, in a temp dir, killed on drop (and
-//! when the thread that started it exits, so a killed run leaves no server behind).
+//! The tests' and benches' `redis-server`: `redlease::dev::RedisServer` (which starts it on a
+//! kernel-chosen loopback port, in a temp dir, killed on drop), here also killed when the
+//! thread that started it exits, so a killed run leaves no server behind.
 //!
 //! `$REDIS_SERVER_BIN` overrides the binary. The server can be paused (SIGSTOP), resumed,
-//! stopped and restarted on the same port (with empty memory: `--save ""`, no AOF).
+//! stopped and restarted on the same port (with empty memory: `--save ""`, no AOF). Failures
+//! panic with the server's log.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-use tokio::time::Instant;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tempfile::TempDir;
+use redlease::dev;
 
 pub struct RedisServer {
-    child: Option<Child>,
-    port: u16,
-    dir: TempDir,
+    server: dev::RedisServer,
     paused: bool,
 }
 
 impl RedisServer {
     /// Starts a server, retrying on a fresh port if another process took the chosen one.
     pub fn start() -> Self {
-        let mut last_error = String::new();
-        for _ in 0..5 {
-            let dir = tempfile::tempdir().unwrap();
-            let port = free_port();
-            match spawn(port, &dir) {
-                Ok(child) => {
-                    return Self {
-                        child: Some(child),
-                        port,
-                        dir,
-                        paused: false,
-                    }
-                }
-                Err(error) => last_error = error,
-            }
+        match dev::RedisServer::start_with(&dev::redis_server_binary(), die_with_parent) {
+            Ok(server) => Self {
+                server,
+                paused: false,
+            },
+            Err(error) => panic!("redis-server would not start: {error}"),
         }
-        panic!("redis-server would not start: {last_error}");
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.server.port()
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.server.url()
     }
 
     /// Freezes the process (SIGSTOP): its socket stays open, nothing is answered.
@@ -69,33 +55,25 @@ impl RedisServer {
         if self.paused {
             self.resume();
         }
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let _ = self.server.stop();
     }
 
     /// Stops the server and starts a fresh one (empty memory, new run_id) on the same port.
     pub fn restart(&mut self) {
         self.stop();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match spawn(self.port, &self.dir) {
-                Ok(child) => break self.child = Some(child),
-                Err(error) if Instant::now() > deadline => panic!("restart failed: {error}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
+        if let Err(error) = self.server.restart() {
+            panic!("restart failed: {error}");
         }
     }
 
     /// The server's log file, for panic messages.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(log_path(&self.dir)).unwrap_or_default()
+        self.server.log()
     }
 
     fn signal(&self, signal: Signal) {
-        if let Some(child) = &self.child {
-            kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        if let Some(pid) = self.server.pid() {
+            kill(Pid::from_raw(pid as i32), signal).unwrap();
         }
     }
 }
@@ -106,72 +84,16 @@ impl Drop for RedisServer {
     }
 }
 
-fn binary() -> String {
-    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_string())
-}
-
-fn log_path(dir: &TempDir) -> PathBuf {
-    dir.path().join("redis.log")
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-fn spawn(port: u16, dir: &TempDir) -> Result<Child, String> {
-    use std::os::unix::process::CommandExt;
-    let log = log_path(dir);
-    let mut command = Command::new(binary());
+/// Has the server killed when the thread that spawns it exits.
+fn die_with_parent(command: &mut Command) {
     // SAFETY: the closure runs in the forked child before exec and only makes one syscall
     // (prctl), which is async-signal-safe. The server is killed when the thread that started
     // it exits, so a killed test or bench run leaves no server behind; every server is started
-    // by the thread that owns it (a test's body, the bench's main) and dropped before that
-    // thread ends.
+    // (and restarted) by the thread that owns it (a test's body, the bench's main) and dropped
+    // before that thread ends.
     unsafe {
         command.pre_exec(|| {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
         });
     }
-    let mut child = command
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-        .arg("--dir")
-        .arg(dir.path())
-        .arg("--logfile")
-        .arg(&log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run {} ({e}); install redis-server", binary()))?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            let log = std::fs::read_to_string(&log).unwrap_or_default();
-            return Err(format!("redis-server exited with {status}; log:\n{log}"));
-        }
-        if answers_ping(port) {
-            return Ok(child);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    let log = std::fs::read_to_string(&log).unwrap_or_default();
-    Err(format!(
-        "redis-server on port {port} not ready in 5 s; log:\n{log}"
-    ))
-}
-
-fn answers_ping(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    let mut buf = [0; 7];
-    stream.write_all(b"PING\r\n").is_ok()
-        && stream.read_exact(&mut buf).is_ok()
-        && &buf == b"+PONG\r\n"
 }
