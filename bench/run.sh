@@ -37,7 +37,8 @@ target/release/redlease load --local-fleet 5 --workload fault --clients 16 --dur
 cargo bench --bench sequential 2>/dev/null \
   | grep -E "^(engine|sidecar|raw|p50 ratio|parallel|throughput ratio)" > "$out/baseline.txt"
 
-python3 - "$out/load.jsonl" "$out/baseline.txt" "$out/renewal.json" "$out/fault.json" <<'PY' | tee target/bench-results.md
+python3 - "$out/load.jsonl" "$out/baseline.txt" "$out/renewal.json" "$out/fault.json" \
+  <<'PY' | tee target/bench-results.md
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 rows += [json.loads(line) for line in open(sys.argv[4]) if line.startswith("{")]
