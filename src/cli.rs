@@ -4,6 +4,7 @@
 
 mod load;
 mod lock;
+mod locks;
 mod serve;
 
 use std::process::ExitCode;
@@ -48,6 +49,11 @@ enum Command {
     /// Acquire, extend or release a lock directly on the masters (no sidecar).
     #[command(subcommand)]
     Lock(lock::LockCommand),
+    /// The lock inventory and force release, straight on the masters.
+    #[command(subcommand)]
+    Locks(locks::LocksCommand),
+    /// The force releases recorded on the masters, newest first.
+    Audit(locks::AuditArgs),
     /// Run the sidecar: the HTTP API on loopback, leases on the configured masters.
     Serve(serve::ServeArgs),
     /// Run the sidecar on a throwaway fleet of local redis-server masters.
@@ -72,7 +78,9 @@ pub fn main() -> ExitCode {
     init_tracing(
         cli.log_format,
         match cli.command {
-            Command::Lock(_) | Command::Load(_) => "redlease=warn",
+            Command::Lock(_) | Command::Locks(_) | Command::Audit(_) | Command::Load(_) => {
+                "redlease=warn"
+            }
             Command::Serve(_) | Command::Dev(_) => "redlease=info",
         },
     );
@@ -89,6 +97,8 @@ pub fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match cli.command {
             Command::Lock(command) => lock::run(command).await,
+            Command::Locks(command) => locks::run(command).await,
+            Command::Audit(args) => locks::run_audit(args).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Dev(args) => serve::dev(args).await,
             Command::Load(args) => load::run(args).await,

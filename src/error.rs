@@ -8,6 +8,14 @@ pub enum Error {
     InvalidResource(&'static str),
     #[error("invalid owner: {0}")]
     InvalidOwner(&'static str),
+    #[error("invalid actor: {0}")]
+    InvalidActor(&'static str),
+    #[error("invalid reason: {0}")]
+    InvalidReason(&'static str),
+    #[error("invalid prefix: {0}")]
+    InvalidPrefix(&'static str),
+    #[error("invalid limit: {0}")]
+    InvalidLimit(String),
     #[error("invalid ttl: {0}")]
     InvalidTtl(String),
     #[error("invalid lease id: expected 32 lowercase hex digits")]

@@ -8,6 +8,8 @@ pub const DEFAULT_PREFIX: &str = "redlease:";
 pub const MAX_RESOURCE_BYTES: usize = 512;
 /// Longest owner accepted, in bytes.
 pub const MAX_OWNER_BYTES: usize = 256;
+/// Longest actor or reason of a force release accepted, in bytes.
+pub const MAX_AUDIT_TEXT_BYTES: usize = 512;
 
 /// The names of everything one resource touches on a master.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,6 +65,18 @@ impl Keyspace {
         self.join("fence", "")
     }
 
+    /// `<prefix>audit`: the capped stream of force releases on each master.
+    pub fn audit(&self) -> String {
+        self.join("audit", "")
+    }
+
+    /// The resource a lock key names, `None` for a key outside `<prefix>lock:`.
+    pub fn resource_of<'a>(&self, lock_key: &'a str) -> Option<&'a str> {
+        lock_key
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix("lock:")
+    }
+
     /// `<prefix>fleet`: set (no TTL) on every master adopted into the fleet; a master that
     /// lacks it while others have it has lost its memory (restart quarantine).
     pub fn marker(&self) -> String {
@@ -93,6 +107,21 @@ pub fn validate_resource(resource: &str) -> Result<(), Error> {
 /// An owner is 1–256 bytes of UTF-8 without control characters.
 pub fn validate_owner(owner: &str) -> Result<(), Error> {
     validate_text(owner, MAX_OWNER_BYTES).map_err(Error::InvalidOwner)
+}
+
+/// A force release's actor (who) is 1–512 bytes of UTF-8 without control characters.
+pub fn validate_actor(actor: &str) -> Result<(), Error> {
+    validate_text(actor, MAX_AUDIT_TEXT_BYTES).map_err(Error::InvalidActor)
+}
+
+/// A force release's reason (why) is 1–512 bytes of UTF-8 without control characters.
+pub fn validate_reason(reason: &str) -> Result<(), Error> {
+    validate_text(reason, MAX_AUDIT_TEXT_BYTES).map_err(Error::InvalidReason)
+}
+
+/// A prefix of resource names (inventory) follows the rules of a resource name.
+pub fn validate_prefix(prefix: &str) -> Result<(), Error> {
+    validate_text(prefix, MAX_RESOURCE_BYTES).map_err(Error::InvalidPrefix)
 }
 
 fn validate_text(text: &str, max_bytes: usize) -> Result<(), &'static str> {

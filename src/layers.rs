@@ -43,6 +43,11 @@ const ROOT_NAMES: &[(&str, &str)] = &[
     ("DriftPolicy", "redlock"),
     ("NodeTimeoutPolicy", "redlock"),
     ("Wakeups", "wakeup"),
+    ("LockView", "redlock"),
+    ("DEFAULT_LIST_LIMIT", "redlock"),
+    ("LockPage", "redlock"),
+    ("ForceRelease", "redlock"),
+    ("AuditRecord", "redlock"),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -97,10 +97,12 @@ pub use error::Error;
 pub use fleet::{CallError, Fleet, FleetOptions, ProbeGuard, DEFAULT_PROBE_PERIOD};
 pub use keys::Keyspace;
 pub use lease_id::LeaseId;
+pub use redlock::inventory::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 pub use redlock::quorum::{DriftPolicy, NodeTimeoutPolicy};
 pub use redlock::{
-    AcquireOutcome, EngineOptions, ExtendOutcome, Extension, Lease, NodeVote, Redlock, Refusal,
-    ReleaseOutcome, Renewal, Shortfall,
+    AcquireOutcome, AuditRecord, EngineOptions, ExtendOutcome, Extension, ForceRelease, Holding,
+    Lease, LockPage, LockView, MasterView, NodeVote, QuorumHolder, Redlock, Refusal,
+    ReleaseOutcome, RemovedHolder, Renewal, Shortfall,
 };
 pub use wakeup::Wakeups;
 

@@ -69,6 +69,8 @@ pub struct Metrics {
     pub shadow_recoveries: Counter<u64>,
     /// `lock_leases_lost_total`, label `reason`: expired | not_ours | invalid.
     pub leases_lost: Counter<u64>,
+    /// `lock_force_releases_total`: force releases run by this process.
+    pub force_releases: Counter<u64>,
     /// `lock_fence_raises_total`: granted masters raised to the fencing token.
     pub fence_raises: Counter<u64>,
     /// `redis_master_quarantines_total`, label `node`.
@@ -157,6 +159,7 @@ impl Metrics {
             &self.shadow_escalations,
             &self.shadow_recoveries,
             &self.fence_raises,
+            &self.force_releases,
         ] {
             counter.add(0, &[]);
         }
@@ -229,6 +232,10 @@ impl Metrics {
                 "Degraded leases restored by a renewal",
             ),
             leases_lost: counter("lock_leases_lost", "Leases lost, by reason"),
+            force_releases: counter(
+                "lock_force_releases",
+                "Force releases: locks deleted whatever lease held them, audited",
+            ),
             fence_raises: counter(
                 "lock_fence_raises",
                 "Granted masters raised to the fencing token",

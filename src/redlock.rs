@@ -9,6 +9,8 @@ mod calls;
 mod extend;
 mod fanout;
 pub mod fencing;
+mod force;
+pub mod inventory;
 pub mod outcome;
 pub mod quorum;
 mod release;
@@ -34,6 +36,8 @@ use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::wakeup::Wakeups;
 use crate::{Error, LeaseId};
 pub use extend::Extension;
+pub use force::{AuditRecord, ForceRelease, RemovedHolder};
+pub use inventory::{Holding, LockPage, LockView, MasterView, QuorumHolder};
 pub use outcome::{
     AcquireOutcome, ExtendOutcome, Lease, NodeVote, Refusal, ReleaseOutcome, Renewal, Shortfall,
 };

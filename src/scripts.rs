@@ -18,6 +18,7 @@ pub struct Scripts {
     pub release: Script,
     pub extend: Script,
     pub shadow: Script,
+    pub force_release: Script,
 }
 
 /// The scripts, hashed once per process.
@@ -26,13 +27,20 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     release: Script::from_lua(include_str!("../lua/release.lua")),
     extend: Script::from_lua(include_str!("../lua/extend.lua")),
     shadow: Script::from_lua(include_str!("../lua/shadow.lua")),
+    force_release: Script::from_lua(include_str!("../lua/force_release.lua")),
 });
 
 // === impl Scripts ===
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 4] {
-        [&self.raise_fence, &self.release, &self.extend, &self.shadow]
+    pub fn all(&self) -> [&Script; 5] {
+        [
+            &self.raise_fence,
+            &self.release,
+            &self.extend,
+            &self.shadow,
+            &self.force_release,
+        ]
     }
 }
 

@@ -83,7 +83,7 @@ impl Sidecar {
         });
         let serve = axum::serve(
             listener,
-            api::app(Arc::clone(&self.manager), Arc::clone(&self.fleet)),
+            api::app(Arc::clone(&self.manager), Arc::clone(&self.engine)),
         )
         .with_graceful_shutdown(release_then_drain);
         let deadline = async {

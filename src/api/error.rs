@@ -50,6 +50,10 @@ impl From<crate::Error> for ApiError {
             InvalidResource(_) => "invalid_resource",
             InvalidOwner(_) => "invalid_owner",
             InvalidTtl(_) => "invalid_ttl",
+            InvalidActor(_) => "invalid_actor",
+            InvalidReason(_) => "invalid_reason",
+            InvalidPrefix(_) => "invalid_prefix",
+            InvalidLimit(_) => "invalid_limit",
             InvalidLeaseId => "unknown_lease",
             InvalidMaster { .. } | NoMasters | DuplicateMaster { .. } => {
                 return Self::internal(error)

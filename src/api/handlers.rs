@@ -257,7 +257,7 @@ fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &Bytes) -> Resu
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid_body", e.to_string()))
 }
 
-fn body_error(rejection: JsonRejection) -> ApiError {
+pub(super) fn body_error(rejection: JsonRejection) -> ApiError {
     let status = rejection.status();
     let reason = if status == StatusCode::PAYLOAD_TOO_LARGE {
         "body_too_large"

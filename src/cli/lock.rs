@@ -155,7 +155,7 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
     }
 }
 
-async fn connect(args: &FleetArgs) -> Result<Redlock, Error> {
+pub(super) async fn connect(args: &FleetArgs) -> Result<Redlock, Error> {
     let options = FleetOptions {
         keyspace: Keyspace::new(args.key_prefix.clone()),
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
@@ -174,7 +174,7 @@ const SETTLE_BEFORE_EXIT: Duration = Duration::from_secs(2);
 const QUIT_TIMEOUT: Duration = Duration::from_millis(20);
 
 /// Closes the connections once every write and release in flight has been answered.
-async fn finish(engine: &Redlock, code: Result<u8, Error>) -> Result<u8, Error> {
+pub(super) async fn finish(engine: &Redlock, code: Result<u8, Error>) -> Result<u8, Error> {
     engine.settle(SETTLE_BEFORE_EXIT).await;
     engine.fleet().quit(QUIT_TIMEOUT).await;
     code
@@ -250,7 +250,7 @@ fn print_release(released: bool, confirmed: bool) -> u8 {
     }
 }
 
-fn print_json(value: &impl Serialize) {
+pub(super) fn print_json(value: &impl Serialize) {
     match serde_json::to_string(value) {
         Ok(line) => println!("{line}"),
         Err(error) => eprintln!("redlease: cannot encode the answer: {error}"),

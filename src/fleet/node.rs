@@ -19,6 +19,7 @@ use super::quarantine::{parse_info, Identity};
 use super::rtt::RttWindow;
 use super::wire::{self, Target, Wire, WireError};
 use crate::metrics::{self, METRICS};
+use crate::resp::Commands;
 use crate::scripts::{fence_was_lost, AcquireCommands, AcquireReply, ScriptCall, SCRIPTS};
 
 /// Why a call to one master produced no answer.
@@ -234,6 +235,18 @@ impl Node {
             counter as u64,
             holder_pttl,
         ))
+    }
+
+    /// Sends `commands` (reads, and the writes of an operator's audit) on the lock connection
+    /// whatever the master's state, and waits for their replies until `deadline`. Each reply
+    /// may be an error reply of its own.
+    pub async fn query(
+        &self,
+        commands: &Commands,
+        deadline: &Deadline,
+    ) -> Result<Vec<wire::Reply>, CallError> {
+        let send = async { Ok(self.wire.send(commands).await?) };
+        self.timed(Instant::now(), deadline, send).await
     }
 
     /// PINGs this master within `timeout`, feeding the RTT window and the breaker.

@@ -7,6 +7,7 @@ mod engine;
 mod faults;
 mod fencing;
 mod history;
+mod inventory;
 mod load;
 mod membership;
 mod metrics;

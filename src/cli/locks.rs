@@ -1,0 +1,304 @@
+//! `redlease locks list|show|force-release` and `redlease audit`: the lock inventory and the
+//! audited force release, straight against the masters. JSON on stdout, or a table when stdout
+//! is a terminal (`--json` forces JSON).
+
+use std::io::IsTerminal;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use super::lock::{connect, finish, print_json, FleetArgs};
+use super::{EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
+use crate::api::inventory::{audit_json, force_release_json, lock_json, page_json};
+use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
+use crate::{Error, LockView};
+
+#[derive(Debug, Subcommand)]
+pub enum LocksCommand {
+    /// The locks held under a prefix on any master, with their quorum holder.
+    List {
+        /// Only resources whose names start with this.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Locks per page (1 to 1000).
+        #[arg(long, default_value_t = DEFAULT_LIST_LIMIT)]
+        limit: usize,
+        /// List after this resource: the `next` of the previous page.
+        #[arg(long)]
+        after: Option<String>,
+        #[command(flatten)]
+        output: Output,
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
+    /// One lock as every master holds it, and the lease a quorum carries.
+    Show {
+        resource: String,
+        #[command(flatten)]
+        output: Output,
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
+    /// Delete a lock whatever lease holds it, recorded in every master's audit stream.
+    ForceRelease {
+        resource: String,
+        /// Who releases (recorded and logged).
+        #[arg(long)]
+        actor: Option<String>,
+        /// Why (recorded and logged).
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
+}
+
+/// `redlease audit`: the force releases recorded on the masters, newest first.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only records since: Unix milliseconds, or an age such as `90s`, `15m`, `2h`, `7d`.
+    #[arg(long)]
+    since: Option<String>,
+    /// Records at most (1 to 10000).
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+    #[command(flatten)]
+    output: Output,
+    #[command(flatten)]
+    fleet: FleetArgs,
+}
+
+/// How answers are printed.
+#[derive(Debug, Args)]
+pub struct Output {
+    /// JSON even on a terminal.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Output {
+    fn table(&self) -> bool {
+        !self.json && std::io::stdout().is_terminal()
+    }
+}
+
+/// Runs one inventory command and returns the exit code.
+pub async fn run(command: LocksCommand) -> u8 {
+    report(execute(command).await)
+}
+
+/// Runs `redlease audit` and returns the exit code.
+pub async fn run_audit(args: AuditArgs) -> u8 {
+    report(audit(args).await)
+}
+
+fn report(result: Result<u8, Error>) -> u8 {
+    result.unwrap_or_else(|error| {
+        eprintln!("redlease: {error}");
+        EXIT_USAGE
+    })
+}
+
+async fn execute(command: LocksCommand) -> Result<u8, Error> {
+    match command {
+        LocksCommand::List {
+            prefix,
+            limit,
+            after,
+            output,
+            fleet,
+        } => {
+            let engine = connect(&fleet).await?;
+            let page = engine
+                .list_locks(prefix.as_deref(), after.as_deref(), limit)
+                .await;
+            let code = page.map(|page| {
+                if output.table() {
+                    print_lock_table(&page.locks);
+                    if let Some(next) = &page.next {
+                        println!("more: --after {next:?}");
+                    }
+                    if !page.complete {
+                        println!("incomplete: a master did not answer the listing");
+                    }
+                } else {
+                    print_json(&page_json(&page, &[]));
+                }
+                EXIT_OK
+            });
+            finish(&engine, code).await
+        }
+        LocksCommand::Show {
+            resource,
+            output,
+            fleet,
+        } => {
+            let engine = connect(&fleet).await?;
+            let view = engine.inspect(&resource).await;
+            let code = view.map(|view| {
+                if output.table() {
+                    print_lock_table(std::slice::from_ref(&view));
+                    print_master_table(&view);
+                } else {
+                    print_json(&lock_json(&view, None));
+                }
+                EXIT_OK
+            });
+            finish(&engine, code).await
+        }
+        LocksCommand::ForceRelease {
+            resource,
+            actor,
+            reason,
+            fleet,
+        } => {
+            let (actor, reason) = (actor.unwrap_or_default(), reason.unwrap_or_default());
+            crate::keys::validate_actor(&actor)?;
+            crate::keys::validate_reason(&reason)?;
+            let engine = connect(&fleet).await?;
+            let forced = engine.force_release(&resource, &actor, &reason).await;
+            let code = forced.map(|forced| {
+                print_json(&force_release_json(&forced));
+                if forced.masters_answered == 0 {
+                    EXIT_UNAVAILABLE
+                } else {
+                    EXIT_OK
+                }
+            });
+            finish(&engine, code).await
+        }
+    }
+}
+
+async fn audit(args: AuditArgs) -> Result<u8, Error> {
+    let since = match args
+        .since
+        .as_deref()
+        .map(|s| parse_since(s, SystemTime::now()))
+    {
+        Some(Err(problem)) => {
+            eprintln!("redlease: {problem}");
+            return Ok(EXIT_USAGE);
+        }
+        Some(Ok(ms)) => Some(ms),
+        None => None,
+    };
+    let engine = connect(&args.fleet).await?;
+    let records = engine.audit(since, args.limit).await;
+    let code = records.map(|records| {
+        if args.output.table() {
+            println!(
+                "{:<13}  {:<24}  {:<16}  {:<7}  reason",
+                "time_ms", "resource", "actor", "holders"
+            );
+            for r in &records {
+                let holders = r.holders.len();
+                println!(
+                    "{:<13}  {:<24}  {:<16}  {:<7}  {}",
+                    r.time_ms, r.resource, r.actor, holders, r.reason
+                );
+            }
+        } else {
+            let records: Vec<Value> = records.iter().map(audit_json).collect();
+            print_json(&serde_json::json!({ "records": records }));
+        }
+        EXIT_OK
+    });
+    finish(&engine, code).await
+}
+
+/// `--since`: Unix milliseconds, or an age (`90s`, `15m`, `2h`, `7d`) before `now`.
+fn parse_since(since: &str, now: SystemTime) -> Result<u64, String> {
+    let invalid = || format!("--since {since:?}: expected Unix ms or an age such as 15m");
+    if let Ok(ms) = since.parse::<u64>() {
+        return Ok(ms);
+    }
+    let split = since.len().checked_sub(1).ok_or_else(invalid)?;
+    let (number, unit) = since.split_at(split);
+    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let seconds = match unit {
+        "s" => number,
+        "m" => number.saturating_mul(60),
+        "h" => number.saturating_mul(3600),
+        "d" => number.saturating_mul(86_400),
+        _ => return Err(invalid()),
+    };
+    let now_ms = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis() as u64;
+    Ok(now_ms.saturating_sub(seconds.saturating_mul(1000)))
+}
+
+fn print_lock_table(locks: &[LockView]) {
+    println!(
+        "{:<32}  {:<32}  {:<24}  {:>7}  {:>11}",
+        "resource", "holder", "owner", "masters", "validity_ms"
+    );
+    for view in locks {
+        let (id, owner, validity) = match &view.holder {
+            Some(h) => (
+                h.lease_id.to_string(),
+                h.owner.clone(),
+                h.validity.as_millis().to_string(),
+            ),
+            None => (
+                "(no quorum holder)".to_string(),
+                String::new(),
+                "-".to_string(),
+            ),
+        };
+        let masters = format!("{}/{}", view.masters_holding(), view.masters.len());
+        println!(
+            "{:<32}  {id:<32}  {owner:<24}  {masters:>7}  {validity:>11}",
+            view.resource
+        );
+    }
+}
+
+fn print_master_table(view: &LockView) {
+    println!();
+    println!(
+        "{:>4}  {:<28}  {:<5}  {:<32}  {:<24}  {:>9}",
+        "node", "url", "state", "lease_id", "owner", "pttl_ms"
+    );
+    for master in &view.masters {
+        let state = match (master.up, master.quarantined) {
+            (_, true) => "quar",
+            (true, false) => "up",
+            (false, false) => "down",
+        };
+        let (id, owner, pttl) = match &master.answer {
+            Ok(Some(h)) => (
+                h.lease_id
+                    .map_or_else(|| h.value.clone(), |id| id.to_string()),
+                h.owner.clone().unwrap_or_default(),
+                h.pttl
+                    .map_or("-".to_string(), |p| p.as_millis().to_string()),
+            ),
+            Ok(None) => ("-".to_string(), String::new(), "-".to_string()),
+            Err(error) => (format!("({error})"), String::new(), "-".to_string()),
+        };
+        println!(
+            "{:>4}  {:<28}  {state:<5}  {id:<32}  {owner:<24}  {pttl:>9}",
+            master.node, master.url
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--since` takes Unix milliseconds or an age before now.
+    #[test]
+    fn since_takes_ms_or_an_age() {
+        let now = UNIX_EPOCH + Duration::from_secs(10_000);
+        assert_eq!(parse_since("1234", now).unwrap(), 1234);
+        assert_eq!(parse_since("90s", now).unwrap(), 10_000_000 - 90_000);
+        assert_eq!(parse_since("2h", now).unwrap(), 10_000_000 - 7_200_000);
+        assert!(parse_since("soon", now).is_err());
+        assert!(parse_since("", now).is_err());
+    }
+}
