@@ -2,22 +2,8 @@
 //! the app is alive, reporting loss at once, releasing them on request, on idleness and on
 //! shutdown. Each lease has one task (see `renewal`) that owns its timing.
 
-/// One structured log event about a lease, with the fields every lease event carries:
-/// resource, owner, lease id, fencing token and TTL.
-macro_rules! lease_event {
-    ($level:ident, $lease:expr, $message:literal $(, $key:ident = $value:expr)*) => {{
-        let lease: &$crate::redlock::Lease = $lease;
-        tracing::$level!(
-            resource = %lease.resource,
-            owner = %lease.owner,
-            lease_id = %lease.id,
-            fencing_token = lease.fencing_token,
-            ttl_ms = lease.ttl.as_millis() as u64,
-            $($key = $value,)*
-            $message
-        );
-    }};
-}
+#[macro_use]
+mod logs;
 
 pub mod escalation;
 pub mod renewal;
@@ -34,6 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use self::logs::{Activity, SUMMARY_INTERVAL};
 use self::ttl::{RenewalSchedule, TtlPolicy};
 use crate::metrics::{self, METRICS};
 use crate::redlock::batch::Renewals;
@@ -124,6 +111,8 @@ pub struct Tracked {
     release_progress: watch::Sender<u32>,
     /// Whether a request has already been told `released: true`.
     release_reported: AtomicBool,
+    /// The table's tally for the log summary.
+    activity: Arc<Activity>,
 }
 
 // === impl Tracked ===
@@ -186,8 +175,10 @@ impl Tracked {
                 .leases_lost
                 .add(1, &metrics::label("reason", reason));
             lease_event!(warn, &record.lease, "lease lost", reason = reason);
+            self.activity.lost();
         } else {
-            lease_event!(info, &record.lease, "lease released", reason = reason);
+            lease_event!(debug, &record.lease, "lease released", reason = reason);
+            self.activity.released();
         }
         let event = if state == LeaseState::Lost {
             "lost"
@@ -233,20 +224,26 @@ pub struct LeaseManager {
     tasks: TaskTracker,
     /// Set at shutdown: no new lease is granted.
     closing: AtomicBool,
+    /// Grants, releases and losses for the log summary.
+    activity: Arc<Activity>,
 }
 
 // === impl LeaseManager ===
 
 impl LeaseManager {
     pub fn new(engine: Arc<Redlock>, policy: LeasePolicy) -> Arc<Self> {
-        Arc::new(Self {
+        let manager = Arc::new(Self {
             renewals: Arc::new(Renewals::start(Arc::clone(&engine))),
             engine,
             policy,
             table: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
             closing: AtomicBool::new(false),
-        })
+            activity: Arc::default(),
+        });
+        let summaries = logs::log_summaries(Arc::downgrade(&manager), SUMMARY_INTERVAL);
+        tokio::spawn(summaries);
+        manager
     }
 
     pub fn engine(&self) -> &Arc<Redlock> {
@@ -448,11 +445,12 @@ impl LeaseManager {
         };
         let id = record.lease.id;
         lease_event!(
-            info,
+            debug,
             &record.lease,
             "lease granted",
             auto_renew = record.auto_renew
         );
+        self.activity.granted();
         let tracked = Arc::new(Tracked {
             record: Mutex::new(record),
             events: broadcast::channel(EVENT_BUFFER).0,
@@ -461,6 +459,7 @@ impl LeaseManager {
             ending: CancellationToken::new(),
             release_progress: watch::channel(0).0,
             release_reported: AtomicBool::new(false),
+            activity: Arc::clone(&self.activity),
         });
         self.table().insert(id, Arc::clone(&tracked));
         let (renewals, policy, manager) = (

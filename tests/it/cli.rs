@@ -240,6 +240,16 @@ struct ServeProcess {
 
 impl ServeProcess {
     fn start(fleet: &TestFleet, extra: &[&str], stderr: std::process::Stdio) -> Self {
+        Self::start_with_env(fleet, extra, stderr, &[])
+    }
+
+    /// As `start`, with `env` set (and `RUST_LOG` only if `env` sets it).
+    fn start_with_env(
+        fleet: &TestFleet,
+        extra: &[&str],
+        stderr: std::process::Stdio,
+        env: &[(&str, &str)],
+    ) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -250,6 +260,8 @@ impl ServeProcess {
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
             .args(["serve", "--masters", &masters, "--listen", &listen])
             .args(extra)
+            .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(stderr)
             .kill_on_drop(true)
@@ -294,15 +306,16 @@ async fn sigterm_releases_every_lease_and_exits() {
     assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
 }
 
-/// `--log-format json` writes one JSON object per event; grants and losses carry the
-/// resource, owner, lease id, fencing token and TTL.
+/// `--log-format json` writes one JSON object per event; grants (at debug) and losses carry
+/// the resource, owner, lease id, fencing token and TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_carry_every_lease_field() {
     let fleet = TestFleet::start(3);
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("sidecar.log");
     let stderr = std::fs::File::create(&log_path).unwrap().into();
-    let serve = ServeProcess::start(&fleet, &["--log-format", "json"], stderr);
+    let debug = [("RUST_LOG", "redlease=debug")];
+    let serve = ServeProcess::start_with_env(&fleet, &["--log-format", "json"], stderr, &debug);
     let body = serde_json::json!({"owner": "cron-7", "ttl_ms": 1000});
     let lease = serve.acquire_when_up("billing", body).await;
     for i in 0..3 {
@@ -321,4 +334,40 @@ async fn json_logs_carry_every_lease_field() {
         assert_eq!(event["fencing_token"], lease["fencing_token"]);
         assert_eq!(event["ttl_ms"], 1000);
     }
+}
+
+/// A sidecar logging to a file at the default level writes no colour codes and no line per
+/// grant or release, but every loss at warn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_text_logs_in_a_file_are_plain_and_quiet() {
+    let fleet = TestFleet::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("sidecar.log");
+    let stderr = std::fs::File::create(&log_path).unwrap().into();
+    let serve = ServeProcess::start(&fleet, &[], stderr);
+    let http = reqwest::Client::new();
+    for i in 0..20 {
+        let body = serde_json::json!({"owner": "app", "ttl_ms": 5000});
+        let lease = serve.acquire_when_up(&format!("job-{i}"), body).await;
+        let url = format!(
+            "http://{}/v1/leases/{}",
+            serve.listen,
+            lease["lease_id"].as_str().unwrap()
+        );
+        assert_eq!(http.delete(url).send().await.unwrap().status(), 200);
+    }
+    let body = serde_json::json!({"owner": "app", "ttl_ms": 1000});
+    serve.acquire_when_up("doomed", body).await;
+    for i in 0..3 {
+        fleet.command(i, &["DEL", "redlease:lock:doomed"]);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    serve.terminate().await;
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains('\u{1b}'), "colour codes in a file:\n{log}");
+    assert!(!log.contains("lease granted"), "{log}");
+    assert!(!log.contains("lease released"), "{log}");
+    let lost = log.lines().find(|l| l.contains("lease lost"));
+    let lost = lost.unwrap_or_else(|| panic!("no loss logged:\n{log}"));
+    assert!(lost.contains("WARN") && lost.contains("doomed"), "{lost}");
 }
