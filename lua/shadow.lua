@@ -3,17 +3,22 @@
 -- shadow is the lock key itself: the plain `SET NX` of every acquisition respects it, and
 -- the next renewal (extend.lua) sets the lock's own TTL back.
 -- KEYS[1]: lock key        (<prefix>lock:<resource>)
+-- KEYS[2]: revoked key     (<prefix>revoked:<lease id>): set by a force release of this lease,
+--          which a shadow must not undo
 -- ARGV[1]: lease id        (32 lowercase hex digits)
 -- ARGV[2]: lease value     (<lease id>|<owner>)
 -- ARGV[3]: shadow ttl ms   (positive integer)
 -- Returns: 1 reserved (the lock holds our lease for at least the shadow TTL);
---          0 refused (the lock holds another lease).
+--          0 refused (the lock holds another lease, or this lease was force-released).
 local lease_id, value, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if string.len(lease_id) ~= 32 or string.sub(value, 1, 33) ~= lease_id .. '|' then
   return redis.error_reply('ERR redlease: lease value must start with its lease id')
 end
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then
   return redis.error_reply('ERR redlease: ttl must be a positive integer')
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
 end
 local current = redis.call('GET', KEYS[1])
 if not current then

@@ -250,6 +250,14 @@ impl Fleet {
         ProbeGuard(task)
     }
 
+    /// Waits until every master's lock connection is up, or `timeout` has passed (for the
+    /// operator's reads and force releases, which go to every master whatever its state, right
+    /// after a process connected).
+    pub async fn wait_for_links(&self, timeout: Duration) {
+        let links = self.nodes.iter().map(|node| node.wire().wait_for_connect());
+        let _ = tokio::time::timeout(timeout, futures_util::future::join_all(links)).await;
+    }
+
     /// Opens one subscriber connection per master, in the configured order, for release
     /// messages (`Wakeups`); not connected until the caller has set its handlers and calls
     /// `connect`. [`Fleet::quit`] closes them with the others.

@@ -65,6 +65,12 @@ impl Keyspace {
         self.join("fence", "")
     }
 
+    /// `<prefix>revoked:`: followed by a lease id, marks a force-released lease for as long
+    /// as its holder could still send shadow reservations.
+    pub fn revoked_prefix(&self) -> String {
+        self.join("revoked:", "")
+    }
+
     /// `<prefix>audit`: the capped stream of force releases on each master.
     pub fn audit(&self) -> String {
         self.join("audit", "")

@@ -150,9 +150,11 @@ pub(super) fn acquire_commands(
     ))
 }
 
-/// `lock` is the lease's lock key, `<prefix>lock:<resource>`.
+/// `lock` is the lease's lock key, `<prefix>lock:<resource>`; `revoked_prefix` is
+/// `<prefix>revoked:`.
 pub(super) fn shadow_call(
     lock: String,
+    revoked_prefix: &str,
     id: LeaseId,
     owner: &str,
     shadow_ttl: Duration,
@@ -162,7 +164,9 @@ pub(super) fn shadow_call(
         .to_string();
     let (id, value) = (id.hex(), id.value_for(owner));
     let args: [&[u8]; 3] = [id.as_str().as_bytes(), value.as_bytes(), ttl.as_bytes()];
-    Arc::new(ScriptCall::new(&SCRIPTS.shadow, &[lock.as_bytes()], &args))
+    let revoked = format!("{revoked_prefix}{}", id.as_str());
+    let keys: [&[u8]; 2] = [lock.as_bytes(), revoked.as_bytes()];
+    Arc::new(ScriptCall::new(&SCRIPTS.shadow, &keys, &args))
 }
 
 /// `lock` and `channel` are the resource's lock key and release channel.

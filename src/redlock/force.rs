@@ -85,11 +85,21 @@ impl Redlock {
         let keyspace = self.fleet.keyspace();
         let lock = keyspace.lock(resource);
         let channel = keyspace.released_channel(resource);
+        // Longer than any shadow of the lease can still run: shadows go out only while the
+        // lease is valid, and a shadow keeps it valid for at most the quarantine.
+        let revoked_for = self.fleet.options().quarantine + self.options.max_ttl;
+        let revoked_ms = revoked_for.as_millis().to_string();
+        let revoked_prefix = keyspace.revoked_prefix();
         let call = ScriptCall::new(
             &SCRIPTS.force_release,
             &[lock.as_bytes()],
-            &[channel.as_bytes()],
+            &[
+                channel.as_bytes(),
+                revoked_prefix.as_bytes(),
+                revoked_ms.as_bytes(),
+            ],
         );
+        self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
         let deadline = Deadline::After(INSPECT_TIMEOUT);
         let nodes = self.fleet.nodes();
         let deletes = nodes
@@ -97,6 +107,11 @@ impl Redlock {
             .map(|node| node.eval::<Value>(&call, &deadline, Admission::Always));
         let answers = futures_util::future::join_all(deletes).await;
         let masters_answered = answers.iter().filter(|a| a.is_ok()).count();
+        let unanswered: Vec<String> = nodes
+            .iter()
+            .zip(&answers)
+            .filter_map(|(node, a)| Some(format!("{}: {}", node.url(), a.as_ref().err()?)))
+            .collect();
         let values: Vec<String> = answers.iter().flatten().filter_map(text).collect();
         let removed = removed_holders(&values);
         let audit_id = LeaseId::random().to_string();
@@ -125,6 +140,7 @@ impl Redlock {
             removed = ?record.holders,
             masters_removed = values.len(),
             masters_answered,
+            ?unanswered,
             audits_recorded,
             audit_id,
             "force release"
@@ -165,6 +181,7 @@ impl Redlock {
             b"COUNT",
             count.as_bytes(),
         ]);
+        self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
         let deadline = Deadline::After(INSPECT_TIMEOUT);
         let reads = self
             .fleet

@@ -1,7 +1,8 @@
 //! The lock inventory: what every master holds for a resource (`GET` and `PTTL` of its lock
 //! key), which lease a quorum carries and for how long, and the locks held under a prefix
 //! (`SCAN` on every master, merged by resource). Reads only: sent to every master whatever its
-//! state, each bounded by [`INSPECT_TIMEOUT`].
+//! state, each bounded by [`INSPECT_TIMEOUT`], once every lock connection is up or that long
+//! has passed.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -139,6 +140,7 @@ impl Redlock {
             glob_escape(&lock_prefix),
             glob_escape(prefix.unwrap_or(""))
         );
+        self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
         let scans = self
             .fleet
             .nodes()
@@ -180,6 +182,7 @@ impl Redlock {
             commands.push(&[b"GET", key.as_bytes()]);
             commands.push(&[b"PTTL", key.as_bytes()]);
         }
+        self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
         let start = Instant::now();
         let deadline = Deadline::After(INSPECT_TIMEOUT);
         let nodes = self.fleet.nodes();

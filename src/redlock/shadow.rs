@@ -19,7 +19,8 @@ use crate::{Error, LeaseId};
 impl Redlock {
     /// Sets our shadow for `shadow_ttl` on every master where the lock is ours or free, each
     /// master bounded by `timeout`. `Extended` when a quorum took it (validity from the
-    /// shadow); `Lost` when a majority said another lease holds the resource.
+    /// shadow); `Lost` when a majority said another lease holds the resource or the lease was
+    /// force-released.
     #[tracing::instrument(skip(self, owner), fields(lease = %id, shadow_ttl_ms = shadow_ttl.as_millis() as u64))]
     pub async fn reserve_shadow(
         &self,
@@ -37,8 +38,9 @@ impl Redlock {
                 "shadow ttl must be between 1 and {bound} ms"
             )));
         }
-        let lock = self.fleet.keyspace().lock(resource);
-        let call = shadow_call(lock, id, owner, shadow_ttl);
+        let keyspace = self.fleet.keyspace();
+        let lock = keyspace.lock(resource);
+        let call = shadow_call(lock, &keyspace.revoked_prefix(), id, owner, shadow_ttl);
         let start = Instant::now();
         let nodes = self.fleet.nodes();
         let mut replies = fan_out(

@@ -11,6 +11,12 @@ use crate::support::TestFleet;
 
 /// Runs `redlease ARGS` against `masters`: exit code and stdout parsed as JSON.
 fn redlease(args: &[&str], masters: &str) -> (i32, Value) {
+    let (code, value, _) = redlease_with_log(args, masters);
+    (code, value)
+}
+
+/// As `redlease`, with its stderr.
+fn redlease_with_log(args: &[&str], masters: &str) -> (i32, Value, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_redlease"))
         .args(args)
         .env("REDLEASE__MASTERS", masters)
@@ -18,15 +24,11 @@ fn redlease(args: &[&str], masters: &str) -> (i32, Value) {
         .output()
         .unwrap();
     let stdout = String::from_utf8(output.stdout).unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let value = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
-    (output.status.code().unwrap(), {
-        assert!(
-            value != Value::Null || stdout.trim().is_empty(),
-            "{stdout} {stderr}"
-        );
-        value
-    })
+    let printed = value != Value::Null || stdout.trim().is_empty();
+    assert!(printed, "{stdout} {stderr}");
+    (output.status.code().unwrap(), value, stderr)
 }
 
 fn resources(page: &Value) -> Vec<String> {
@@ -248,9 +250,9 @@ async fn cli_force_release_reports_the_masters_it_reached() {
         "--reason",
         "test",
     ];
-    let (code, forced) = redlease(&args, &masters);
+    let (code, forced, log) = redlease_with_log(&args, &masters);
     assert_eq!(code, 0, "{forced}");
-    assert_eq!(forced["masters_answered"], 2);
+    assert_eq!(forced["masters_answered"], 2, "{log}");
     assert_eq!(forced["masters_removed"], 2);
     assert_eq!(forced["audits_recorded"], 2);
     assert!(fleet.lock_keys_on(&[0, 1]).is_empty());
@@ -263,4 +265,34 @@ async fn cli_force_release_reports_the_masters_it_reached() {
     assert_eq!(code, 0, "{again}");
     let (_, audit) = redlease(&["audit", "--since", "1h", "--json"], &masters);
     assert_eq!(audit["records"].as_array().unwrap().len(), 1, "{audit}");
+}
+
+/// A force-released lease cannot be brought back by its holder's shadow reservation, which
+/// would otherwise set it again wherever the lock is free.
+#[tokio::test]
+async fn a_force_released_lease_stays_released_despite_its_shadows() {
+    let fleet = TestFleet::start(3);
+    let engine = fleet.engine().await;
+    let ttl = Duration::from_secs(10);
+    let lease = match engine.acquire("report", "job", ttl).await.unwrap() {
+        redlease::AcquireOutcome::Acquired(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    let forced = engine.force_release("report", "ops", "test").await.unwrap();
+    assert_eq!(forced.masters_removed, 3);
+    let shadow = engine
+        .reserve_shadow(
+            "report",
+            lease.id,
+            "job",
+            Duration::from_millis(500),
+            ttl / 10,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(shadow, redlease::ExtendOutcome::Lost(_)),
+        "{shadow:?}"
+    );
+    assert!(fleet.lock_keys_on(&[0, 1, 2]).is_empty());
 }

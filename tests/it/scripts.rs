@@ -104,7 +104,8 @@ impl Master {
     async fn shadow(&self, id: LeaseId) -> Result<i64, String> {
         let (id_text, value) = (id.to_string(), id.value_for("owner"));
         let args = [id_text.as_str(), value.as_str(), "20000"];
-        self.eval(&SCRIPTS.shadow, &[LOCK], &args).await
+        let revoked = format!("redlease:revoked:{id_text}");
+        self.eval(&SCRIPTS.shadow, &[LOCK, &revoked], &args).await
     }
 
     fn fence_at_least(&self, floor: u64) -> bool {
@@ -328,4 +329,31 @@ async fn shadow_is_set_only_where_the_lock_is_ours_or_free() {
     let b = LeaseId::random();
     assert_eq!(m.shadow(b).await, Ok(0), "held by a");
     assert_eq!(m.get(LOCK), Some(a.value_for("owner")));
+}
+
+/// force_release.lua deletes whatever lease holds the lock, marks that lease revoked, and
+/// shadow.lua then refuses it even where the lock is free.
+#[tokio::test]
+async fn a_force_released_lease_cannot_come_back_through_a_shadow() {
+    let m = Master::start().await;
+    let a = LeaseId::random();
+    m.granted(a, 5000).await;
+    let args = ["redlease:released:job", "redlease:revoked:", "60000"];
+    let removed: Option<String> = m
+        .eval_as(&SCRIPTS.force_release, &[LOCK], &args)
+        .await
+        .unwrap();
+    assert_eq!(removed, Some(a.value_for("owner")));
+    assert_eq!(m.get(LOCK), None);
+    let revoked = format!("redlease:revoked:{a}");
+    assert!((59_000..=60_000).contains(&m.pttl(&revoked)));
+    assert_eq!(m.shadow(a).await, Ok(0), "revoked");
+    assert_eq!(m.get(LOCK), None);
+    let b = LeaseId::random();
+    assert_eq!(m.shadow(b).await, Ok(1), "another lease is not revoked");
+    let nothing: Option<String> = m
+        .eval_as(&SCRIPTS.force_release, &["redlease:lock:none"], &args)
+        .await
+        .unwrap();
+    assert_eq!(nothing, None);
 }
