@@ -70,11 +70,12 @@ pub async fn force_release(
     Ok(Json(force_release_json(&forced)))
 }
 
-/// The fencing token of the quorum holder when this sidecar holds that lease.
+/// The fencing token of the quorum holder when this sidecar holds that lease (held or
+/// degraded, not ended).
 fn held_here(state: &AppState, view: &LockView) -> Option<u64> {
     let holder = view.holder.as_ref()?;
     let lease = state.manager.get(holder.lease_id)?;
-    Some(lease.fencing_token)
+    (!lease.state.is_ended()).then_some(lease.fencing_token)
 }
 
 /// A lock as the fleet sees it: the quorum holder and every master's value.
