@@ -45,6 +45,7 @@ const ROOT_NAMES: &[(&str, &str)] = &[
     ("Wakeups", "wakeup"),
     ("LockView", "redlock"),
     ("DEFAULT_LIST_LIMIT", "redlock"),
+    ("MAX_AUDIT_LIMIT", "redlock"),
     ("LockPage", "redlock"),
     ("ForceRelease", "redlock"),
     ("AuditRecord", "redlock"),

@@ -97,6 +97,7 @@ pub use error::Error;
 pub use fleet::{CallError, Fleet, FleetOptions, ProbeGuard, DEFAULT_PROBE_PERIOD};
 pub use keys::Keyspace;
 pub use lease_id::LeaseId;
+pub use redlock::force::MAX_AUDIT_LIMIT;
 pub use redlock::inventory::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 pub use redlock::quorum::{DriftPolicy, NodeTimeoutPolicy};
 pub use redlock::{

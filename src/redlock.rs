@@ -9,7 +9,7 @@ mod calls;
 mod extend;
 mod fanout;
 pub mod fencing;
-mod force;
+pub mod force;
 pub mod inventory;
 pub mod outcome;
 pub mod quorum;

@@ -8,12 +8,7 @@ use serde_json::Value;
 use crate::support::TestFleet;
 
 fn redlease(args: &[&str], masters: &str) -> (i32, String) {
-    let output: Output = Command::new(env!("CARGO_BIN_EXE_redlease"))
-        .args(args)
-        .env("REDLEASE__MASTERS", masters)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
+    let output: Output = crate::support::run_redlease(args, masters);
     let stdout = String::from_utf8(output.stdout).unwrap();
     (output.status.code().unwrap(), stdout.trim().to_string())
 }

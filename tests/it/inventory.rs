@@ -1,7 +1,6 @@
 //! The lock inventory and the audited force release, through two sidecars and the command
 //! line, against real masters.
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -17,12 +16,7 @@ fn redlease(args: &[&str], masters: &str) -> (i32, Value) {
 
 /// As `redlease`, with its stderr.
 fn redlease_with_log(args: &[&str], masters: &str) -> (i32, Value, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_redlease"))
-        .args(args)
-        .env("REDLEASE__MASTERS", masters)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
+    let output = crate::support::run_redlease(args, masters);
     let stdout = String::from_utf8(output.stdout).unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let value = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);

@@ -8,6 +8,17 @@ pub mod resp;
 pub mod sidecar;
 
 pub use fleet::TestFleet;
+
+/// Runs the built `redlease ARGS` against `masters` (through `REDLEASE__MASTERS`), without the
+/// test's `RUST_LOG`, and waits for it.
+pub fn run_redlease(args: &[&str], masters: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
+        .args(args)
+        .env("REDLEASE__MASTERS", masters)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
 pub use redis_server::RedisServer;
 
 /// Retries `$cond` every 10 ms until it holds or `$secs` seconds pass, then panics.
