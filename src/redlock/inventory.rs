@@ -95,7 +95,7 @@ pub struct LockPage {
     /// The resource to list after, for the next page; `None` on the last page.
     pub next: Option<String>,
     /// `false` when a master did not answer the listing, or held more than
-    /// [`MAX_SCANNED_KEYS`] lock keys under the prefix: locks only it holds may be missing.
+    /// 100,000 lock keys under the prefix: locks only it holds may be missing.
     pub complete: bool,
 }
 
