@@ -89,6 +89,12 @@ impl Keyspace {
         self.join("fleet", "")
     }
 
+    /// `<prefix>quarantined`: the `run_id` of a server in its restart quarantine, expiring when
+    /// the quarantine ends, so every process serves out the same one.
+    pub fn quarantined(&self) -> String {
+        self.join("quarantined", "")
+    }
+
     /// `<prefix><kind><name>` in one allocation (built on every acquisition and release).
     fn join(&self, kind: &str, name: &str) -> String {
         let mut key = String::with_capacity(self.prefix.len() + kind.len() + name.len());

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::quarantine::{assess, Standing};
+use super::quarantine::{assess, carry_over, Standing};
 use super::{quorum_of, Admission, Deadline, Fleet, Node};
 use crate::metrics::{self, METRICS};
 use crate::scripts::{ScriptCall, SCRIPTS};
@@ -41,6 +41,9 @@ async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
     };
     match standing {
         Standing::Quarantined { until } => {
+            if !begin_quarantine(fleet, node, &run_id, until).await {
+                return;
+            }
             let left_ms = until.saturating_duration_since(Instant::now()).as_millis() as u64;
             tracing::warn!(
                 node = node.index(),
@@ -91,6 +94,29 @@ async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
     );
 }
 
+/// Makes the quarantine of `node` (server `run_id`, until `until`) every process's: raises its
+/// fence counter to the fleet's, then records the quarantine (`<prefix>quarantined`, expiring
+/// at its end) and the marker, in that order, so a process that finds the marker also finds
+/// the quarantine while it lasts. `false` when a step failed (the master stays out, and the
+/// fleet's probe asks again).
+async fn begin_quarantine(fleet: &Weak<Fleet>, node: &Node, run_id: &str, until: Instant) -> bool {
+    let Some(fleet) = fleet.upgrade() else {
+        return false;
+    };
+    let keyspace = fleet.keyspace();
+    if !sync_fence(&fleet, node, &keyspace.fence()).await {
+        tracing::warn!(node = node.index(), "fence sync failed; master stays out");
+        return false;
+    }
+    let left = until.saturating_duration_since(Instant::now());
+    let quarantined = keyspace.quarantined();
+    node.set_quarantined(&quarantined, run_id, left, PREPARE_STEP_TIMEOUT)
+        .await
+        && node
+            .set_marker(&keyspace.marker(), run_id, PREPARE_STEP_TIMEOUT)
+            .await
+}
+
 /// Loads the scripts and decides the master's standing; with it, the server's `run_id`.
 /// `None` when a step failed, when nobody can tell whether the fleet has lock history (too
 /// few masters answered), or when this server is already counted as another master.
@@ -101,8 +127,11 @@ async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<(Standing, String)
     }
     // A master this process marked is part of a marked fleet, fresh as the fleet was then.
     let fleet_marked = node.marked_here() || fleet.was_marked(node).await?;
-    let marker = fleet.keyspace().marker();
+    let (marker, quarantined) = (fleet.keyspace().marker(), fleet.keyspace().quarantined());
     let (identity, member) = node.identify(&marker, PREPARE_STEP_TIMEOUT).await?;
+    let served_elsewhere =
+        node.quarantine_left(&quarantined, &identity.run_id, PREPARE_STEP_TIMEOUT);
+    let served_elsewhere = served_elsewhere.await?;
     let previous = fleet.claim_run_id(node, &identity.run_id)?;
     let now = Instant::now();
     let standing = match node.quarantine() {
@@ -118,7 +147,8 @@ async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<(Standing, String)
             let period = fleet.options().quarantine;
             let previous = previous.as_deref();
             let member = member.as_deref();
-            assess(previous, &identity, member, fleet_marked, period, now)
+            let assessed = assess(previous, &identity, member, fleet_marked, period, now);
+            carry_over(assessed, served_elsewhere, now)
         }
     };
     if let Standing::Quarantined { until } = standing {

@@ -7,20 +7,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, ErrorKind, KeysInterface};
-use fred::types::{CustomCommand, FromValue, Value};
+use fred::prelude::{ClientLike, ErrorKind};
+use fred::types::{FromValue, Value};
 use opentelemetry::metrics::BoundHistogram;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+mod admin;
+
 use super::deadline::Deadline;
 use super::health::Breaker;
-use super::quarantine::{parse_info, Identity};
 use super::rtt::RttWindow;
 use super::wire::{self, Target, Wire, WireError};
 use crate::metrics::{self, METRICS};
 use crate::resp::Commands;
-use crate::scripts::{fence_was_lost, AcquireCommands, AcquireReply, ScriptCall, SCRIPTS};
+use crate::scripts::{fence_was_lost, AcquireCommands, AcquireReply, ScriptCall};
 
 /// Why a call to one master produced no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -322,48 +323,6 @@ impl Node {
 
     pub(super) fn set_quarantine(&self, until: Option<Instant>) {
         self.state().quarantine = until;
-    }
-
-    /// Loads every script into this master's cache; `false` when it did not answer in time.
-    pub(super) async fn load_scripts(&self, timeout: Duration) -> bool {
-        let load = async {
-            for script in SCRIPTS.all() {
-                script.load(&self.client).await?;
-            }
-            Ok::<_, fred::error::Error>(())
-        };
-        matches!(tokio::time::timeout(timeout, load).await, Ok(Ok(())))
-    }
-
-    /// `INFO server` and the value of the fleet marker `marker` (the `run_id` the server was
-    /// made a member under; `None` when absent), within `timeout`.
-    pub(super) async fn identify(
-        &self,
-        marker: &str,
-        timeout: Duration,
-    ) -> Option<(Identity, Option<String>)> {
-        let query = async {
-            let info_cmd = CustomCommand::new_static("INFO", None, false);
-            let info: String = self.client.custom(info_cmd, vec!["server"]).await?;
-            let member: Option<String> = self.client.get(marker).await?;
-            Ok::<_, fred::error::Error>((info, member))
-        };
-        let (info, member) = tokio::time::timeout(timeout, query).await.ok()?.ok()?;
-        Some((parse_info(&info)?, member))
-    }
-
-    /// The value of an integer key (0 when absent), within `timeout`.
-    pub(super) async fn get_counter(&self, key: &str, timeout: Duration) -> Option<u64> {
-        let get = self.client.get::<Option<u64>, _>(key);
-        let value = tokio::time::timeout(timeout, get).await.ok()?.ok()?;
-        Some(value.unwrap_or(0))
-    }
-
-    /// Sets the fleet marker `key` to `run_id` (the server process made a member), with no
-    /// expiry, within `timeout`.
-    pub(super) async fn set_marker(&self, key: &str, run_id: &str, timeout: Duration) -> bool {
-        let set = self.client.set::<(), _, _>(key, run_id, None, None, false);
-        matches!(tokio::time::timeout(timeout, set).await, Ok(Ok(())))
     }
 
     fn takes_writes(&self) -> bool {

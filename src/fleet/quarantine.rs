@@ -13,6 +13,11 @@
 //! are dated from the server's uptime. A master lacking the marker while the fleet is marked
 //! lost its data at a time nobody can tell (a restart without persistence, `FLUSHALL`): it is
 //! quarantined from now. A fresh fleet (no marker anywhere among a quorum) is adopted at once.
+//!
+//! A process that quarantines a master first raises its fence counter to the fleet's, then
+//! writes `<prefix>quarantined` (the `run_id`, expiring when the quarantine ends) and the
+//! marker, so every later process serves out the same quarantine ([`carry_over`]) instead of
+//! starting its own from its own now.
 
 use std::time::Duration;
 
@@ -75,6 +80,20 @@ pub fn assess(
         Standing::Quarantined { until }
     } else {
         Standing::Rejoining
+    }
+}
+
+/// The standing of a master whose quarantine another process began on this same server
+/// process (`left` is what the `<prefix>quarantined` key naming its `run_id` has left, on the
+/// server's clock): a member by its marker is still quarantined for what is left. Without
+/// this, a master quarantined by short-lived processes (a cron job's CLI) would be
+/// quarantined again by each of them, never serving the period out.
+pub fn carry_over(standing: Standing, left: Option<Duration>, now: Instant) -> Standing {
+    match (standing, left) {
+        (Standing::Member, Some(left)) if !left.is_zero() => {
+            Standing::Quarantined { until: now + left }
+        }
+        (standing, _) => standing,
     }
 }
 

@@ -222,11 +222,14 @@ async fn force_release_is_refused_without_actor_and_reason_and_audited_with_them
 }
 
 /// The CLI's force release frees the lock; with a master stopped it still deletes and
-/// records on the others and says how many.
+/// records on the others, and says how many answered, removed and recorded.
 #[tokio::test]
 async fn cli_force_release_reports_the_masters_it_reached() {
     let mut fleet = TestFleet::start(3);
     let masters = fleet.urls().join(",");
+    // Every master a member (a CLI process alone may leave one it reached late unmarked, and
+    // the next process would quarantine it).
+    fleet.engine().await.all_up().await;
     let (code, lease) = redlease(
         &[
             "lock", "acquire", "nightly", "--owner", "cron", "--ttl-ms", "20000",
@@ -234,6 +237,8 @@ async fn cli_force_release_reports_the_masters_it_reached() {
         &masters,
     );
     assert_eq!(code, 0, "{lease}");
+    // The grant needed two masters; a third still starting may have missed it.
+    let held_on_live = fleet.lock_keys_on(&[0, 1]).len();
     fleet.servers[2].stop();
     let args = [
         "locks",
@@ -247,16 +252,16 @@ async fn cli_force_release_reports_the_masters_it_reached() {
     let (code, forced, log) = redlease_with_log(&args, &masters);
     assert_eq!(code, 0, "{forced}");
     assert_eq!(forced["masters_answered"], 2, "{log}");
-    assert_eq!(forced["masters_removed"], 2);
+    assert_eq!(forced["masters_removed"], held_on_live);
     assert_eq!(forced["audits_recorded"], 2);
     assert!(fleet.lock_keys_on(&[0, 1]).is_empty());
-    let (code, again) = redlease(
+    let (code, again, log) = redlease_with_log(
         &[
             "lock", "acquire", "nightly", "--owner", "cron-2", "--ttl-ms", "5000",
         ],
         &masters,
     );
-    assert_eq!(code, 0, "{again}");
+    assert_eq!(code, 0, "{again} {log}");
     let (_, audit) = redlease(&["audit", "--since", "1h", "--json"], &masters);
     assert_eq!(audit["records"].as_array().unwrap().len(), 1, "{audit}");
 }

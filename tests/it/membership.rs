@@ -170,3 +170,61 @@ async fn a_master_found_later_to_be_another_takes_no_votes() {
         "{refusal:?}"
     );
 }
+
+/// A quarantine is the fleet's, not one process's: a process that meets a master another
+/// process quarantined serves out the same quarantine instead of starting its own, and a
+/// process that comes after it finds the master a member. Short-lived processes (cron jobs
+/// on the CLI) would otherwise quarantine such a master again and again, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantine_begun_by_one_process_is_served_out_by_the_next() {
+    let fleet = TestFleet::start(3);
+    // A marked fleet whose master 2 lacks the marker: its data went at an unknown time.
+    for i in 0..2 {
+        fleet.command(i, &["SET", "redlease:fleet", &fleet.run_id(i)]);
+    }
+    let options = FleetOptions {
+        quarantine: Duration::from_secs(3),
+        ..test_fleet_options()
+    };
+    let start = Instant::now();
+    let first = Fleet::connect(&fleet.urls(), &options).await.unwrap();
+    let _probe = first.spawn_probe(Duration::from_millis(50));
+    assert_eventually!(
+        first.nodes()[2].is_quarantined(Instant::now()),
+        2,
+        "master 2 is not quarantined"
+    );
+    assert_eventually!(
+        fleet.command(2, &["GET", "redlease:quarantined"]).bulk() == Some(fleet.run_id(2)),
+        2,
+        "the quarantine is not recorded on master 2"
+    );
+    assert_eq!(
+        fleet.command(2, &["GET", "redlease:fleet"]).bulk(),
+        Some(fleet.run_id(2)),
+        "marked once its fence is synced"
+    );
+    first.quit(Duration::from_millis(100)).await;
+    drop(first);
+
+    tokio::time::sleep_until(start + Duration::from_secs(1)).await;
+    let second = Fleet::connect(&fleet.urls(), &options).await.unwrap();
+    let _probe = second.spawn_probe(Duration::from_millis(50));
+    assert_eventually!(
+        second.nodes()[2].is_quarantined(Instant::now()),
+        1,
+        "the second process does not see the quarantine"
+    );
+    // Past the first quarantine's end, before the end of one the second would have begun.
+    tokio::time::sleep_until(start + Duration::from_millis(3600)).await;
+    assert_eventually!(
+        second.nodes()[2].is_up(),
+        0.3,
+        "master 2 still out: the second process began a quarantine of its own"
+    );
+    let third = Fleet::connect(&fleet.urls(), &options).await.unwrap();
+    assert!(
+        third.nodes()[2].is_up(),
+        "a member for a process that comes after"
+    );
+}

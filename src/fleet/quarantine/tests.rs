@@ -76,6 +76,26 @@ async fn a_master_without_the_marker_is_quarantined_from_now() {
     assert_eq!(flushed, from_now);
 }
 
+/// A quarantine another process began on the same server is served out, not begun again; a
+/// member without one stays a member, and a quarantine decided here is kept.
+#[tokio::test(start_paused = true)]
+async fn a_quarantine_begun_elsewhere_is_served_out() {
+    let now = Instant::now() + Duration::from_secs(3600);
+    let left = Some(Duration::from_secs(200));
+    let until = now + Duration::from_secs(200);
+    assert_eq!(
+        carry_over(Standing::Member, left, now),
+        Standing::Quarantined { until }
+    );
+    assert_eq!(carry_over(Standing::Member, None, now), Standing::Member);
+    let expired = Some(Duration::ZERO);
+    assert_eq!(carry_over(Standing::Member, expired, now), Standing::Member);
+    let own = Standing::Quarantined {
+        until: now + PERIOD,
+    };
+    assert_eq!(carry_over(own, left, now), own);
+}
+
 /// run_id and uptime are read from a real INFO server layout.
 #[test]
 fn info_server_is_parsed() {
