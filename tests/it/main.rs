@@ -3,6 +3,7 @@
 mod support;
 
 mod cli;
+mod client;
 mod engine;
 mod faults;
 mod fencing;
