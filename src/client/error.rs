@@ -47,7 +47,7 @@ pub enum ClientError {
         detail: String,
     },
     /// The sidecar could not be reached, or did not answer in time.
-    #[error("cannot reach the sidecar: {0}")]
+    #[error("cannot reach the sidecar: {}", with_causes(.0))]
     Transport(#[from] reqwest::Error),
     /// A sidecar URL the client cannot use.
     #[error("invalid sidecar url {url}: {detail}")]
@@ -140,6 +140,19 @@ impl ClientError {
             _ => Self::Unexpected { status, detail },
         }
     }
+}
+
+/// `error: its cause: …`, since reqwest's own message leaves the causes out (a refused
+/// connection reads "error sending request" alone).
+fn with_causes(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(error) = cause {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        cause = error.source();
+    }
+    text
 }
 
 /// The JSON body of a successful answer, or the error a refusal stands for.
