@@ -9,6 +9,7 @@ mod faults;
 mod fencing;
 mod history;
 mod load;
+mod lock_run;
 mod membership;
 mod metrics;
 mod prometheus;
