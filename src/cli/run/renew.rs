@@ -89,8 +89,8 @@ mod tests {
     #[test]
     fn renewals_come_before_half_the_ttl() {
         let ttl = 10_000 * MS;
-        assert_eq!(next_renewal(ttl, 9_900 * MS, false, 0.0), 4_000 * MS);
-        assert_eq!(next_renewal(ttl, 9_900 * MS, false, 1.0), 5_000 * MS);
+        assert_eq!(next_renewal(ttl, ttl, false, 0.0), 4_000 * MS);
+        assert_eq!(next_renewal(ttl, ttl, false, 1.0), 5_000 * MS);
         assert_eq!(next_renewal(ttl, 2_000 * MS, false, 1.0), 1_000 * MS);
     }
 
