@@ -119,8 +119,9 @@ async fn lost_fires_when_the_keys_are_deleted() {
     assert!(!guard.release().await.unwrap());
 }
 
-/// With a majority of masters frozen, nothing renews the lease: it is reported lost
-/// (expired) once its validity has run out.
+/// With a majority of masters frozen, nothing renews the lease: it ends once its validity
+/// has run out. The sidecar's `lost` event and the guard's own watch of the validity fall due
+/// at the same instant, so either may tell first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_fires_when_a_majority_freezes() {
     let mut fleet = TestFleet::start(3);
@@ -136,10 +137,11 @@ async fn lost_fires_when_a_majority_freezes() {
     let end = timeout(Duration::from_secs(4), guard.lost()).await;
     fleet.servers[0].resume();
     fleet.servers[1].resume();
+    let end = end.unwrap();
     let expired = LeaseEnd::Lost {
         reason: "expired".into(),
     };
-    assert_eq!(end.unwrap(), expired);
+    assert!(end == expired || end == LeaseEnd::Expired, "{end:?}");
 }
 
 /// A sidecar that shuts down releases the lease and says so on the stream.
