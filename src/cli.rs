@@ -1,10 +1,14 @@
 //! The `redlease` command line: argument parsing, logging set-up and exit codes.
 //!
-//! Exit codes: 0 success, 3 held by another / not ours, 4 no quorum, 64 invalid input.
+//! Exit codes: 0 success, 3 held by another / not ours, 4 no quorum, 64 invalid input, 69 a
+//! service unavailable, 74 an output file not written. `lock run` passes its command's exit
+//! code through, and adds 75 (the lease was lost while the command ran), 126 and 127 (the
+//! command could not be started, as shells answer).
 
 mod load;
 mod lock;
 mod locks;
+mod run;
 mod serve;
 
 use std::io::IsTerminal;
@@ -26,6 +30,9 @@ pub const EXIT_USAGE: u8 = 64;
 pub const EXIT_UNAVAILABLE: u8 = 69;
 /// An output file could not be written after the run (sysexits EX_IOERR).
 pub const EXIT_IO: u8 = 74;
+/// `lock run`: the lease was lost while the command ran, and the command was stopped
+/// (sysexits EX_TEMPFAIL: running it again later may succeed).
+pub const EXIT_LEASE_LOST: u8 = 75;
 
 /// Redlock coordinator over independent Redis masters.
 #[derive(Debug, Parser)]
@@ -47,7 +54,7 @@ enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Acquire, extend or release a lock directly on the masters (no sidecar).
+    /// Acquire, extend or release a lock directly on the masters; run a command under a lock.
     #[command(subcommand)]
     Lock(lock::LockCommand),
     /// The lock inventory and force release, straight on the masters.

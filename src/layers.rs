@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["fleet"],
     &["scripts"],
     &[
-        "resp", "metrics", "keys", "lease_id", "error", "shutdown", "dev",
+        "resp", "metrics", "keys", "lease_id", "error", "shutdown", "dev", "client",
     ],
 ];
 

@@ -3,8 +3,9 @@
 //! The library is the engine: [`Fleet`] (the masters and their connections), [`Redlock`]
 //! (acquire, extend, release with quorum, validity and fencing), [`Wakeups`] (release messages
 //! for blocking acquisitions), their options, outcomes and [`Error`]. The sidecar, the command
-//! line, the load tester and local fleets sit behind the Cargo features `sidecar`, `cli`,
-//! `loadtest` and `dev` (all on by default); `default-features = false` builds the engine alone.
+//! line, the load tester, local fleets and the sidecar's Rust client sit behind the Cargo
+//! features `sidecar`, `cli`, `loadtest`, `dev` and `client` (all on by default);
+//! `default-features = false` builds the engine alone.
 //!
 //! # Layout
 //!
@@ -30,7 +31,8 @@
 //!     names, resource and owner validation), `lease_id`, `error`; and, beside the rest,
 //!     `shutdown` (the signals that stop the process; feature `cli`) and `dev` (the one
 //!     `redis-server` launcher and local fleets, for `redlease dev`, the tests and the benches;
-//!     feature `dev`).
+//!     feature `dev`) and `client` (a Rust client of the sidecar's HTTP API, which uses nothing
+//!     of the engine; feature `client`).
 //!
 //! Items inside modules are `pub` where another module uses them; the crate's API is what this
 //! file exports. A unit test (`layers.rs`) holds every module to this order.
@@ -80,6 +82,8 @@ mod layers;
 mod api;
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "client")]
+pub mod client;
 #[cfg(feature = "sidecar")]
 pub mod config;
 #[cfg(feature = "dev")]

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use serde_json::json;
 use tokio::time::Instant;
 
+use crate::client::{Client, ClientError};
 use crate::fleet::{Fleet, FleetOptions};
 use crate::redlock::{AcquireOutcome, EngineOptions, Redlock};
 use crate::wakeup::Wakeups;
@@ -55,8 +55,8 @@ pub enum Target {
     /// The library engine straight against the masters; contended cycles wait through the
     /// release wake-ups, as the sidecar does.
     Engine { engine: Arc<Redlock> },
-    /// A sidecar's HTTP API (keep-alive connections).
-    Sidecar { http: reqwest::Client, base: String },
+    /// A sidecar's HTTP API through [`crate::client`] (keep-alive connections).
+    Sidecar { client: Client },
 }
 
 /// A load run.
@@ -266,7 +266,7 @@ impl Target {
     async fn cycle(&self, resource: &str, options: &LoadOptions) -> Cycle {
         match self {
             Self::Engine { engine } => engine_cycle(engine, resource, options).await,
-            Self::Sidecar { http, base } => sidecar_cycle(http, base, resource, options).await,
+            Self::Sidecar { client } => sidecar_cycle(client, resource, options).await,
         }
     }
 }
@@ -290,33 +290,28 @@ async fn engine_cycle(engine: &Redlock, resource: &str, options: &LoadOptions) -
     }
 }
 
-async fn sidecar_cycle(
-    http: &reqwest::Client,
-    base: &str,
-    resource: &str,
-    options: &LoadOptions,
-) -> Cycle {
-    let ttl_ms = options.ttl.as_millis() as u64;
-    let url = format!("{base}/v1/locks/{resource}/acquire");
-    let attempt = |wait_ms: u64| {
-        let body = json!({"owner": "redlease-load", "ttl_ms": ttl_ms, "auto_renew": false, "wait_ms": wait_ms});
-        http.post(&url).json(&body).send()
+/// The same cycle through the client: a lease the sidecar does not renew, no event stream
+/// (nothing to watch over a cycle this short), released by `DELETE`.
+async fn sidecar_cycle(client: &Client, resource: &str, options: &LoadOptions) -> Cycle {
+    let attempt = |wait: Duration| {
+        let request = client
+            .lock(resource)
+            .owner("redlease-load")
+            .ttl(options.ttl);
+        request.auto_renew(false).events(false).wait(wait).send()
     };
-    let mut response = attempt(0).await;
-    let retried = matches!(&response, Ok(r) if r.status() == reqwest::StatusCode::CONFLICT);
+    let mut acquired = attempt(Duration::ZERO).await;
+    let retried = matches!(acquired, Err(ClientError::Held { .. }));
     if retried && options.workload == Workload::Contention {
-        response = attempt(options.wait.as_millis() as u64).await;
+        acquired = attempt(options.wait).await;
     }
-    let Ok(response) = response.and_then(|r| r.error_for_status()) else {
+    let Ok(guard) = acquired else {
         return Cycle::Failed;
     };
-    let Ok(lease) = response.json::<serde_json::Value>().await else {
-        return Cycle::Failed;
-    };
-    let id = lease["lease_id"].as_str().unwrap_or_default();
     hold(options).await;
-    match http.delete(format!("{base}/v1/leases/{id}")).send().await {
-        Ok(released) if released.status().is_success() => Cycle::Done { retried },
-        _ => Cycle::Failed,
+    // Any answer of the sidecar counts, `released: false` (the lease had ended) included.
+    match guard.release().await {
+        Ok(_) => Cycle::Done { retried },
+        Err(_) => Cycle::Failed,
     }
 }

@@ -13,6 +13,7 @@ use clap::Args;
 
 use super::{EXIT_IO, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
 
+use crate::client::Client;
 use crate::dev::{self, LocalFleet};
 use crate::loadtest::renewal::{self, RenewalOptions, RenewalReport};
 use crate::loadtest::{self, fault, hdr, plot, LoadOptions, Report, Target, Workload};
@@ -177,7 +178,7 @@ fn check(args: &LoadArgs) -> Result<(), String> {
 
 /// Sequential, parallel and contention, on the given target (or on `local` masters).
 async fn cycle_report(args: &LoadArgs, local: Option<Vec<String>>) -> Result<Report, String> {
-    let target = target(args, local).await.map_err(|e| e.to_string())?;
+    let target = target(args, local).await?;
     let target = Arc::new(target);
     let report = loadtest::run(Arc::clone(&target), &load_options(args)).await;
     target.close().await;
@@ -191,8 +192,14 @@ async fn run_renewal(args: &LoadArgs) -> u8 {
         duration: args.duration.unwrap_or(renewal::DEFAULT_DURATION),
         ttl: Duration::from_millis(args.ttl_ms),
     };
-    let http = reqwest::Client::new();
-    match renewal::run(&http, base.trim_end_matches('/'), &options).await {
+    let client = match Client::new(&base) {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            return EXIT_USAGE;
+        }
+    };
+    match renewal::run(&client, &options).await {
         Ok(report) => {
             print_renewal(&report, args.json);
             EXIT_OK
@@ -225,16 +232,15 @@ fn load_options(args: &LoadArgs) -> LoadOptions {
     }
 }
 
-async fn target(args: &LoadArgs, local: Option<Vec<String>>) -> Result<Target, crate::Error> {
+async fn target(args: &LoadArgs, local: Option<Vec<String>>) -> Result<Target, String> {
     if let Some(base) = &args.sidecar {
-        let base = base.trim_end_matches('/').to_string();
-        return Ok(Target::Sidecar {
-            http: reqwest::Client::new(),
-            base,
-        });
+        let client = Client::new(base).map_err(|e| e.to_string())?;
+        return Ok(Target::Sidecar { client });
     }
     let masters = local.or_else(|| args.masters.clone()).unwrap_or_default();
-    Target::connect_engine(&masters, &FleetOptions::default(), EngineOptions::default()).await
+    Target::connect_engine(&masters, &FleetOptions::default(), EngineOptions::default())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 fn print(report: &Report, json: bool) {

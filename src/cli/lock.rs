@@ -1,5 +1,5 @@
 //! `redlease lock acquire|extend|release`: one operation straight against the masters,
-//! answered as one JSON object on stdout.
+//! answered as one JSON object on stdout; `lock run` lives in [`super::run`].
 
 use std::time::Duration;
 
@@ -50,6 +50,8 @@ pub enum LockCommand {
         #[command(flatten)]
         fleet: FleetArgs,
     },
+    /// Run a command while holding the lock: renewed while it runs, released when it exits.
+    Run(super::run::RunArgs),
 }
 
 /// Where the masters are and how keys are named.
@@ -152,18 +154,26 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
             )
             .await
         }
+        // `lock run` reports its own errors (its exit codes are the command's).
+        LockCommand::Run(args) => Ok(super::run::run(args).await),
     }
 }
 
 pub(super) async fn connect(args: &FleetArgs) -> Result<Redlock, Error> {
-    let options = FleetOptions {
-        keyspace: Keyspace::new(args.key_prefix.clone()),
-        connect_timeout: Duration::from_millis(args.connect_timeout_ms),
-        straggler_grace: Some(CLI_STRAGGLER_GRACE),
-        ..FleetOptions::default()
-    };
+    let options = fleet_options(&args.key_prefix, args.connect_timeout_ms);
     let fleet = Fleet::connect(&args.masters, &options).await?;
     Ok(Redlock::new(fleet, EngineOptions::default()))
+}
+
+/// The fleet options of the lock commands: their key prefix and connect timeout, and the
+/// short grace for masters that never answer.
+pub(super) fn fleet_options(key_prefix: &str, connect_timeout_ms: u64) -> FleetOptions {
+    FleetOptions {
+        keyspace: Keyspace::new(key_prefix),
+        connect_timeout: Duration::from_millis(connect_timeout_ms),
+        straggler_grace: Some(CLI_STRAGGLER_GRACE),
+        ..FleetOptions::default()
+    }
 }
 
 /// How long a command waits, before exiting, for the writes and releases it sent to be
@@ -258,7 +268,7 @@ pub(super) fn print_json(value: &impl Serialize) {
 }
 
 /// `cli:<pid>@<host>`, so inspection can tell which cron run holds a lock.
-fn default_owner() -> String {
+pub(super) fn default_owner() -> String {
     let host = std::fs::read_to_string("/etc/hostname")
         .ok()
         .map(|h| h.trim().to_string())

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
-use serde_json::json;
 use tokio::time::Instant;
+
+use crate::client::{Client, LeaseState, LockGuard};
 
 /// The sidecar's memory and CPU series (see `metrics::process`).
 const RSS: &str = "process_resident_memory_bytes";
@@ -110,71 +111,59 @@ impl RenewalReport {
     }
 }
 
-/// Holds the leases on the sidecar at `base`, measures, then releases them all.
-pub async fn run(
-    http: &reqwest::Client,
-    base: &str,
-    options: &RenewalOptions,
-) -> Result<RenewalReport, String> {
-    let ids = acquire_all(http, base, options).await?;
-    let outcome = measure(http, base, options, &ids).await;
-    release_all(http, base, &ids).await;
+/// Holds the leases on the sidecar `client` speaks to, measures, then releases them all.
+pub async fn run(client: &Client, options: &RenewalOptions) -> Result<RenewalReport, String> {
+    let guards = acquire_all(client, options).await?;
+    let ids: Vec<&str> = guards.iter().map(LockGuard::lease_id).collect();
+    let outcome = measure(client, options, &ids).await;
+    release_all(guards).await;
     outcome
 }
 
-async fn acquire_all(
-    http: &reqwest::Client,
-    base: &str,
-    options: &RenewalOptions,
-) -> Result<Vec<String>, String> {
-    // Idle release would end the leases: the load tester keeps no stream open.
-    let idle_ms = (options.duration + SETTLE + Duration::from_secs(60)).as_millis() as u64;
-    let body = json!({
-        "owner": "redlease-load",
-        "ttl_ms": options.ttl.as_millis() as u64,
-        "auto_renew": true,
-        "idle_timeout_ms": idle_ms,
-    });
-    let acquired: Vec<Result<String, String>> = stream::iter(0..options.leases)
+async fn acquire_all(client: &Client, options: &RenewalOptions) -> Result<Vec<LockGuard>, String> {
+    // Idle release would end the leases: the load tester keeps no event stream open (one per
+    // lease would add its own load to the sidecar).
+    let idle = options.duration + SETTLE + Duration::from_secs(60);
+    let acquired: Vec<Result<LockGuard, String>> = stream::iter(0..options.leases)
         .map(|i| {
-            let url = format!("{base}/v1/locks/load:renewal:{i}/acquire");
-            let request = http.post(url).json(&body).send();
+            let request = client
+                .lock(format!("load:renewal:{i}"))
+                .owner("redlease-load");
+            let request = request.ttl(options.ttl).auto_renew(true).idle_timeout(idle);
             async move {
-                let response = request.await.map_err(|e| e.to_string())?;
-                let status = response.status();
-                let lease: serde_json::Value = response.json().await.map_err(|e| e.to_string())?;
-                match lease["lease_id"].as_str() {
-                    Some(id) if status.is_success() => Ok(id.to_string()),
-                    _ => Err(format!("acquire answered {status}: {lease}")),
-                }
+                request
+                    .events(false)
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())
             }
         })
         .buffer_unordered(CONCURRENCY)
         .collect()
         .await;
-    let mut ids = Vec::with_capacity(acquired.len());
+    let mut guards = Vec::with_capacity(acquired.len());
     let mut first_error = None;
     for result in acquired {
         match result {
-            Ok(id) => ids.push(id),
+            Ok(guard) => guards.push(guard),
             Err(error) => first_error = first_error.or(Some(error)),
         }
     }
     if let Some(error) = first_error {
-        release_all(http, base, &ids).await;
+        release_all(guards).await;
         return Err(format!("could not hold {} leases: {error}", options.leases));
     }
-    Ok(ids)
+    Ok(guards)
 }
 
 async fn measure(
-    http: &reqwest::Client,
-    base: &str,
+    client: &Client,
     options: &RenewalOptions,
-    ids: &[String],
+    ids: &[&str],
 ) -> Result<RenewalReport, String> {
+    let (http, base) = (reqwest::Client::new(), client.base_url());
     tokio::time::sleep(SETTLE).await;
-    let before = scrape(http, base).await?;
+    let before = scrape(&http, base).await?;
     if before.get("lock_renewal_attempts_total").is_none() {
         return Err(format!(
             "{base}/metrics has no lock_renewal_attempts_total: not a redlease sidecar?"
@@ -185,11 +174,11 @@ async fn measure(
     while started.elapsed() < options.duration {
         let left = options.duration.saturating_sub(started.elapsed());
         tokio::time::sleep(left.min(Duration::from_secs(1))).await;
-        rss.extend(scrape(http, base).await?.get(RSS));
+        rss.extend(scrape(&http, base).await?.get(RSS));
     }
-    let after = scrape(http, base).await?;
+    let after = scrape(&http, base).await?;
     let elapsed = started.elapsed().as_secs_f64();
-    let held_at_end = count_held(http, base, ids).await;
+    let held_at_end = count_held(client, ids).await;
     let delta = |name: &str| (after.value(name) - before.value(name)).max(0.0);
     let renewals = delta("lock_renewal_attempts_total") as u64;
     let renewal_failures = delta("lock_renewal_failures_total") as u64;
@@ -226,17 +215,11 @@ async fn measure(
     })
 }
 
-async fn count_held(http: &reqwest::Client, base: &str, ids: &[String]) -> usize {
+async fn count_held(client: &Client, ids: &[&str]) -> usize {
     let states: Vec<bool> = stream::iter(ids)
-        .map(|id| {
-            let request = http.get(format!("{base}/v1/leases/{id}")).send();
-            async move {
-                let Ok(response) = request.await else {
-                    return false;
-                };
-                let view: serde_json::Value = response.json().await.unwrap_or_default();
-                view["state"] == "held"
-            }
+        .map(|id| async move {
+            let lease = client.lease(id).await;
+            lease.is_ok_and(|lease| lease.state == LeaseState::Held)
         })
         .buffer_unordered(CONCURRENCY)
         .collect()
@@ -244,9 +227,9 @@ async fn count_held(http: &reqwest::Client, base: &str, ids: &[String]) -> usize
     states.into_iter().filter(|held| *held).count()
 }
 
-async fn release_all(http: &reqwest::Client, base: &str, ids: &[String]) {
-    stream::iter(ids)
-        .map(|id| http.delete(format!("{base}/v1/leases/{id}")).send())
+async fn release_all(guards: Vec<LockGuard>) {
+    stream::iter(guards)
+        .map(LockGuard::release)
         .buffer_unordered(CONCURRENCY)
         .for_each(|_| async {})
         .await;

@@ -59,15 +59,13 @@ async fn engine_workloads_complete_every_cycle() {
     assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
 }
 
-/// The sidecar target runs the same cycles over HTTP.
+/// The sidecar target runs the same cycles over HTTP, through the client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecar_workloads_complete_every_cycle() {
     let fleet = TestFleet::start(3);
     let sidecar = TestSidecar::start(&fleet, &[]).await;
-    let target = Arc::new(Target::Sidecar {
-        http: reqwest::Client::new(),
-        base: sidecar.base.clone(),
-    });
+    let client = redlease::client::Client::new(&sidecar.base).unwrap();
+    let target = Arc::new(Target::Sidecar { client });
     for (workload, clients, ops) in [(Workload::Sequential, 1, 30), (Workload::Contention, 4, 40)] {
         let report = loadtest::run(Arc::clone(&target), &options(workload, clients, ops)).await;
         assert_eq!((report.ops, report.errors), (ops, 0), "{report:?}");

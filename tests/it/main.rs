@@ -3,12 +3,14 @@
 mod support;
 
 mod cli;
+mod client;
 mod engine;
 mod faults;
 mod fencing;
 mod history;
 mod inventory;
 mod load;
+mod lock_run;
 mod membership;
 mod metrics;
 mod prometheus;

@@ -1,0 +1,209 @@
+//! `redlease lock run RESOURCE -- CMD ARGS…`: takes the lock (on the masters through the
+//! engine, or through a sidecar with [`crate::client`]), runs the command while keeping the
+//! lease, releases it when the command exits and passes the command's exit code through.
+//!
+//! The command never runs without the lock: nothing is started unless the lease is held and
+//! still valid, and a lease lost while it runs stops it (see [`child`]).
+
+mod child;
+mod renew;
+
+use std::time::Duration;
+
+use clap::Args;
+use tokio::time::Instant;
+
+use super::lock::{default_owner, finish, fleet_options};
+use super::lock::{DEFAULT_CLI_CONNECT_TIMEOUT_MS, DEFAULT_CLI_TTL_MS};
+use super::{EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_QUORUM, EXIT_UNAVAILABLE, EXIT_USAGE};
+use crate::client::{Client, ClientError};
+use crate::redlock::{AcquireOutcome, EngineOptions, Lease, Redlock};
+use crate::{Error, Fleet, Wakeups, DEFAULT_PROBE_PERIOD};
+
+/// Where the masters are when `--masters` is not given.
+const MASTERS_ENV: &str = "REDLEASE__MASTERS";
+/// Why the command was not run, after the resource's name.
+const HELD: &str = "is held by another lease";
+const NO_QUORUM: &str = "cannot be taken: too few masters answered";
+
+/// Default `--kill-grace-ms`: how long a command whose lease was lost has between SIGTERM
+/// and SIGKILL.
+pub const DEFAULT_KILL_GRACE_MS: u64 = 5_000;
+
+/// `lock run`'s arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    resource: String,
+    /// Comma-separated redis:// URLs of the independent masters; without it (and without
+    /// --sidecar), those of $REDLEASE__MASTERS.
+    // Not `env = …`: clap would then count the variable as a --masters flag given together
+    // with --sidecar.
+    #[arg(long, value_delimiter = ',')]
+    masters: Option<Vec<String>>,
+    /// Take the lock through the sidecar at this URL (http://127.0.0.1:7600), which renews it.
+    #[arg(long, conflicts_with = "masters")]
+    sidecar: Option<String>,
+    /// Prefix of every key redlease writes (masters only).
+    #[arg(long, env = "REDLEASE__KEY_PREFIX", default_value = crate::keys::DEFAULT_PREFIX)]
+    key_prefix: String,
+    /// How long to wait for the masters at start-up (masters only).
+    #[arg(long, default_value_t = DEFAULT_CLI_CONNECT_TIMEOUT_MS)]
+    connect_timeout_ms: u64,
+    /// Lease time-to-live in ms; renewed while the command runs. Default: 10000 on the
+    /// masters, the sidecar's adaptive TTL through a sidecar.
+    #[arg(long)]
+    ttl_ms: Option<u64>,
+    /// Wait this long for a lock that is held (or a fleet without quorum).
+    #[arg(long, default_value_t = 0)]
+    wait_ms: u64,
+    /// Who holds the lock; defaults to `cli:<pid>@<host>`.
+    #[arg(long)]
+    owner: Option<String>,
+    /// After the lease is lost: how long the command has between SIGTERM and SIGKILL.
+    #[arg(long, default_value_t = DEFAULT_KILL_GRACE_MS)]
+    kill_grace_ms: u64,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// Runs `lock run` and returns its exit code: the command's, or why it did not run or was
+/// stopped.
+pub async fn run(args: RunArgs) -> u8 {
+    let owner = args.owner.clone().unwrap_or_else(default_owner);
+    match &args.sidecar {
+        Some(url) => through_sidecar(url, &args, &owner).await,
+        None => match on_masters(&args, &owner).await {
+            Ok(code) => code,
+            Err(error) => {
+                eprintln!("redlease: {error}");
+                EXIT_USAGE
+            }
+        },
+    }
+}
+
+// === the masters, through the engine ===
+
+async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
+    let masters = args.masters.clone().unwrap_or_else(masters_from_env);
+    let options = fleet_options(&args.key_prefix, args.connect_timeout_ms);
+    let fleet = Fleet::connect(&masters, &options).await?;
+    // Renewals may go on for hours: breakers must close and restarted masters rejoin.
+    let _probe = fleet.spawn_probe(DEFAULT_PROBE_PERIOD);
+    let wakeups = Wakeups::connect(&fleet)?;
+    let engine = Redlock::new(fleet, EngineOptions::default()).with_wakeups(wakeups);
+    let ttl = Duration::from_millis(args.ttl_ms.unwrap_or(DEFAULT_CLI_TTL_MS));
+    let wait = Duration::from_millis(args.wait_ms);
+    let acquired = engine.acquire_with_wait(&args.resource, owner, ttl, wait);
+    let code = match acquired.await {
+        Ok(AcquireOutcome::Acquired(lease)) => Ok(hold_on_masters(&engine, lease, args).await),
+        Ok(AcquireOutcome::Contended(_)) => Ok(not_run(&args.resource, HELD, EXIT_HELD)),
+        Ok(AcquireOutcome::NoQuorum(_)) => Ok(not_run(&args.resource, NO_QUORUM, EXIT_NO_QUORUM)),
+        Err(error) => Err(error),
+    };
+    finish(&engine, code).await
+}
+
+/// Runs the command while renewing `lease`, then releases it.
+async fn hold_on_masters(engine: &Redlock, mut lease: Lease, args: &RunArgs) -> u8 {
+    let env = child::lease_env(lease.fencing_token, &lease.id.to_string(), &lease.resource);
+    let code = if lease.is_valid(Instant::now()) {
+        let lost = async {
+            let loss = renew::keep(engine, &mut lease).await;
+            format!("on {} was lost: {loss}", args.resource)
+        };
+        child::supervise(&args.command, &env, lost, grace(args)).await
+    } else {
+        eprintln!(
+            "redlease: the lease on {} ran out before the command could start",
+            args.resource
+        );
+        EXIT_LEASE_LOST
+    };
+    match engine.release(&lease.resource, lease.id).await {
+        Ok(released) if released.confirmed() => {}
+        Ok(_) => eprintln!(
+            "redlease: too few masters confirmed the release of {}: its keys expire within {} ms",
+            lease.resource,
+            lease.ttl.as_millis()
+        ),
+        Err(error) => eprintln!("redlease: cannot release {}: {error}", lease.resource),
+    }
+    code
+}
+
+// === a sidecar, through the client ===
+
+async fn through_sidecar(url: &str, args: &RunArgs, owner: &str) -> u8 {
+    let client = match Client::new(url) {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("redlease: {error}");
+            return EXIT_USAGE;
+        }
+    };
+    let mut request = client.lock(args.resource.as_str()).owner(owner);
+    request = request.wait(Duration::from_millis(args.wait_ms));
+    if let Some(ttl_ms) = args.ttl_ms {
+        request = request.ttl(Duration::from_millis(ttl_ms));
+    }
+    let guard = match request.send().await {
+        Ok(guard) => guard,
+        Err(error) => return refused(&args.resource, &error),
+    };
+    let env = child::lease_env(guard.fencing_token(), guard.lease_id(), guard.resource());
+    let code = match guard.ended() {
+        None => {
+            let lost = guard.lost();
+            let resource = &args.resource;
+            let lost = async move { format!("on {resource} {}", lost.await) };
+            child::supervise(&args.command, &env, lost, grace(args)).await
+        }
+        Some(end) => {
+            eprintln!(
+                "redlease: the lease on {} {end} before the command could start",
+                args.resource
+            );
+            EXIT_LEASE_LOST
+        }
+    };
+    match guard.release().await {
+        Ok(_) => {}
+        Err(error) => eprintln!("redlease: release of {}: {error}", args.resource),
+    }
+    code
+}
+
+/// The exit code and message of an acquisition the sidecar refused or could not answer.
+fn refused(resource: &str, error: &ClientError) -> u8 {
+    match error {
+        ClientError::Held { .. } => not_run(resource, HELD, EXIT_HELD),
+        ClientError::NoQuorum { .. } => not_run(resource, NO_QUORUM, EXIT_NO_QUORUM),
+        ClientError::Invalid { .. } | ClientError::InvalidUrl { .. } => {
+            not_run(resource, &format!("cannot be taken: {error}"), EXIT_USAGE)
+        }
+        _ => not_run(
+            resource,
+            &format!("cannot be taken: {error}"),
+            EXIT_UNAVAILABLE,
+        ),
+    }
+}
+
+/// Says why the command was not run; returns `code`.
+fn not_run(resource: &str, why: &str, code: u8) -> u8 {
+    eprintln!("redlease: {resource} {why}; the command was not run");
+    code
+}
+
+/// The masters of `$REDLEASE__MASTERS` (none when it is unset).
+fn masters_from_env() -> Vec<String> {
+    let list = std::env::var(MASTERS_ENV).unwrap_or_default();
+    let urls = list.split(',').map(str::trim).filter(|url| !url.is_empty());
+    urls.map(String::from).collect()
+}
+
+fn grace(args: &RunArgs) -> Duration {
+    Duration::from_millis(args.kill_grace_ms)
+}

@@ -1,0 +1,428 @@
+//! A Rust client of the sidecar's HTTP API (feature `client`): take a lock, hold it while the
+//! lease's event stream says how it stands, release it. It speaks HTTP to a sidecar and uses
+//! nothing of the engine.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redlease::client::{Client, ClientError};
+//!
+//! async fn close_the_books() -> Result<(), ClientError> {
+//!     let sidecar = Client::new("http://127.0.0.1:7600")?;
+//!     let guard = sidecar.lock("payments-close").wait(Duration::from_secs(5)).send().await?;
+//!     let token = guard.fencing_token(); // pass it to what the job writes
+//!     tokio::select! {
+//!         _ = run_close(token) => {}
+//!         end = guard.lost() => eprintln!("stopping: the lease {end}"),
+//!     }
+//!     guard.release().await?;
+//!     Ok(())
+//! }
+//! # async fn run_close(_token: u64) {}
+//! ```
+
+mod error;
+mod events;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+pub use error::ClientError;
+
+/// How much longer than the wait it asked for a request may take before the client gives up
+/// on it (the sidecar's own request timeout is its longest wait plus 10 s).
+pub const REQUEST_MARGIN: Duration = Duration::from_secs(10);
+/// How long connecting to the sidecar may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A handle on one sidecar. Cheap to clone: clones share one pool of connections.
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: reqwest::Url,
+}
+
+/// A lock to take, built by [`Client::lock`] and sent with [`LockRequest::send`].
+#[must_use = "nothing is acquired until the request is sent"]
+#[derive(Debug)]
+pub struct LockRequest<'a> {
+    client: &'a Client,
+    resource: String,
+    owner: Option<String>,
+    ttl: Option<Duration>,
+    wait: Duration,
+    auto_renew: bool,
+    idle_timeout: Option<Duration>,
+    events: bool,
+}
+
+/// A held lease. It keeps the lease's event stream open (which also tells an auto-renewing
+/// sidecar that the app is alive), says when the lease has ended ([`LockGuard::lost`]), and
+/// releases it with [`LockGuard::release`] or, best effort, when dropped.
+#[derive(Debug)]
+pub struct LockGuard {
+    lease: LeaseInfo,
+    http: reqwest::Client,
+    /// `…/v1/leases/{id}`.
+    lease_url: reqwest::Url,
+    /// How the lease ended, once it has; set once, by the watcher or by the release.
+    ended: Arc<watch::Sender<Option<LeaseEnd>>>,
+    /// Without an event stream and without auto-renewal: when the validity the acquisition
+    /// reported runs out.
+    expiry: Option<Instant>,
+    /// The task that follows the event stream, when there is one.
+    watcher: Option<JoinHandle<()>>,
+    /// Set by `release`: dropping the guard then sends nothing more.
+    released: bool,
+}
+
+/// A lease as the sidecar reports it (acquire, `GET /v1/leases/{id}`, every event).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct LeaseInfo {
+    /// 32 lowercase hex digits.
+    pub lease_id: String,
+    pub resource: String,
+    pub owner: String,
+    /// Strictly greater than every earlier holder's: pass it to what you write.
+    pub fencing_token: u64,
+    /// The TTL set by the last grant or renewal, in ms.
+    pub ttl_ms: u64,
+    /// Validity left when the sidecar answered, in ms; 0 once elapsed or ended.
+    pub validity_ms: u64,
+    /// When the validity ends (Unix ms, the sidecar's clock).
+    pub expires_at: u64,
+    pub state: LeaseState,
+    pub auto_renew: bool,
+    /// Why the lease ended (`released`, `idle`, `shutdown`, `expired`, `not_ours`,
+    /// `invalid`); absent while it is held or degraded.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Where a lease stands (`docs/api.md`, Lease states).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LeaseState {
+    Held,
+    /// A renewal fell short and a quorum of shadows keeps the lease: still held.
+    Degraded,
+    /// A release is under way: no longer yours to act on.
+    Releasing,
+    Lost,
+    Released,
+    /// A state this client does not know (a newer sidecar).
+    #[serde(other)]
+    Unknown,
+}
+
+/// How a lease ended, as [`LockGuard::lost`] tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseEnd {
+    /// The sidecar reported the lease lost. `reason`: `expired`, `not_ours`, `invalid`, or
+    /// `unknown_lease` when the sidecar no longer knows the lease (it restarted).
+    Lost { reason: String },
+    /// The lease was released: by this guard (`released`), or by the sidecar (`idle`,
+    /// `shutdown`).
+    Released { reason: String },
+    /// The validity last reported ran out with no word from the sidecar: a sidecar that
+    /// stopped answering, or, without an event stream, a lease nothing renewed.
+    Expired,
+}
+
+/// The answer to `DELETE /v1/leases/{id}`.
+#[derive(Deserialize)]
+struct ReleaseBody {
+    released: bool,
+}
+
+/// The body of an acquisition.
+#[derive(Serialize)]
+struct AcquireBody<'a> {
+    owner: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl_ms: Option<u64>,
+    wait_ms: u64,
+    auto_renew: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idle_timeout_ms: Option<u64>,
+}
+
+// === impl Client ===
+
+impl Client {
+    /// A client of the sidecar at `url`: `http://host:port`, perhaps with a path prefix.
+    /// Only plain HTTP is spoken (the sidecar listens on loopback).
+    pub fn new(url: impl AsRef<str>) -> Result<Self, ClientError> {
+        let url = url.as_ref();
+        let invalid = |detail: &str| ClientError::InvalidUrl {
+            url: url.to_string(),
+            detail: detail.to_string(),
+        };
+        let base = reqwest::Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
+        if base.scheme() != "http" {
+            return Err(invalid("the sidecar speaks http://"));
+        }
+        if base.cannot_be_a_base() || base.host().is_none() {
+            return Err(invalid("no host"));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(ClientError::Transport)?;
+        Ok(Self { http, base })
+    }
+
+    /// The sidecar's URL, without a trailing slash.
+    pub fn base_url(&self) -> &str {
+        self.base.as_str().trim_end_matches('/')
+    }
+
+    /// A request for the lock on `resource`, to adjust and [`send`](LockRequest::send).
+    pub fn lock(&self, resource: impl Into<String>) -> LockRequest<'_> {
+        LockRequest {
+            client: self,
+            resource: resource.into(),
+            owner: None,
+            ttl: None,
+            wait: Duration::ZERO,
+            auto_renew: true,
+            idle_timeout: None,
+            events: true,
+        }
+    }
+
+    /// The lease `lease_id` as the sidecar sees it now (`GET /v1/leases/{id}`; reading does
+    /// not count as a sign of life).
+    pub async fn lease(&self, lease_id: &str) -> Result<LeaseInfo, ClientError> {
+        let url = self.url(&["v1", "leases", lease_id]);
+        let response = self.http.get(url).timeout(REQUEST_MARGIN).send().await?;
+        error::read(response).await
+    }
+
+    /// The base URL with `segments` appended, each percent-encoded.
+    fn url(&self, segments: &[&str]) -> reqwest::Url {
+        let mut url = self.base.clone();
+        // `new` refused URLs that cannot be a base, the only ones without path segments.
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url
+    }
+}
+
+// === impl LockRequest ===
+
+impl LockRequest<'_> {
+    /// Who holds the lock (1–256 bytes, no control characters); defaults to
+    /// `client:<pid>@<host>`.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// The lease's time-to-live (10 ms to the sidecar's `lease.max_ttl_ms`); defaults to the
+    /// sidecar's adaptive TTL.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long to wait for a held lock (at most the sidecar's `lease.max_wait_ms`); default
+    /// 0: one attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Whether the sidecar renews the lease (default `true`). Without it the lease ends at
+    /// its validity unless renewed through the API.
+    pub fn auto_renew(mut self, auto_renew: bool) -> Self {
+        self.auto_renew = auto_renew;
+        self
+    }
+
+    /// How long an auto-renewed lease may go without a sign of life (an open event stream is
+    /// one) before the sidecar releases it; defaults to the sidecar's `lease.idle_timeout_ms`.
+    pub fn idle_timeout(mut self, idle_timeout: Duration) -> Self {
+        self.idle_timeout = Some(idle_timeout);
+        self
+    }
+
+    /// Whether the guard keeps the lease's event stream open (default `true`). Without it,
+    /// nothing tells the guard about a loss: [`LockGuard::lost`] then resolves only when the
+    /// validity of a lease that is not auto-renewed runs out, or when the guard releases it;
+    /// and an auto-renewed lease is released after its idle timeout.
+    pub fn events(mut self, events: bool) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// Acquires the lock, waiting as asked; then opens the lease's event stream.
+    pub async fn send(self) -> Result<LockGuard, ClientError> {
+        let client = self.client;
+        let owner = self.owner.unwrap_or_else(default_owner);
+        let body = AcquireBody {
+            owner: &owner,
+            ttl_ms: self.ttl.map(|ttl| ttl.as_millis() as u64),
+            wait_ms: self.wait.as_millis() as u64,
+            auto_renew: self.auto_renew,
+            idle_timeout_ms: self.idle_timeout.map(|idle| idle.as_millis() as u64),
+        };
+        let url = client.url(&["v1", "locks", &self.resource, "acquire"]);
+        let request = client.http.post(url).json(&body);
+        let response = request.timeout(self.wait + REQUEST_MARGIN).send().await?;
+        let lease: LeaseInfo = error::read(response).await?;
+        let valid_until = Instant::now() + Duration::from_millis(lease.validity_ms);
+        let lease_url = client.url(&["v1", "leases", &lease.lease_id]);
+        let ended = Arc::new(watch::Sender::new(None));
+        let watcher = self.events.then(|| {
+            let mut events_url = lease_url.clone();
+            if let Ok(mut path) = events_url.path_segments_mut() {
+                path.push("events");
+            }
+            let watcher = events::Watcher::new(
+                client.http.clone(),
+                events_url,
+                Arc::clone(&ended),
+                valid_until,
+            );
+            tokio::spawn(watcher.run())
+        });
+        Ok(LockGuard {
+            expiry: (!self.events && !lease.auto_renew).then_some(valid_until),
+            lease,
+            http: client.http.clone(),
+            lease_url,
+            ended,
+            watcher,
+            released: false,
+        })
+    }
+}
+
+// === impl LockGuard ===
+
+impl LockGuard {
+    /// The fencing token: strictly greater than every earlier holder's. Pass it to what the
+    /// lock protects, which refuses writes with a smaller one.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.fencing_token
+    }
+
+    /// The lease's id (32 lowercase hex digits).
+    pub fn lease_id(&self) -> &str {
+        &self.lease.lease_id
+    }
+
+    /// The locked resource.
+    pub fn resource(&self) -> &str {
+        &self.lease.resource
+    }
+
+    /// The lease as the acquisition answered it.
+    pub fn info(&self) -> &LeaseInfo {
+        &self.lease
+    }
+
+    /// How the lease ended, if it has (as far as the guard has heard).
+    pub fn ended(&self) -> Option<LeaseEnd> {
+        self.ended.borrow().clone()
+    }
+
+    /// Resolves once the lease has ended, whatever the cause: lost (stop acting on the lock at
+    /// once), released, or past the validity last heard of. Independent of the guard's
+    /// lifetime: it can be awaited beside the work, in another task.
+    pub fn lost(&self) -> impl Future<Output = LeaseEnd> + Send + 'static {
+        let mut ended = self.ended.subscribe();
+        let expiry = self.expiry;
+        async move {
+            let news = async move {
+                match ended.wait_for(Option::is_some).await {
+                    Ok(end) => end.clone().unwrap_or(LeaseEnd::Expired),
+                    // Unreachable while the guard lives, and a dropped guard marks the lease
+                    // released first: nothing holds the lease any more.
+                    Err(_) => LeaseEnd::Expired,
+                }
+            };
+            match expiry {
+                Some(at) => tokio::select! {
+                    end = news => end,
+                    _ = tokio::time::sleep_until(at) => LeaseEnd::Expired,
+                },
+                None => news.await,
+            }
+        }
+    }
+
+    /// Releases the lease (`DELETE`). `Ok(true)` when this call saw a quorum of masters
+    /// confirm it; `Ok(false)` when the lease had already ended (lost, or released before).
+    /// [`ClientError::Releasing`]: too few masters confirmed it yet; the sidecar keeps trying
+    /// until a quorum does or the keys expire, and the lease is no longer yours either way.
+    pub async fn release(mut self) -> Result<bool, ClientError> {
+        self.released = true;
+        let request = self.http.delete(self.lease_url.clone());
+        let answer = request.timeout(REQUEST_MARGIN).send().await;
+        self.stop();
+        let body: ReleaseBody = error::read(answer?).await?;
+        Ok(body.released)
+    }
+
+    /// Stops following the event stream and marks the lease released for `lost()`.
+    fn stop(&mut self) {
+        if let Some(watcher) = self.watcher.take() {
+            watcher.abort();
+        }
+        let end = LeaseEnd::Released {
+            reason: "released".to_string(),
+        };
+        events::settle(&self.ended, end);
+    }
+}
+
+impl Drop for LockGuard {
+    /// A guard dropped without `release` releases its lease in the background when a tokio
+    /// runtime is there to run the request; otherwise the sidecar's idle release or the
+    /// lease's expiry frees it.
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.stop();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let request = self.http.delete(self.lease_url.clone());
+            let sent = request.timeout(REQUEST_MARGIN).send();
+            runtime.spawn(async move {
+                let _ = sent.await;
+            });
+        }
+    }
+}
+
+// === impl LeaseEnd ===
+
+impl std::fmt::Display for LeaseEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Lost { reason } => write!(f, "was lost ({reason})"),
+            Self::Released { reason } => write!(f, "was released ({reason})"),
+            Self::Expired => write!(f, "expired with no word from the sidecar"),
+        }
+    }
+}
+
+/// `client:<pid>@<host>`, so a lease's owner tells which process holds it.
+fn default_owner() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string());
+    format!("client:{}@{host}", std::process::id())
+}

@@ -1,0 +1,226 @@
+//! The client's one error type: a variant per kind of answer a caller acts on, read from the
+//! API's problem+json `reason`; transport failures; answers that are not the API's.
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+/// Why a request to the sidecar did not succeed. [`ClientError::reason`] gives the API's
+/// `reason` string whenever the sidecar sent one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// 409 `held`: another lease holds the resource (after the wait, if one was asked).
+    #[error("held by another lease: {detail}")]
+    Held { detail: String },
+    /// 503 `no_quorum`: too few masters answered. Worth retrying later.
+    #[error("no quorum: {detail}")]
+    NoQuorum { detail: String },
+    /// 503 `no_quorum` on a release, state `releasing`: too few masters confirmed it yet. The
+    /// sidecar keeps trying until a quorum does or the keys expire; the lease is no longer
+    /// yours to act on.
+    #[error("release not confirmed by a quorum yet, the sidecar keeps trying: {detail}")]
+    Releasing { detail: String },
+    /// 503 `shutting_down`: the sidecar is stopping and grants nothing.
+    #[error("the sidecar is shutting down: {detail}")]
+    ShuttingDown { detail: String },
+    /// 404 `unknown_lease`: the sidecar has no such lease (never, or ended over 60 s ago).
+    #[error("unknown lease: {detail}")]
+    UnknownLease { detail: String },
+    /// 410 `lease_lost`: the lease has ended.
+    #[error("lease lost: {detail}")]
+    LeaseLost { detail: String },
+    /// Any other 4xx with a `reason`: the request was refused as invalid (`invalid_resource`,
+    /// `invalid_owner`, `invalid_ttl`, `invalid_wait`, `invalid_idle_timeout`, `invalid_body`,
+    /// `body_too_large`, `not_found`). Retrying the same request will not help.
+    #[error("invalid request ({reason}): {detail}")]
+    Invalid {
+        status: u16,
+        reason: String,
+        detail: String,
+    },
+    /// Any other 5xx: the sidecar failed (`internal`), or timed the request out (503 with an
+    /// empty body).
+    #[error("the sidecar failed with {status}: {detail}")]
+    Unavailable {
+        status: u16,
+        reason: Option<String>,
+        detail: String,
+    },
+    /// The sidecar could not be reached, or did not answer in time.
+    #[error("cannot reach the sidecar: {}", with_causes(.0))]
+    Transport(#[from] reqwest::Error),
+    /// A sidecar URL the client cannot use.
+    #[error("invalid sidecar url {url}: {detail}")]
+    InvalidUrl { url: String, detail: String },
+    /// An answer that is not the API's (another server on that port?).
+    #[error("unexpected answer with status {status}: {detail}")]
+    Unexpected { status: u16, detail: String },
+}
+
+/// The fields of a problem+json body the client reads.
+#[derive(Debug, Default, Deserialize)]
+struct Problem {
+    reason: Option<String>,
+    #[serde(default)]
+    detail: String,
+    /// A release's state (`releasing`).
+    state: Option<String>,
+}
+
+// === impl ClientError ===
+
+impl ClientError {
+    /// The API's `reason` string (`held`, `no_quorum`, `invalid_ttl`, …), when the sidecar
+    /// sent one.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Held { .. } => Some("held"),
+            Self::NoQuorum { .. } | Self::Releasing { .. } => Some("no_quorum"),
+            Self::ShuttingDown { .. } => Some("shutting_down"),
+            Self::UnknownLease { .. } => Some("unknown_lease"),
+            Self::LeaseLost { .. } => Some("lease_lost"),
+            Self::Invalid { reason, .. } => Some(reason),
+            Self::Unavailable { reason, .. } => reason.as_deref(),
+            Self::Transport(_) | Self::InvalidUrl { .. } | Self::Unexpected { .. } => None,
+        }
+    }
+
+    /// The HTTP status of the answer, when there was one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::Held { .. } => Some(409),
+            Self::NoQuorum { .. } | Self::Releasing { .. } | Self::ShuttingDown { .. } => Some(503),
+            Self::UnknownLease { .. } => Some(404),
+            Self::LeaseLost { .. } => Some(410),
+            Self::Invalid { status, .. }
+            | Self::Unavailable { status, .. }
+            | Self::Unexpected { status, .. } => Some(*status),
+            Self::Transport(error) => error.status().map(|s| s.as_u16()),
+            Self::InvalidUrl { .. } => None,
+        }
+    }
+
+    /// The error an answer with `status` (not a success) and `body` stands for.
+    pub(super) fn from_answer(status: u16, body: &str) -> Self {
+        let problem: Problem = serde_json::from_str(body).unwrap_or_default();
+        let detail = problem.detail;
+        let Some(reason) = problem.reason else {
+            let detail = if body.is_empty() { "no body" } else { body };
+            return match status {
+                500..=599 => Self::Unavailable {
+                    status,
+                    reason: None,
+                    detail: detail.to_string(),
+                },
+                _ => Self::Unexpected {
+                    status,
+                    detail: detail.to_string(),
+                },
+            };
+        };
+        match (status, reason.as_str()) {
+            (409, "held") => Self::Held { detail },
+            (503, "no_quorum") if problem.state.as_deref() == Some("releasing") => {
+                Self::Releasing { detail }
+            }
+            (503, "no_quorum") => Self::NoQuorum { detail },
+            (503, "shutting_down") => Self::ShuttingDown { detail },
+            (404, "unknown_lease") => Self::UnknownLease { detail },
+            (410, "lease_lost") => Self::LeaseLost { detail },
+            (400..=499, _) => Self::Invalid {
+                status,
+                reason,
+                detail,
+            },
+            (500..=599, _) => Self::Unavailable {
+                status,
+                reason: Some(reason),
+                detail,
+            },
+            _ => Self::Unexpected { status, detail },
+        }
+    }
+}
+
+/// `error: its cause: …`, since reqwest's own message leaves the causes out (a refused
+/// connection reads "error sending request" alone).
+fn with_causes(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(error) = cause {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        cause = error.source();
+    }
+    text
+}
+
+/// The JSON body of a successful answer, or the error a refusal stands for.
+pub(super) async fn read<T: DeserializeOwned>(
+    response: reqwest::Response,
+) -> Result<T, ClientError> {
+    let status = response.status().as_u16();
+    let success = response.status().is_success();
+    let body = response.text().await?;
+    if !success {
+        return Err(ClientError::from_answer(status, &body));
+    }
+    serde_json::from_str(&body).map_err(|error| ClientError::Unexpected {
+        status,
+        detail: format!("{error}: {body}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(status: u16, reason: &str, extra: &str) -> ClientError {
+        let body = format!(
+            r#"{{"type":"/problems/{reason}","title":"t","status":{status},"reason":"{reason}","detail":"d"{extra}}}"#
+        );
+        ClientError::from_answer(status, &body)
+    }
+
+    /// Each reason a caller acts on gets its variant; the raw reason stays available.
+    #[test]
+    fn reasons_map_to_variants() {
+        let held = problem(409, "held", r#","acquired":false"#);
+        assert!(matches!(&held, ClientError::Held { detail } if detail == "d"));
+        assert_eq!(held.reason(), Some("held"));
+        let releasing = problem(503, "no_quorum", r#","released":false,"state":"releasing""#);
+        assert!(matches!(releasing, ClientError::Releasing { .. }));
+        assert_eq!(releasing.reason(), Some("no_quorum"));
+        assert!(matches!(
+            problem(503, "no_quorum", ""),
+            ClientError::NoQuorum { .. }
+        ));
+        assert!(matches!(
+            problem(410, "lease_lost", ""),
+            ClientError::LeaseLost { .. }
+        ));
+        let invalid = problem(400, "invalid_ttl", "");
+        assert!(matches!(&invalid, ClientError::Invalid { reason, .. } if reason == "invalid_ttl"));
+        assert_eq!(
+            (invalid.reason(), invalid.status()),
+            (Some("invalid_ttl"), Some(400))
+        );
+        let internal = problem(500, "internal", "");
+        assert_eq!(internal.reason(), Some("internal"));
+        assert!(matches!(internal, ClientError::Unavailable { .. }));
+    }
+
+    /// Answers without a problem body: a 5xx is the sidecar failing, anything else unexpected.
+    #[test]
+    fn answers_without_a_reason_are_told_apart() {
+        let timeout = ClientError::from_answer(503, "");
+        assert!(matches!(
+            timeout,
+            ClientError::Unavailable { reason: None, .. }
+        ));
+        let other = ClientError::from_answer(405, "");
+        assert!(matches!(other, ClientError::Unexpected { status: 405, .. }));
+        let text = ClientError::from_answer(413, "length limit exceeded");
+        assert_eq!(text.reason(), None);
+    }
+}
