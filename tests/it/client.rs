@@ -93,12 +93,12 @@ async fn dropping_the_guard_releases_the_lock() {
     assert!(took < Duration::from_secs(2), "waited {took:?}");
 }
 
-/// A lease whose keys vanish from every master (what a forced release does) is reported
-/// lost at its next renewal; releasing it then answers `false`.
+/// A force-released lease is reported lost (`not_ours`) at the sidecar's next renewal;
+/// releasing it then answers `false`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lost_fires_when_the_keys_are_deleted() {
+async fn lost_fires_after_a_force_release() {
     let fleet = TestFleet::start(3);
-    let (_sidecar, client) = sidecar(&fleet).await;
+    let (sidecar, client) = sidecar(&fleet).await;
     let guard = client
         .lock("job")
         .ttl(Duration::from_millis(1000))
@@ -107,9 +107,9 @@ async fn lost_fires_when_the_keys_are_deleted() {
         .unwrap();
     let lost = guard.lost();
     assert_eq!(guard.ended(), None);
-    for i in 0..3 {
-        fleet.command(i, &["DEL", "redlease:lock:job"]);
-    }
+    let body = serde_json::json!({"actor": "ops", "reason": "test"});
+    let (status, forced) = sidecar.post_json("/v1/locks/job/force-release", body).await;
+    assert_eq!(status, 200, "{forced}");
     let end = timeout(Duration::from_secs(3), lost).await.unwrap();
     let not_ours = LeaseEnd::Lost {
         reason: "not_ours".into(),

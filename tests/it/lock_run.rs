@@ -144,8 +144,8 @@ fn the_commands_exit_code_passes_through() {
     assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
 }
 
-/// A lease whose keys vanish from every master is lost at its next renewal: the command is
-/// stopped before it finishes and `lock run` exits 75.
+/// A lease force-released by an operator is lost at its next renewal: the command is stopped
+/// before it finishes and `lock run` exits 75.
 #[test]
 fn a_lost_lease_stops_the_command_and_exits_75() {
     let fleet = TestFleet::start(3);
@@ -155,9 +155,17 @@ fn a_lost_lease_stops_the_command_and_exits_75() {
     let args = with(&["job", "--ttl-ms", "1000"], &command);
     let mut run = Running::start(lock_run(&masters, &args));
     wait_for_file(&dir.path().join("started"), Duration::from_secs(5));
-    for i in 0..3 {
-        fleet.command(i, &["DEL", "redlease:lock:job"]);
-    }
+    let force = [
+        "locks",
+        "force-release",
+        "job",
+        "--actor",
+        "ops",
+        "--reason",
+        "test",
+    ];
+    let forced = crate::support::run_redlease(&force, &masters);
+    assert!(forced.status.success(), "{forced:?}");
     let (code, stderr) = run.code_within(Duration::from_secs(4));
     assert_eq!(code, 75, "{stderr}");
     assert!(stderr.contains("lost"), "{stderr}");
