@@ -419,10 +419,5 @@ impl std::fmt::Display for LeaseEnd {
 
 /// `client:<pid>@<host>`, so a lease's owner tells which process holds it.
 fn default_owner() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string());
-    format!("client:{}@{host}", std::process::id())
+    crate::keys::default_owner("client")
 }

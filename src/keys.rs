@@ -111,6 +111,17 @@ impl Default for Keyspace {
     }
 }
 
+/// `<kind>:<pid>@<host>`: a default owner that tells which process holds a lock.
+#[cfg(any(feature = "client", feature = "cli"))]
+pub fn default_owner(kind: &str) -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string());
+    format!("{kind}:{}@{host}", std::process::id())
+}
+
 /// A resource name is 1–512 bytes of UTF-8 without control characters.
 pub fn validate_resource(resource: &str) -> Result<(), Error> {
     validate_text(resource, MAX_RESOURCE_BYTES).map_err(Error::InvalidResource)

@@ -269,10 +269,5 @@ pub(super) fn print_json(value: &impl Serialize) {
 
 /// `cli:<pid>@<host>`, so inspection can tell which cron run holds a lock.
 pub(super) fn default_owner() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string());
-    format!("cli:{}@{host}", std::process::id())
+    crate::keys::default_owner("cli")
 }
