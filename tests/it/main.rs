@@ -4,6 +4,7 @@ mod support;
 
 mod cli;
 mod client;
+mod deploy;
 mod engine;
 mod faults;
 mod fencing;
