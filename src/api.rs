@@ -10,6 +10,7 @@
 //! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Bodies over
 //! 64 KiB are refused. Every route but the event stream has a request timeout.
 
+pub mod auth;
 pub mod error;
 mod handlers;
 pub mod inventory;
@@ -22,6 +23,7 @@ use axum::routing::{delete, get, post};
 use axum::Router;
 use tower_http::timeout::TimeoutLayer;
 
+use self::auth::ApiToken;
 use crate::fleet::Fleet;
 use crate::lease::LeaseManager;
 use crate::redlock::Redlock;
@@ -43,7 +45,7 @@ pub struct AppState {
 }
 
 /// The API router (tests call it directly or serve it on port 0).
-pub fn app(manager: Arc<LeaseManager>, engine: Arc<Redlock>) -> Router {
+pub fn app(manager: Arc<LeaseManager>, engine: Arc<Redlock>, token: Arc<ApiToken>) -> Router {
     let timeout = manager.policy().max_wait + TIMEOUT_MARGIN;
     let fleet = Arc::clone(engine.fleet());
     let state = AppState {
@@ -75,6 +77,10 @@ pub fn app(manager: Arc<LeaseManager>, engine: Arc<Redlock>) -> Router {
     bounded
         .merge(streams)
         .fallback(handlers::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            token,
+            auth::require_token,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }

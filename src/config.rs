@@ -62,6 +62,17 @@ pub struct Settings {
     pub fleet: FleetSettings,
     /// Key `shutdown.grace_ms`.
     pub shutdown_grace: Duration,
+    pub auth: AuthSettings,
+}
+
+/// Who may call the API.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AuthSettings {
+    /// Key `auth.token_file`: a file holding the bearer token every request but `/livez` and
+    /// `/readyz` must carry (re-read on SIGHUP); `None`: no token asked.
+    pub token_file: Option<std::path::PathBuf>,
+    /// Key `auth.metrics_open`: `/metrics` answers without the token.
+    pub metrics_open: bool,
 }
 
 /// Lease policy: TTL bounds, adaptive TTL, renewal and shadows.
@@ -126,6 +137,14 @@ struct Raw {
     lease: RawLease,
     fleet: RawFleet,
     shutdown: RawShutdown,
+    auth: RawAuth,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    token_file: String,
+    metrics_open: bool,
 }
 
 #[derive(Deserialize)]
@@ -227,6 +246,7 @@ impl fmt::Debug for Settings {
             .field("lease", &self.lease)
             .field("fleet", &self.fleet)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -271,7 +291,9 @@ fn defaults(
         .set_default("fleet.connect_timeout_ms", ms(DEFAULT_CONNECT_TIMEOUT))?
         .set_default("fleet.probe_interval_ms", ms(DEFAULT_PROBE_PERIOD))?
         .set_default("fleet.quarantine_ms", ms(DEFAULT_QUARANTINE))?
-        .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))
+        .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))?
+        .set_default("auth.token_file", "")?
+        .set_default("auth.metrics_open", false)
 }
 
 /// The `REDLEASE__*` variables as two sources. `REDLEASE__MASTERS` goes to a parsing source
@@ -301,6 +323,21 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The bearer token in `file`: its content less surrounding whitespace (a trailing newline
+/// included); an error naming the file when it cannot be read or holds nothing.
+pub fn read_token(file: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|error| format!("cannot read {}: {error}", file.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("{} holds no token", file.display()));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{}: the token must be one word", file.display()));
+    }
+    Ok(token.to_string())
+}
+
 // === validation ===
 
 impl Raw {
@@ -324,6 +361,17 @@ impl Raw {
             quarantine: Duration::from_millis(f.quarantine_ms),
         };
         let shutdown_grace = positive("shutdown.grace_ms", self.shutdown.grace_ms, &mut p);
+        let raw_file = self.auth.token_file;
+        let token_file = (!raw_file.is_empty()).then(|| std::path::PathBuf::from(raw_file));
+        if let Some(file) = &token_file {
+            if let Err(problem) = read_token(file) {
+                p.push(format!("auth.token_file: {problem}"));
+            }
+        }
+        let auth = AuthSettings {
+            token_file,
+            metrics_open: self.auth.metrics_open,
+        };
         match listen {
             Ok(listen) if p.is_empty() => Ok(Settings {
                 listen,
@@ -332,6 +380,7 @@ impl Raw {
                 lease,
                 fleet,
                 shutdown_grace,
+                auth,
             }),
             _ => Err(ConfigError::Invalid(p)),
         }

@@ -16,6 +16,8 @@ pub enum Error {
     InvalidPrefix(&'static str),
     #[error("invalid limit: {0}")]
     InvalidLimit(String),
+    #[error("invalid API token: {0}")]
+    InvalidToken(String),
     #[error("invalid ttl: {0}")]
     InvalidTtl(String),
     #[error("invalid lease id: expected 32 lowercase hex digits")]

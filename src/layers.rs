@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 /// The top-level modules, top layer first; modules on one line share a layer.
 const LAYERS: &[&[&str]] = &[
     &["cli"],
-    &["loadtest", "server"],
+    &["loadtest", "server", "shutdown"],
     &["api"],
     &["config"],
     &["lease"],
@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["fleet"],
     &["scripts"],
     &[
-        "resp", "metrics", "keys", "lease_id", "error", "shutdown", "dev", "client",
+        "resp", "metrics", "keys", "lease_id", "error", "dev", "client",
     ],
 ];
 

@@ -12,8 +12,9 @@
 //! Layers from top to bottom; a module imports only from the layers below it.
 //!
 //! 1. `cli`: the `redlease` command line (the binary in `main.rs` only calls it). Feature `cli`.
-//! 2. `loadtest` (`redlease load`: workloads, reports, plots; feature `loadtest`) and `server`
-//!    (the sidecar process; feature `sidecar`).
+//! 2. `loadtest` (`redlease load`: workloads, reports, plots; feature `loadtest`), `server`
+//!    (the sidecar process; feature `sidecar`) and `shutdown` (the process's signals: SIGTERM
+//!    and SIGINT stop it, SIGHUP reads the API token again; feature `cli`).
 //! 3. `api`: the HTTP API and its problem+json errors. Feature `sidecar`.
 //! 4. `config`: settings from defaults, TOML, `REDLEASE__…` variables and flags, turned into
 //!    each component's options. Feature `sidecar`.
@@ -28,11 +29,10 @@
 //!    membership; the quorum size.
 //! 9. `scripts`: what each master is sent: the acquisition's plain commands and the Lua of `lua/`.
 //! 10. Leaves: `resp` (RESP2 encoding and parsing), `metrics` (every instrument), `keys` (key
-//!     names, resource and owner validation), `lease_id`, `error`; and, beside the rest,
-//!     `shutdown` (the signals that stop the process; feature `cli`) and `dev` (the one
-//!     `redis-server` launcher and local fleets, for `redlease dev`, the tests and the benches;
-//!     feature `dev`) and `client` (a Rust client of the sidecar's HTTP API, which uses nothing
-//!     of the engine; feature `client`).
+//!     names, resource and owner validation), `lease_id`, `error`; and, beside the rest, `dev`
+//!     (the one `redis-server` launcher and local fleets, for `redlease dev`, the tests and the
+//!     benches; feature `dev`) and `client` (a Rust client of the sidecar's HTTP API, which
+//!     uses nothing of the engine; feature `client`).
 //!
 //! Items inside modules are `pub` where another module uses them; the crate's API is what this
 //! file exports. A unit test (`layers.rs`) holds every module to this order.

@@ -10,6 +10,7 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
+use crate::api::auth::ApiToken;
 use crate::config::Settings;
 use crate::fleet::ProbeGuard;
 use crate::lease::LeaseManager;
@@ -21,6 +22,7 @@ pub struct Sidecar {
     manager: Arc<LeaseManager>,
     engine: Arc<Redlock>,
     fleet: Arc<Fleet>,
+    token: Arc<ApiToken>,
     grace: Duration,
     _probe: ProbeGuard,
 }
@@ -30,6 +32,8 @@ pub struct Sidecar {
 impl Sidecar {
     /// Connects to the masters and builds the lease manager.
     pub async fn start(settings: &Settings) -> Result<Self, Error> {
+        // Checked when the settings were loaded; a file that went since is refused here.
+        let token = ApiToken::load(&settings.auth).map_err(Error::InvalidToken)?;
         let fleet = Fleet::connect(&settings.masters, &settings.fleet_options()).await?;
         let probe = fleet.spawn_probe(settings.fleet.probe_period);
         for node in fleet.nodes() {
@@ -48,9 +52,15 @@ impl Sidecar {
             manager,
             engine,
             fleet,
+            token,
             grace: settings.shutdown_grace,
             _probe: probe,
         })
+    }
+
+    /// The API's token, to read again from its file (SIGHUP).
+    pub fn token(&self) -> &Arc<ApiToken> {
+        &self.token
     }
 
     pub fn manager(&self) -> &Arc<LeaseManager> {
@@ -83,7 +93,11 @@ impl Sidecar {
         });
         let serve = axum::serve(
             listener,
-            api::app(Arc::clone(&self.manager), Arc::clone(&self.engine)),
+            api::app(
+                Arc::clone(&self.manager),
+                Arc::clone(&self.engine),
+                Arc::clone(&self.token),
+            ),
         )
         .with_graceful_shutdown(release_then_drain);
         let deadline = async {

@@ -1,4 +1,8 @@
-//! The one shutdown signal: SIGINT or SIGTERM.
+//! The process's signals: SIGINT or SIGTERM shut it down; SIGHUP reads the API token again.
+
+use std::sync::Arc;
+
+use crate::api::auth::ApiToken;
 
 /// Resolves on the first SIGINT or SIGTERM.
 pub async fn signal() {
@@ -14,4 +18,23 @@ pub async fn signal() {
         _ = term.recv() => tracing::info!("SIGTERM received"),
         _ = int.recv() => tracing::info!("SIGINT received"),
     }
+}
+
+/// Reads the API token from its file again on every SIGHUP, for as long as the process runs.
+pub fn reload_token_on_hangup(token: Arc<ApiToken>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install the SIGHUP handler; the API token is read at start only");
+        return;
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match token.reload() {
+                Ok(()) => tracing::info!("SIGHUP: API token read again"),
+                Err(problem) => {
+                    tracing::warn!(%problem, "SIGHUP: API token not read; the one in force stays")
+                }
+            }
+        }
+    });
 }

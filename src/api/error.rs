@@ -55,7 +55,7 @@ impl From<crate::Error> for ApiError {
             InvalidPrefix(_) => "invalid_prefix",
             InvalidLimit(_) => "invalid_limit",
             InvalidLeaseId => "unknown_lease",
-            InvalidMaster { .. } | NoMasters | DuplicateMaster { .. } => {
+            InvalidMaster { .. } | NoMasters | DuplicateMaster { .. } | InvalidToken(_) => {
                 return Self::internal(error)
             }
         };

@@ -95,6 +95,7 @@ async fn run(settings: Settings) -> u8 {
             return EXIT_USAGE;
         }
     };
+    crate::shutdown::reload_token_on_hangup(std::sync::Arc::clone(sidecar.token()));
     announce(&settings, &listener);
     match sidecar.run(listener, crate::shutdown::signal()).await {
         Ok(()) => EXIT_OK,

@@ -1,0 +1,155 @@
+//! The API's bearer token: with `auth.token_file` set, every request but `/livez` and
+//! `/readyz` (and `/metrics` with `auth.metrics_open`) must carry `Authorization: Bearer
+//! <token>`, or is answered 401 problem+json (`unauthorized`). The token is compared in
+//! constant time, never logged, and read again from its file on [`ApiToken::reload`] (SIGHUP).
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use crate::config::{read_token, AuthSettings};
+
+/// Routes that answer without the token: the probes of orchestrators and load balancers.
+const OPEN_PATHS: [&str; 2] = ["/livez", "/readyz"];
+
+/// The token the API asks for, if any.
+pub struct ApiToken {
+    file: Option<PathBuf>,
+    token: RwLock<Option<Arc<str>>>,
+    metrics_open: bool,
+}
+
+impl ApiToken {
+    /// Reads the token named by `settings` (already checked when the settings were loaded).
+    pub fn load(settings: &AuthSettings) -> Result<Arc<Self>, String> {
+        let token = match &settings.token_file {
+            Some(file) => Some(Arc::from(read_token(file)?)),
+            None => None,
+        };
+        Ok(Arc::new(Self {
+            file: settings.token_file.clone(),
+            token: RwLock::new(token),
+            metrics_open: settings.metrics_open,
+        }))
+    }
+
+    /// No token asked (tests and embedders that reach the router directly).
+    pub fn none() -> Arc<Self> {
+        Arc::new(Self {
+            file: None,
+            token: RwLock::new(None),
+            metrics_open: false,
+        })
+    }
+
+    /// Reads the token file again; on an error the token in force stays.
+    pub fn reload(&self) -> Result<(), String> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let token = read_token(file)?;
+        *self.token.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::from(token));
+        Ok(())
+    }
+
+    fn current(&self) -> Option<Arc<str>> {
+        // Only ever replaced whole: a poisoned lock still holds a whole token.
+        self.token.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether a request to `path` with the `Authorization` header `authorization` may pass.
+    fn admits(&self, path: &str, authorization: Option<&[u8]>) -> bool {
+        let Some(token) = self.current() else {
+            return true;
+        };
+        if OPEN_PATHS.contains(&path) || (self.metrics_open && path == "/metrics") {
+            return true;
+        }
+        let presented = authorization.and_then(|value| value.strip_prefix(b"Bearer "));
+        presented.is_some_and(|presented| same_bytes(presented, token.as_bytes()))
+    }
+}
+
+/// Refuses a request without the token (axum middleware).
+pub async fn require_token(
+    State(token): State<Arc<ApiToken>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let authorization = request.headers().get(header::AUTHORIZATION);
+    if token.admits(request.uri().path(), authorization.map(|v| v.as_bytes())) {
+        return next.run(request).await;
+    }
+    let refused = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "this API needs `Authorization: Bearer <token>`",
+    );
+    let mut response = refused.into_response();
+    let challenge = header::HeaderValue::from_static("Bearer");
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, challenge);
+    response
+}
+
+/// `a == b` in a time that depends on their lengths only, not on where they differ.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let mut differ = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let (x, y) = (
+            a.get(i).copied().unwrap_or(0),
+            b.get(i).copied().unwrap_or(0),
+        );
+        differ |= usize::from(x ^ y);
+    }
+    differ == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_token(metrics_open: bool) -> ApiToken {
+        ApiToken {
+            file: None,
+            token: RwLock::new(Some(Arc::from("s3cret"))),
+            metrics_open,
+        }
+    }
+
+    /// Only the exact bearer token passes; the probes need none; metrics only when open.
+    #[test]
+    fn only_the_token_passes() {
+        let token = with_token(false);
+        assert!(token.admits("/v1/fleet", Some(b"Bearer s3cret")));
+        for wrong in [
+            &b"Bearer s3cre"[..],
+            b"Bearer s3cret2",
+            b"bearer s3cret",
+            b"s3cret",
+            b"",
+        ] {
+            assert!(!token.admits("/v1/fleet", Some(wrong)), "{wrong:?}");
+        }
+        assert!(!token.admits("/v1/fleet", None));
+        assert!(token.admits("/livez", None) && token.admits("/readyz", None));
+        assert!(!token.admits("/metrics", None));
+        assert!(with_token(true).admits("/metrics", None));
+        assert!(ApiToken::none().admits("/v1/fleet", None));
+    }
+
+    #[test]
+    fn comparison_is_exact() {
+        assert!(same_bytes(b"abc", b"abc"));
+        assert!(!same_bytes(b"abc", b"abd"));
+        assert!(!same_bytes(b"abc", b"abcd"));
+        assert!(!same_bytes(b"", b"a"));
+        assert!(same_bytes(b"", b""));
+    }
+}
