@@ -172,11 +172,36 @@ impl Client {
         if base.cannot_be_a_base() || base.host().is_none() {
             return Err(invalid("no host"));
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(ClientError::Transport)?;
+        let http = Self::http(None)?;
         Ok(Self { http, base })
+    }
+
+    /// The same client, sending `Authorization: Bearer <token>` with every request (for a
+    /// sidecar with `auth.token_file`). The header is marked sensitive: never printed.
+    pub fn with_token(self, token: &str) -> Result<Self, ClientError> {
+        let invalid = || ClientError::InvalidUrl {
+            url: self.base_url().to_string(),
+            detail: "the token must be printable ASCII".into(),
+        };
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| invalid())?;
+        value.set_sensitive(true);
+        let http = Self::http(Some(value))?;
+        Ok(Self { http, ..self })
+    }
+
+    fn http(
+        authorization: Option<reqwest::header::HeaderValue>,
+    ) -> Result<reqwest::Client, ClientError> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(value) = authorization {
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .default_headers(headers)
+            .build()
+            .map_err(ClientError::Transport)
     }
 
     /// The sidecar's URL, without a trailing slash.

@@ -366,3 +366,46 @@ async fn default_text_logs_in_a_file_are_plain_and_quiet() {
     let lost = lost.unwrap_or_else(|| panic!("no loss logged:\n{log}"));
     assert!(lost.contains("WARN") && lost.contains("doomed"), "{lost}");
 }
+
+/// `redlease serve` reads its API token again on SIGHUP (a file it cannot use leaves the token
+/// in force), and no token ever reaches its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reads_the_api_token_again_and_never_logs_it() {
+    let fleet = TestFleet::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let token_path = dir.path().join("token");
+    std::fs::write(&token_path, "first-7c1e9a\n").unwrap();
+    let log_path = dir.path().join("sidecar.log");
+    let stderr = std::fs::File::create(&log_path).unwrap().into();
+    let env = [
+        ("REDLEASE__AUTH__TOKEN_FILE", token_path.to_str().unwrap()),
+        ("RUST_LOG", "redlease=debug"),
+    ];
+    let serve = ServeProcess::start_with_env(&fleet, &[], stderr, &env);
+    let http = reqwest::Client::new();
+    let fleet_url = format!("http://{}/v1/fleet", serve.listen);
+    let status = |token: &'static str| {
+        let request = http.get(&fleet_url).bearer_auth(token).send();
+        async move { request.await.map(|r| r.status().as_u16()).unwrap_or(0) }
+    };
+    crate::assert_eventually!(status("first-7c1e9a").await == 200, 10, "never served");
+    let pid = nix::unistd::Pid::from_raw(serve.child.id().unwrap() as i32);
+    std::fs::write(&token_path, "second-4b8d2f\n").unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    crate::assert_eventually!(status("second-4b8d2f").await == 200, 5, "new token refused");
+    assert_eq!(status("first-7c1e9a").await, 401);
+    std::fs::write(&token_path, "\n").unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        status("second-4b8d2f").await,
+        200,
+        "an empty file took the token away"
+    );
+    assert_eq!(serve.terminate().await, Some(0));
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("SIGHUP"), "{log}");
+    for token in ["first-7c1e9a", "second-4b8d2f"] {
+        assert!(!log.contains(token), "{token} logged:\n{log}");
+    }
+}

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod auth;
 mod cli;
 mod client;
 mod deploy;
