@@ -40,6 +40,9 @@ pub const DEFAULT_RENEW_FRACTION: f64 = 0.5;
 pub const DEFAULT_RENEW_JITTER: Duration = Duration::from_millis(100);
 /// A lease whose holder has not been heard from for this long is released.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Upper bound on the `idle_timeout_ms` a caller may ask for: a dead app's lease is released
+/// at the latest this long after its last sign of life.
+pub const DEFAULT_MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Upper bound on the `wait_ms` a caller may ask for.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(60);
 /// Shadow TTL = lease TTL × this, capped at the quarantine.
@@ -90,6 +93,8 @@ pub struct LeaseSettings {
     pub renew_jitter: Duration,
     /// Release a lease whose holder has been silent this long.
     pub idle_timeout: Duration,
+    /// Upper bound on a caller's `idle_timeout_ms`; at least `idle_timeout`.
+    pub max_idle_timeout: Duration,
     /// Upper bound on a caller's `wait_ms`.
     pub max_wait: Duration,
     /// Shadow TTL = TTL × this, capped at `fleet.quarantine`.
@@ -157,6 +162,7 @@ struct RawLease {
     renew_fraction: f64,
     renew_jitter_ms: u64,
     idle_timeout_ms: u64,
+    max_idle_timeout_ms: u64,
     max_wait_ms: u64,
     shadow_multiplier: u32,
 }
@@ -227,6 +233,7 @@ impl Settings {
                 jitter: lease.renew_jitter,
             },
             idle_timeout: lease.idle_timeout,
+            max_idle_timeout: lease.max_idle_timeout,
             max_wait: lease.max_wait,
             retention: DEFAULT_RETENTION,
             shadow_multiplier: lease.shadow_multiplier,
@@ -286,6 +293,7 @@ fn defaults(
         .set_default("lease.renew_fraction", DEFAULT_RENEW_FRACTION)?
         .set_default("lease.renew_jitter_ms", ms(DEFAULT_RENEW_JITTER))?
         .set_default("lease.idle_timeout_ms", ms(DEFAULT_IDLE_TIMEOUT))?
+        .set_default("lease.max_idle_timeout_ms", ms(DEFAULT_MAX_IDLE_TIMEOUT))?
         .set_default("lease.max_wait_ms", ms(DEFAULT_MAX_WAIT))?
         .set_default("lease.shadow_multiplier", DEFAULT_SHADOW_MULTIPLIER)?
         .set_default("fleet.connect_timeout_ms", ms(DEFAULT_CONNECT_TIMEOUT))?
@@ -411,6 +419,13 @@ impl RawLease {
         if self.idle_timeout_ms == 0 {
             p.push("lease.idle_timeout_ms: must be greater than 0".into());
         }
+        if self.max_idle_timeout_ms < self.idle_timeout_ms {
+            let rule = format!(
+                "must be at least lease.idle_timeout_ms ({})",
+                self.idle_timeout_ms
+            );
+            p.push(format!("lease.max_idle_timeout_ms: {rule}"));
+        }
         if self.shadow_multiplier == 0 {
             p.push("lease.shadow_multiplier: must be at least 1".into());
         }
@@ -422,6 +437,7 @@ impl RawLease {
             renew_fraction: self.renew_fraction,
             renew_jitter: Duration::from_millis(self.renew_jitter_ms),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            max_idle_timeout: Duration::from_millis(self.max_idle_timeout_ms),
             max_wait: Duration::from_millis(self.max_wait_ms),
             shadow_multiplier: self.shadow_multiplier,
         }

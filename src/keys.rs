@@ -157,12 +157,65 @@ fn validate_text(text: &str, max_bytes: usize) -> Result<(), &'static str> {
     if text.chars().any(char::is_control) {
         return Err("must not contain control characters");
     }
+    if text.chars().any(is_invisible_format) {
+        return Err("must not contain format characters or line separators");
+    }
     Ok(())
+}
+
+/// Unicode format characters (general category Cf: bidirectional overrides such as U+202E,
+/// zero-width characters, the byte-order mark, tag characters) and the line and paragraph
+/// separators (U+2028, U+2029): they change how a log line or a terminal shows the text
+/// around them, so a name could pass for another or forge a log line.
+fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{600}'..='\u{605}'
+            | '\u{61c}'
+            | '\u{6dd}'
+            | '\u{70f}'
+            | '\u{890}'..='\u{891}'
+            | '\u{8e2}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{110bd}'
+            | '\u{110cd}'
+            | '\u{13430}'..='\u{1343f}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0001}'
+            | '\u{e0020}'..='\u{e007f}'
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bidirectional overrides, zero-width characters, the BOM and line separators are refused
+    /// in resources and owners; ordinary non-ASCII text is not.
+    #[test]
+    fn invisible_format_characters_are_refused() {
+        for bad in [
+            "job\u{202e}txt",
+            "a\u{200b}b",
+            "\u{feff}x",
+            "x\u{2028}y",
+            "t\u{e0041}",
+        ] {
+            assert!(validate_resource(bad).is_err(), "{bad:?}");
+            assert!(validate_owner(bad).is_err(), "{bad:?}");
+        }
+        for good in ["Zürich-Überweisung", "日本語", "naïve café", "a b"] {
+            assert!(validate_resource(good).is_ok(), "{good:?}");
+        }
+    }
 
     /// Resource names follow the documented bounds exactly.
     #[test]

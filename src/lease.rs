@@ -40,6 +40,8 @@ pub struct LeasePolicy {
     pub ttl: TtlPolicy,
     pub schedule: RenewalSchedule,
     pub idle_timeout: Duration,
+    /// Upper bound on a caller's idle timeout.
+    pub max_idle_timeout: Duration,
     /// Upper bound on a caller's blocking wait.
     pub max_wait: Duration,
     pub retention: Duration,

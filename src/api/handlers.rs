@@ -229,11 +229,14 @@ fn acquire_request(
         let detail = format!("wait_ms must be at most {}", max_wait.as_millis());
         return Err(ApiError::bad_request("invalid_wait", detail));
     }
-    if body.idle_timeout_ms == Some(0) {
-        return Err(ApiError::bad_request(
-            "invalid_idle_timeout",
-            "idle_timeout_ms must be positive",
-        ));
+    let max_idle = state.manager.policy().max_idle_timeout;
+    let idle = body.idle_timeout_ms.map(Duration::from_millis);
+    if idle.is_some_and(|idle| idle.is_zero() || idle > max_idle) {
+        let detail = format!(
+            "idle_timeout_ms must be between 1 and {}",
+            max_idle.as_millis()
+        );
+        return Err(ApiError::bad_request("invalid_idle_timeout", detail));
     }
     Ok(AcquireRequest {
         resource,
@@ -241,7 +244,7 @@ fn acquire_request(
         ttl: body.ttl_ms.map(Duration::from_millis),
         wait,
         auto_renew: body.auto_renew.unwrap_or(true),
-        idle_timeout: body.idle_timeout_ms.map(Duration::from_millis),
+        idle_timeout: idle,
     })
 }
 

@@ -54,6 +54,7 @@ fn one_master_and_nothing_else_gives_the_documented_defaults() {
         renew_fraction: 0.5,
         renew_jitter: Duration::from_millis(100),
         idle_timeout: Duration::from_millis(15_000),
+        max_idle_timeout: Duration::from_millis(300_000),
         max_wait: Duration::from_millis(60_000),
         shadow_multiplier: 10,
     };

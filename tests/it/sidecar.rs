@@ -537,3 +537,35 @@ async fn waiters_are_subscribed_again_after_a_master_restarts() {
         "{granted}"
     );
 }
+
+/// Inputs that would defeat the design are refused before anything is written: an idle
+/// timeout past `lease.max_idle_timeout_ms` (a dead app's lease kept for ever), and names
+/// with bidirectional overrides or line separators (log lines forged, names passing for
+/// others).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inputs_that_defeat_the_design_are_refused() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    for idle in [300_001u64, u64::MAX] {
+        let body = serde_json::json!({"owner": "app", "idle_timeout_ms": idle});
+        let (status, problem) = sidecar.acquire("job", body).await;
+        assert_eq!(status, 400, "{problem}");
+        assert_eq!(problem["reason"], "invalid_idle_timeout");
+    }
+    let (status, problem) = sidecar
+        .acquire("job\u{202e}txt", serde_json::json!({"owner": "app"}))
+        .await;
+    assert_eq!(
+        (status, problem["reason"].as_str()),
+        (400, Some("invalid_resource"))
+    );
+    let owner = serde_json::json!({"owner": "app\u{2028}lease_id=0"});
+    let (status, problem) = sidecar.acquire("job", owner).await;
+    assert_eq!(
+        (status, problem["reason"].as_str()),
+        (400, Some("invalid_owner"))
+    );
+    assert!(fleet.lock_keys_on(&[0, 1, 2]).is_empty());
+    let body = serde_json::json!({"owner": "app", "idle_timeout_ms": 300_000});
+    assert_eq!(sidecar.acquire("job", body).await.0, 200);
+}
