@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::quarantine::{assess, carry_over, Standing};
+use super::quarantine::{assess, carry_over, quarantine_marker, Standing};
 use super::{quorum_of, Admission, Deadline, Fleet, Node};
 use crate::metrics::{self, METRICS};
 use crate::scripts::{ScriptCall, SCRIPTS};
@@ -94,26 +94,23 @@ async fn prepare(fleet: &Weak<Fleet>, node: &Node) {
     );
 }
 
-/// Makes the quarantine of `node` (server `run_id`, until `until`) every process's: raises its
-/// fence counter to the fleet's, then records the quarantine (`<prefix>quarantined`, expiring
-/// at its end) and the marker, in that order, so a process that finds the marker also finds
-/// the quarantine while it lasts. `false` when a step failed (the master stays out, and the
-/// fleet's probe asks again).
+/// Makes the quarantine of `node` (server `run_id`, until `until`) every process's: records it
+/// (`<prefix>quarantined`, expiring at its end), then marks the master `quarantined:<run_id>`,
+/// in that order, so a process that finds the marker also finds the record while it lasts.
+/// The fence counter is left as it is until the end (see `quarantine`). `false` when a step
+/// failed (the master stays out, and the fleet's probe asks again).
 async fn begin_quarantine(fleet: &Weak<Fleet>, node: &Node, run_id: &str, until: Instant) -> bool {
     let Some(fleet) = fleet.upgrade() else {
         return false;
     };
     let keyspace = fleet.keyspace();
-    if !sync_fence(&fleet, node, &keyspace.fence()).await {
-        tracing::warn!(node = node.index(), "fence sync failed; master stays out");
-        return false;
-    }
     let left = until.saturating_duration_since(Instant::now());
     let quarantined = keyspace.quarantined();
+    let marker = quarantine_marker(run_id);
     node.set_quarantined(&quarantined, run_id, left, PREPARE_STEP_TIMEOUT)
         .await
         && node
-            .set_marker(&keyspace.marker(), run_id, PREPARE_STEP_TIMEOUT)
+            .set_marker(&keyspace.marker(), &marker, PREPARE_STEP_TIMEOUT)
             .await
 }
 
@@ -148,7 +145,7 @@ async fn identify(fleet: &Weak<Fleet>, node: &Node) -> Option<(Standing, String)
             let previous = previous.as_deref();
             let member = member.as_deref();
             let assessed = assess(previous, &identity, member, fleet_marked, period, now);
-            carry_over(assessed, served_elsewhere, now)
+            carry_over(assessed, member, &identity.run_id, served_elsewhere, now)
         }
     };
     if let Standing::Quarantined { until } = standing {

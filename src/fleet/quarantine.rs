@@ -14,10 +14,13 @@
 //! lost its data at a time nobody can tell (a restart without persistence, `FLUSHALL`): it is
 //! quarantined from now. A fresh fleet (no marker anywhere among a quorum) is adopted at once.
 //!
-//! A process that quarantines a master first raises its fence counter to the fleet's, then
-//! writes `<prefix>quarantined` (the `run_id`, expiring when the quarantine ends) and the
-//! marker, so every later process serves out the same quarantine ([`carry_over`]) instead of
-//! starting its own from its own now.
+//! A process that quarantines a master writes `<prefix>quarantined` (the `run_id`, expiring
+//! when the quarantine ends), then the marker as `quarantined:<run_id>`, so every later process
+//! serves out the same quarantine ([`carry_over`]) instead of starting its own from its own
+//! now; the marker becomes the plain `run_id` only once the fence counter has been raised, at
+//! the quarantine's end. The fence is not raised before: a process that still counts the
+//! master as a member (it has not seen the memory loss) learns of it from the counter that
+//! went back, at its next acquisition there.
 
 use std::time::Duration;
 
@@ -83,17 +86,31 @@ pub fn assess(
     }
 }
 
-/// The standing of a master whose quarantine another process began on this same server
-/// process (`left` is what the `<prefix>quarantined` key naming its `run_id` has left, on the
-/// server's clock): a member by its marker is still quarantined for what is left. Without
-/// this, a master quarantined by short-lived processes (a cron job's CLI) would be
-/// quarantined again by each of them, never serving the period out.
-pub fn carry_over(standing: Standing, left: Option<Duration>, now: Instant) -> Standing {
-    match (standing, left) {
-        (Standing::Member, Some(left)) if !left.is_zero() => {
-            Standing::Quarantined { until: now + left }
-        }
-        (standing, _) => standing,
+/// The marker of a master in a quarantine some process began on the server process `run_id`.
+pub fn quarantine_marker(run_id: &str) -> String {
+    format!("{QUARANTINE_MARKER}{run_id}")
+}
+
+const QUARANTINE_MARKER: &str = "quarantined:";
+
+/// The standing of a master whose marker says a quarantine began on this very server process
+/// (`quarantined:<run_id>`): quarantined for what `<prefix>quarantined` has left (`left`, on
+/// the server's clock), or, once that expired, rejoining (its fence raised, then it votes).
+/// Any other marker leaves `assessed` as it is. Without this, a master quarantined by
+/// short-lived processes (a cron job's CLI) would be quarantined again by each of them, never
+/// serving the period out.
+pub fn carry_over(
+    assessed: Standing,
+    marker: Option<&str>,
+    run_id: &str,
+    left: Option<Duration>,
+    now: Instant,
+) -> Standing {
+    let begun_here = marker.and_then(|m| m.strip_prefix(QUARANTINE_MARKER)) == Some(run_id);
+    match (begun_here, left) {
+        (false, _) => assessed,
+        (true, Some(left)) if !left.is_zero() => Standing::Quarantined { until: now + left },
+        (true, _) => Standing::Rejoining,
     }
 }
 

@@ -201,8 +201,8 @@ async fn a_quarantine_begun_by_one_process_is_served_out_by_the_next() {
     );
     assert_eq!(
         fleet.command(2, &["GET", "redlease:fleet"]).bulk(),
-        Some(fleet.run_id(2)),
-        "marked once its fence is synced"
+        Some(format!("quarantined:{}", fleet.run_id(2))),
+        "marked as in quarantine, not yet a member"
     );
     first.quit(Duration::from_millis(100)).await;
     drop(first);
@@ -222,9 +222,59 @@ async fn a_quarantine_begun_by_one_process_is_served_out_by_the_next() {
         0.3,
         "master 2 still out: the second process began a quarantine of its own"
     );
+    assert_eq!(
+        fleet.command(2, &["GET", "redlease:fleet"]).bulk(),
+        Some(fleet.run_id(2)),
+        "a member once the quarantine is served and the fence raised"
+    );
     let third = Fleet::connect(&fleet.urls(), &options).await.unwrap();
     assert!(
         third.nodes()[2].is_up(),
         "a member for a process that comes after"
+    );
+}
+
+/// While one process quarantines a master that lost its memory, another that still counts it
+/// a member (it has not seen the loss) must learn of it at its next acquisition there: the
+/// quarantine leaves the master's fence counter where the loss left it until the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantine_elsewhere_does_not_hide_the_loss_from_a_member() {
+    let fleet = TestFleet::start(3);
+    let member = fleet.engine_with(short_leases()).await;
+    member.all_up().await;
+    for _ in 0..3 {
+        let lease = member.acquire("job", "a", SHORT_TTL).await.unwrap();
+        member
+            .release("job", lease.lease().unwrap().id)
+            .await
+            .unwrap();
+    }
+    fleet.command(2, &["FLUSHALL"]);
+    // Another process meets master 2 without the marker and quarantines it.
+    let options = FleetOptions {
+        quarantine: Duration::from_secs(30),
+        ..test_fleet_options()
+    };
+    let other = Fleet::connect(&fleet.urls(), &options).await.unwrap();
+    assert_eventually!(
+        fleet.command(2, &["EXISTS", "redlease:quarantined"]).int() == 1,
+        2,
+        "the other process does not record a quarantine of master 2"
+    );
+    assert!(other.nodes()[2].is_quarantined(Instant::now()));
+    // The member still counts master 2; its INCR there must reveal the loss.
+    assert!(member.fleet().nodes()[2].is_up());
+    let outcome = member.acquire("other", "b", SHORT_TTL).await.unwrap();
+    let counter: u64 = fleet
+        .command(2, &["GET", "redlease:fence"])
+        .bulk()
+        .map_or(0, |v| v.parse().unwrap());
+    assert!(
+        counter <= 1,
+        "master 2's fence was raised during the quarantine: {counter}"
+    );
+    assert!(
+        !member.fleet().nodes()[2].is_up(),
+        "the member still takes master 2's votes after {outcome:?}"
     );
 }

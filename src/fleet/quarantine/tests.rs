@@ -76,24 +76,31 @@ async fn a_master_without_the_marker_is_quarantined_from_now() {
     assert_eq!(flushed, from_now);
 }
 
-/// A quarantine another process began on the same server is served out, not begun again; a
-/// member without one stays a member, and a quarantine decided here is kept.
+/// A quarantine another process began on the same server is served out, not begun again;
+/// once it has expired the master rejoins (fence raised, then votes); other markers are left to
+/// `assess`.
 #[tokio::test(start_paused = true)]
 async fn a_quarantine_begun_elsewhere_is_served_out() {
     let now = Instant::now() + Duration::from_secs(3600);
+    let begun = quarantine_marker("x");
     let left = Some(Duration::from_secs(200));
     let until = now + Duration::from_secs(200);
+    let assessed = assess(None, &identity("x", 20), Some(&begun), true, PERIOD, now);
+    let over = |left| carry_over(assessed, Some(&begun), "x", left, now);
+    assert_eq!(over(left), Standing::Quarantined { until });
+    assert_eq!(over(None), Standing::Rejoining);
+    assert_eq!(over(Some(Duration::ZERO)), Standing::Rejoining);
+    // A record of another server process (restarted since) says nothing.
+    let other = quarantine_marker("old");
+    let restarted = assess(None, &identity("x", 20), Some(&other), true, PERIOD, now);
     assert_eq!(
-        carry_over(Standing::Member, left, now),
-        Standing::Quarantined { until }
+        carry_over(restarted, Some(&other), "x", left, now),
+        restarted
     );
-    assert_eq!(carry_over(Standing::Member, None, now), Standing::Member);
-    let expired = Some(Duration::ZERO);
-    assert_eq!(carry_over(Standing::Member, expired, now), Standing::Member);
-    let own = Standing::Quarantined {
-        until: now + PERIOD,
-    };
-    assert_eq!(carry_over(own, left, now), own);
+    assert_eq!(
+        carry_over(Standing::Member, Some("x"), "x", left, now),
+        Standing::Member
+    );
 }
 
 /// run_id and uptime are read from a real INFO server layout.
