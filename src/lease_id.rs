@@ -74,15 +74,15 @@ impl FromStr for LeaseId {
     }
 }
 
+/// Splits a stored lock value into lease id and owner; `None` for a value redlease did not write.
+pub fn parse_value(value: &str) -> Option<(LeaseId, &str)> {
+    let (id, owner) = value.split_once('|')?;
+    Some((id.parse().ok()?, owner))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Splits a stored lock value into lease id and owner.
-    fn parse_value(value: &str) -> Option<(LeaseId, &str)> {
-        let (id, owner) = value.split_once('|')?;
-        Some((id.parse().ok()?, owner))
-    }
 
     /// A lease id prints as 32 hex digits and parses back to itself.
     #[test]

@@ -11,6 +11,7 @@ use super::inventory::{text, INSPECT_TIMEOUT};
 use super::Redlock;
 use crate::fleet::{Admission, Deadline};
 use crate::keys::{validate_actor, validate_reason, validate_resource};
+use crate::lease_id::parse_value;
 use crate::metrics::METRICS;
 use crate::resp::Commands;
 use crate::scripts::{ScriptCall, SCRIPTS};
@@ -219,9 +220,7 @@ fn removed_holders(values: &[String]) -> Vec<RemovedHolder> {
     counts
         .into_iter()
         .map(|(value, masters)| {
-            let parsed = value
-                .split_once('|')
-                .and_then(|(id, owner)| Some((id.parse::<LeaseId>().ok()?, owner.to_string())));
+            let parsed = parse_value(value).map(|(id, owner)| (id, owner.to_string()));
             let (lease_id, owner) = parsed.unzip();
             RemovedHolder {
                 lease_id,

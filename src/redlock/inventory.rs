@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::Redlock;
 use crate::fleet::{CallError, Deadline, Node};
 use crate::keys::{validate_prefix, validate_resource};
+use crate::lease_id::parse_value;
 use crate::resp::{Commands, Reply};
 use crate::{Error, LeaseId};
 
@@ -105,6 +106,7 @@ impl Redlock {
     /// What every master holds for `resource`, and the lease a quorum carries.
     pub async fn inspect(&self, resource: &str) -> Result<LockView, Error> {
         validate_resource(resource)?;
+        self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
         let resources = [resource.to_string()];
         let views = self.read_locks(&resources).await;
         // `read_locks` answers one view per resource asked.
@@ -173,7 +175,8 @@ impl Redlock {
         })
     }
 
-    /// `GET` and `PTTL` of each resource's lock key on every master, pipelined.
+    /// `GET` and `PTTL` of each resource's lock key on every master, pipelined (callers wait
+    /// for the lock connections first).
     async fn read_locks(&self, resources: &[String]) -> Vec<LockView> {
         let keyspace = self.fleet.keyspace();
         let mut commands = Commands::with_capacity(64 * resources.len());
@@ -182,7 +185,6 @@ impl Redlock {
             commands.push(&[b"GET", key.as_bytes()]);
             commands.push(&[b"PTTL", key.as_bytes()]);
         }
-        self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
         let start = Instant::now();
         let deadline = Deadline::After(INSPECT_TIMEOUT);
         let nodes = self.fleet.nodes();
@@ -237,9 +239,7 @@ fn holding(get: Option<&Reply>, pttl: Option<&Reply>) -> Result<Option<Holding>,
         Value::Integer(ms) if ms >= 0 => Some(Duration::from_millis(ms as u64)),
         _ => None,
     };
-    let parsed = value
-        .split_once('|')
-        .and_then(|(id, owner)| Some((id.parse::<LeaseId>().ok()?, owner.to_string())));
+    let parsed = parse_value(&value).map(|(id, owner)| (id, owner.to_string()));
     let (lease_id, owner) = parsed.unzip();
     Ok(Some(Holding {
         lease_id,
