@@ -7,7 +7,7 @@
 //! ignored default); [`Settings`] only exists once every key is valid.
 
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,6 +15,13 @@ use ::config::builder::DefaultState;
 use ::config::{Config, ConfigBuilder, Environment, File, FileFormat};
 use serde::Deserialize;
 
+mod fleet;
+mod server;
+
+pub use self::fleet::FleetSettings;
+use self::fleet::{check_masters, RawFleet};
+use self::server::RawAuth;
+pub use self::server::{read_token, AuthSettings, DEFAULT_LISTEN};
 use crate::fleet::mask_credentials;
 pub use crate::fleet::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PROBE_PERIOD, DEFAULT_QUARANTINE};
 use crate::keys::Keyspace;
@@ -23,9 +30,6 @@ use crate::lease::ttl::{RenewalSchedule, TtlPolicy};
 use crate::lease::{LeasePolicy, DEFAULT_RETENTION};
 use crate::{EngineOptions, FleetOptions};
 
-/// Address the HTTP API binds.
-pub const DEFAULT_LISTEN: SocketAddr =
-    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), 7600));
 /// Shortest lease a caller may ask for (the engine's own floor is [`MIN_TTL_FLOOR`]).
 pub const DEFAULT_MIN_TTL: Duration = Duration::from_millis(500);
 /// Longest lease a caller may ask for (same as the engine's default).
@@ -68,16 +72,6 @@ pub struct Settings {
     pub auth: AuthSettings,
 }
 
-/// Who may call the API.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct AuthSettings {
-    /// Key `auth.token_file`: a file holding the bearer token every request but `/livez` and
-    /// `/readyz` must carry (re-read on SIGHUP); `None`: no token asked.
-    pub token_file: Option<std::path::PathBuf>,
-    /// Key `auth.metrics_open`: `/metrics` answers without the token.
-    pub metrics_open: bool,
-}
-
 /// Lease policy: TTL bounds, adaptive TTL, renewal and shadows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LeaseSettings {
@@ -99,17 +93,6 @@ pub struct LeaseSettings {
     pub max_wait: Duration,
     /// Shadow TTL = TTL × this, capped at `fleet.quarantine`.
     pub shadow_multiplier: u32,
-}
-
-/// The masters: start-up, health probing and restart quarantine.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FleetSettings {
-    /// How long start-up waits for each master.
-    pub connect_timeout: Duration,
-    /// How often every master is PINGed.
-    pub probe_period: Duration,
-    /// How long a restarted master takes no votes.
-    pub quarantine: Duration,
 }
 
 /// Read by the command line before any configuration (it sets up logging), so the
@@ -147,13 +130,6 @@ struct Raw {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawAuth {
-    token_file: String,
-    metrics_open: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawLease {
     min_ttl_ms: u64,
     max_ttl_ms: u64,
@@ -165,14 +141,6 @@ struct RawLease {
     max_idle_timeout_ms: u64,
     max_wait_ms: u64,
     shadow_multiplier: u32,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFleet {
-    connect_timeout_ms: u64,
-    probe_interval_ms: u64,
-    quarantine_ms: u64,
 }
 
 #[derive(Deserialize)]
@@ -278,14 +246,12 @@ fn layers(
         .build()
 }
 
-/// Every key with its default, durations in milliseconds. `masters` defaults to empty so that
-/// its absence is reported together with every other problem.
+/// Every key with its default, durations in milliseconds.
 fn defaults(
     b: ConfigBuilder<DefaultState>,
 ) -> Result<ConfigBuilder<DefaultState>, ::config::ConfigError> {
-    b.set_default("listen", DEFAULT_LISTEN.to_string())?
-        .set_default("masters", Vec::<String>::new())?
-        .set_default("key_prefix", DEFAULT_PREFIX)?
+    let b = fleet::defaults(server::defaults(b)?)?;
+    b.set_default("key_prefix", DEFAULT_PREFIX)?
         .set_default("lease.min_ttl_ms", ms(DEFAULT_MIN_TTL))?
         .set_default("lease.max_ttl_ms", ms(DEFAULT_MAX_TTL))?
         .set_default("lease.rtt_multiplier", DEFAULT_RTT_MULTIPLIER)?
@@ -296,12 +262,7 @@ fn defaults(
         .set_default("lease.max_idle_timeout_ms", ms(DEFAULT_MAX_IDLE_TIMEOUT))?
         .set_default("lease.max_wait_ms", ms(DEFAULT_MAX_WAIT))?
         .set_default("lease.shadow_multiplier", DEFAULT_SHADOW_MULTIPLIER)?
-        .set_default("fleet.connect_timeout_ms", ms(DEFAULT_CONNECT_TIMEOUT))?
-        .set_default("fleet.probe_interval_ms", ms(DEFAULT_PROBE_PERIOD))?
-        .set_default("fleet.quarantine_ms", ms(DEFAULT_QUARANTINE))?
-        .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))?
-        .set_default("auth.token_file", "")?
-        .set_default("auth.metrics_open", false)
+        .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))
 }
 
 /// The `REDLEASE__*` variables as two sources. `REDLEASE__MASTERS` goes to a parsing source
@@ -331,21 +292,6 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The bearer token in `file`: its content less surrounding whitespace (a trailing newline
-/// included); an error naming the file when it cannot be read or holds nothing.
-pub fn read_token(file: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|error| format!("cannot read {}: {error}", file.display()))?;
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(format!("{} holds no token", file.display()));
-    }
-    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("{}: the token must be one word", file.display()));
-    }
-    Ok(token.to_string())
-}
-
 // === validation ===
 
 impl Raw {
@@ -353,35 +299,17 @@ impl Raw {
     fn validate(self) -> Result<Settings, ConfigError> {
         // Defer returning errors until every key has been checked.
         let mut p = Vec::new();
-        let listen = self.listen.parse::<SocketAddr>();
-        if listen.is_err() {
-            p.push(format!("listen: expected ip:port, got {:?}", self.listen));
-        }
+        let listen = server::validate_listen(&self.listen, &mut p);
         let masters = check_masters(self.masters, &mut p);
         if self.key_prefix.is_empty() {
             p.push("key_prefix: must not be empty".into());
         }
         let lease = self.lease.validate(self.fleet.quarantine_ms, &mut p);
-        let f = self.fleet;
-        let fleet = FleetSettings {
-            connect_timeout: positive("fleet.connect_timeout_ms", f.connect_timeout_ms, &mut p),
-            probe_period: positive("fleet.probe_interval_ms", f.probe_interval_ms, &mut p),
-            quarantine: Duration::from_millis(f.quarantine_ms),
-        };
+        let fleet = self.fleet.validate(&mut p);
         let shutdown_grace = positive("shutdown.grace_ms", self.shutdown.grace_ms, &mut p);
-        let raw_file = self.auth.token_file;
-        let token_file = (!raw_file.is_empty()).then(|| std::path::PathBuf::from(raw_file));
-        if let Some(file) = &token_file {
-            if let Err(problem) = read_token(file) {
-                p.push(format!("auth.token_file: {problem}"));
-            }
-        }
-        let auth = AuthSettings {
-            token_file,
-            metrics_open: self.auth.metrics_open,
-        };
+        let auth = self.auth.validate(&mut p);
         match listen {
-            Ok(listen) if p.is_empty() => Ok(Settings {
+            Some(listen) if p.is_empty() => Ok(Settings {
                 listen,
                 masters,
                 key_prefix: self.key_prefix,
@@ -458,29 +386,6 @@ impl RawLease {
             p.push(format!("lease.renew_jitter_ms: {rule} ({renew_at})"));
         }
     }
-}
-
-/// At least one master, each a `redis://` URL (surrounding spaces trimmed), none repeated: a
-/// master listed twice would cast two votes. Messages show URLs with the password masked.
-fn check_masters(masters: Vec<String>, p: &mut Vec<String>) -> Vec<String> {
-    if masters.is_empty() {
-        p.push("masters: at least one redis:// URL is required".into());
-    }
-    let masters: Vec<String> = masters.into_iter().map(|m| m.trim().to_owned()).collect();
-    for (i, url) in masters.iter().enumerate() {
-        let shown = mask_credentials(url);
-        if url.starts_with("rediss://") {
-            let rule = "TLS (rediss://) is not built into this release";
-            p.push(format!("masters[{i}]: {rule}: {shown}"));
-        } else if !url.starts_with("redis://") {
-            let rule = format!("expected a redis:// URL, got {shown:?}");
-            p.push(format!("masters[{i}]: {rule}"));
-        } else if let Some(first) = masters[..i].iter().position(|m| m == url) {
-            let rule = format!("same master as masters[{first}]: {shown}");
-            p.push(format!("masters[{i}]: {rule}"));
-        }
-    }
-    masters
 }
 
 /// `value` milliseconds, which must not be 0.
