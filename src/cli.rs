@@ -115,6 +115,20 @@ pub fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// A client of the sidecar at `url` (`http://…` or `unix:/path`), carrying the bearer token
+/// read from `token_file` when one is given.
+fn sidecar_client(
+    url: &str,
+    token_file: Option<&std::path::Path>,
+) -> Result<crate::client::Client, String> {
+    let client = crate::client::Client::new(url).map_err(|e| e.to_string())?;
+    let Some(file) = token_file else {
+        return Ok(client);
+    };
+    let token = crate::config::read_token(file)?;
+    client.with_token(&token).map_err(|e| e.to_string())
+}
+
 /// Logs go to stderr (stdout carries the answers); `RUST_LOG` overrides `default_filter`.
 fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -24,6 +24,7 @@ mod error;
 mod events;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +46,15 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Client {
     http: reqwest::Client,
     base: reqwest::Url,
+    /// The sidecar's Unix socket, for a `unix:` URL (requests then go to `http://localhost/`
+    /// over it).
+    socket: Option<PathBuf>,
+    /// The `unix:` URL as given, for messages.
+    shown: String,
 }
+
+/// The scheme of a sidecar listening on a Unix socket: `unix:/run/redlease/api.sock`.
+pub const UNIX_SCHEME: &str = "unix:";
 
 /// A lock to take, built by [`Client::lock`] and sent with [`LockRequest::send`].
 #[must_use = "nothing is acquired until the request is sent"]
@@ -157,23 +166,45 @@ struct AcquireBody<'a> {
 // === impl Client ===
 
 impl Client {
-    /// A client of the sidecar at `url`: `http://host:port`, perhaps with a path prefix.
-    /// Only plain HTTP is spoken (the sidecar listens on loopback).
+    /// A client of the sidecar at `url`: `http://host:port`, perhaps with a path prefix, or
+    /// `unix:/path/to/api.sock` for a sidecar listening on a Unix socket. Only plain HTTP is
+    /// spoken (the sidecar listens on loopback or a socket file).
     pub fn new(url: impl AsRef<str>) -> Result<Self, ClientError> {
         let url = url.as_ref();
         let invalid = |detail: &str| ClientError::InvalidUrl {
             url: url.to_string(),
             detail: detail.to_string(),
         };
+        if let Some(path) = url.strip_prefix(UNIX_SCHEME) {
+            if !path.starts_with('/') {
+                return Err(invalid("expected unix:/absolute/path/to/the.sock"));
+            }
+            let socket = Some(PathBuf::from(path));
+            // A constant URL that parses.
+            let base = reqwest::Url::parse("http://localhost/").expect("a valid URL");
+            let http = Self::http(None, socket.as_ref())?;
+            let shown = url.to_string();
+            return Ok(Self {
+                http,
+                base,
+                socket,
+                shown,
+            });
+        }
         let base = reqwest::Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
         if base.scheme() != "http" {
-            return Err(invalid("the sidecar speaks http://"));
+            return Err(invalid("the sidecar speaks http:// (or unix:/path)"));
         }
         if base.cannot_be_a_base() || base.host().is_none() {
             return Err(invalid("no host"));
         }
-        let http = Self::http(None)?;
-        Ok(Self { http, base })
+        let http = Self::http(None, None)?;
+        Ok(Self {
+            http,
+            base,
+            socket: None,
+            shown: String::new(),
+        })
     }
 
     /// The same client, sending `Authorization: Bearer <token>` with every request (for a
@@ -186,27 +217,40 @@ impl Client {
         let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
             .map_err(|_| invalid())?;
         value.set_sensitive(true);
-        let http = Self::http(Some(value))?;
+        let http = Self::http(Some(value), self.socket.as_ref())?;
         Ok(Self { http, ..self })
     }
 
     fn http(
         authorization: Option<reqwest::header::HeaderValue>,
+        socket: Option<&PathBuf>,
     ) -> Result<reqwest::Client, ClientError> {
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(value) = authorization {
             headers.insert(reqwest::header::AUTHORIZATION, value);
         }
-        reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .default_headers(headers)
-            .build()
-            .map_err(ClientError::Transport)
+            .default_headers(headers);
+        if let Some(path) = socket {
+            builder = builder.unix_socket(path.as_path());
+        }
+        builder.build().map_err(ClientError::Transport)
     }
 
-    /// The sidecar's URL, without a trailing slash.
+    /// The sidecar's Prometheus text exposition (`GET /metrics`).
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let url = self.url(&["metrics"]);
+        let response = self.http.get(url).timeout(REQUEST_MARGIN).send().await?;
+        error::read_text(response).await
+    }
+
+    /// The sidecar's URL, without a trailing slash (`unix:/path` for a Unix socket).
     pub fn base_url(&self) -> &str {
-        self.base.as_str().trim_end_matches('/')
+        match &self.socket {
+            Some(_) => &self.shown,
+            None => self.base.as_str().trim_end_matches('/'),
+        }
     }
 
     /// A request for the lock on `resource`, to adjust and [`send`](LockRequest::send).

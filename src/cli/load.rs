@@ -13,7 +13,6 @@ use clap::Args;
 
 use super::{EXIT_IO, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
 
-use crate::client::Client;
 use crate::dev::{self, LocalFleet};
 use crate::loadtest::renewal::{self, RenewalOptions, RenewalReport};
 use crate::loadtest::{self, fault, hdr, plot, LoadOptions, Report, Target, Workload};
@@ -26,9 +25,13 @@ pub struct LoadArgs {
     /// Comma-separated redis:// URLs: load the fleet through the library engine.
     #[arg(long, value_delimiter = ',')]
     masters: Option<Vec<String>>,
-    /// A sidecar's base URL (e.g. http://127.0.0.1:7600): load it end to end over HTTP.
+    /// A sidecar's base URL (e.g. http://127.0.0.1:7600, or unix:/path/to/api.sock): load it
+    /// end to end over HTTP.
     #[arg(long)]
     sidecar: Option<String>,
+    /// With --sidecar: the file holding the sidecar's API token (its `auth.token_file`).
+    #[arg(long, env = "REDLEASE__AUTH__TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
     /// Start N local redis-server masters (`$REDIS_SERVER_BIN` or `redis-server`) on free
     /// loopback ports and load them through the engine; `fault` needs it.
     #[arg(long, value_name = "N")]
@@ -192,7 +195,7 @@ async fn run_renewal(args: &LoadArgs) -> u8 {
         duration: args.duration.unwrap_or(renewal::DEFAULT_DURATION),
         ttl: Duration::from_millis(args.ttl_ms),
     };
-    let client = match Client::new(&base) {
+    let client = match super::sidecar_client(&base, args.token_file.as_deref()) {
         Ok(client) => client,
         Err(error) => {
             eprintln!("redlease: {error}");
@@ -234,7 +237,7 @@ fn load_options(args: &LoadArgs) -> LoadOptions {
 
 async fn target(args: &LoadArgs, local: Option<Vec<String>>) -> Result<Target, String> {
     if let Some(base) = &args.sidecar {
-        let client = Client::new(base).map_err(|e| e.to_string())?;
+        let client = super::sidecar_client(base, args.token_file.as_deref())?;
         return Ok(Target::Sidecar { client });
     }
     let masters = local.or_else(|| args.masters.clone()).unwrap_or_default();

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::lock::{default_owner, finish, fleet_options};
 use super::lock::{DEFAULT_CLI_CONNECT_TIMEOUT_MS, DEFAULT_CLI_TTL_MS};
 use super::{EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_QUORUM, EXIT_UNAVAILABLE, EXIT_USAGE};
-use crate::client::{Client, ClientError};
+use crate::client::ClientError;
 use crate::redlock::{AcquireOutcome, EngineOptions, Lease, Redlock};
 use crate::{Error, Fleet, Wakeups, DEFAULT_PROBE_PERIOD};
 
@@ -40,9 +40,13 @@ pub struct RunArgs {
     // with --sidecar.
     #[arg(long, value_delimiter = ',')]
     masters: Option<Vec<String>>,
-    /// Take the lock through the sidecar at this URL (http://127.0.0.1:7600), which renews it.
+    /// Take the lock through the sidecar at this URL (http://127.0.0.1:7600, or
+    /// unix:/path/to/api.sock), which renews it.
     #[arg(long, conflicts_with = "masters")]
     sidecar: Option<String>,
+    /// With --sidecar: the file holding the sidecar's API token (its `auth.token_file`).
+    #[arg(long, env = "REDLEASE__AUTH__TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
     /// Prefix of every key redlease writes (masters only).
     #[arg(long, env = "REDLEASE__KEY_PREFIX", default_value = crate::keys::DEFAULT_PREFIX)]
     key_prefix: String,
@@ -136,7 +140,7 @@ async fn hold_on_masters(engine: &Redlock, mut lease: Lease, args: &RunArgs) -> 
 // === a sidecar, through the client ===
 
 async fn through_sidecar(url: &str, args: &RunArgs, owner: &str) -> u8 {
-    let client = match Client::new(url) {
+    let client = match super::sidecar_client(url, args.token_file.as_deref()) {
         Ok(client) => client,
         Err(error) => {
             eprintln!("redlease: {error}");

@@ -171,6 +171,17 @@ pub(super) async fn read<T: DeserializeOwned>(
     })
 }
 
+/// The text body of a successful answer, or the error a refusal stands for.
+pub(super) async fn read_text(response: reqwest::Response) -> Result<String, ClientError> {
+    let status = response.status().as_u16();
+    let success = response.status().is_success();
+    let body = response.text().await?;
+    if !success {
+        return Err(ClientError::from_answer(status, &body));
+    }
+    Ok(body)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

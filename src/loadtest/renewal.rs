@@ -161,9 +161,9 @@ async fn measure(
     options: &RenewalOptions,
     ids: &[&str],
 ) -> Result<RenewalReport, String> {
-    let (http, base) = (reqwest::Client::new(), client.base_url());
+    let base = client.base_url();
     tokio::time::sleep(SETTLE).await;
-    let before = scrape(&http, base).await?;
+    let before = scrape(client).await?;
     if before.get("lock_renewal_attempts_total").is_none() {
         return Err(format!(
             "{base}/metrics has no lock_renewal_attempts_total: not a redlease sidecar?"
@@ -174,9 +174,9 @@ async fn measure(
     while started.elapsed() < options.duration {
         let left = options.duration.saturating_sub(started.elapsed());
         tokio::time::sleep(left.min(Duration::from_secs(1))).await;
-        rss.extend(scrape(&http, base).await?.get(RSS));
+        rss.extend(scrape(client).await?.get(RSS));
     }
-    let after = scrape(&http, base).await?;
+    let after = scrape(client).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let held_at_end = count_held(client, ids).await;
     let delta = |name: &str| (after.value(name) - before.value(name)).max(0.0);
@@ -235,13 +235,14 @@ async fn release_all(guards: Vec<LockGuard>) {
         .await;
 }
 
-async fn scrape(http: &reqwest::Client, base: &str) -> Result<Scrape, String> {
-    let response = http.get(format!("{base}/metrics")).send().await;
-    let text = match response {
-        Ok(response) => response.text().await.map_err(|e| e.to_string())?,
-        Err(error) => return Err(format!("cannot read {base}/metrics: {error}")),
-    };
-    Ok(Scrape::parse(&text))
+async fn scrape(client: &Client) -> Result<Scrape, String> {
+    match client.metrics().await {
+        Ok(text) => Ok(Scrape::parse(&text)),
+        Err(error) => Err(format!(
+            "cannot read {}/metrics: {error}",
+            client.base_url()
+        )),
+    }
 }
 
 /// The samples of one Prometheus text exposition: series (name with labels) → value.

@@ -115,3 +115,86 @@ async fn metrics_can_be_left_open() {
     let (status, _) = call(&http, "GET", &format!("{}/v1/fleet", sidecar.base), None).await;
     assert_eq!(status, 401);
 }
+
+/// `lock run --sidecar` and `load --sidecar` as a real process: refused without the token
+/// (the command never runs), served with `--token-file`, and the token never printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_carries_the_token_from_its_file() {
+    let fleet = TestFleet::start(3);
+    let (_dir, file) = token_file(TOKEN);
+    let file: &'static str = file.leak();
+    let sidecar = TestSidecar::start(&fleet, &[("REDLEASE__AUTH__TOKEN_FILE", file)]).await;
+    let work = tempfile::tempdir().unwrap();
+    let marker = work.path().join("ran");
+    let script = format!("touch {}", marker.display());
+    let redlease = |args: Vec<&str>, token_file: Option<&str>| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"));
+        command
+            .args(args)
+            .env_remove("REDLEASE__MASTERS")
+            .env_remove("REDLEASE__AUTH__TOKEN_FILE")
+            .env_remove("RUST_LOG")
+            .kill_on_drop(true);
+        if let Some(file) = token_file {
+            command.env("REDLEASE__AUTH__TOKEN_FILE", file);
+        }
+        async move {
+            let output = tokio::time::timeout(Duration::from_secs(20), command.output());
+            let output = output.await.unwrap().unwrap();
+            let text = String::from_utf8_lossy(&output.stdout).to_string()
+                + &String::from_utf8_lossy(&output.stderr);
+            assert!(!text.contains(TOKEN), "the token was printed: {text}");
+            (output.status.code().unwrap(), text)
+        }
+    };
+    let run = |token_file: Option<&'static str>| {
+        let mut args = vec!["lock", "run", "--sidecar", sidecar.base.as_str()];
+        if let Some(file) = token_file {
+            args.extend(["--token-file", file]);
+        }
+        args.extend(["job", "--", "sh", "-c", script.as_str()]);
+        args
+    };
+    let (code, text) = redlease(run(None), None).await;
+    assert_eq!(code, 64, "{text}");
+    assert!(text.contains("unauthorized"), "{text}");
+    assert!(!marker.exists(), "the command ran without the token");
+    let (code, text) = redlease(run(Some(file)), None).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(marker.exists(), "the command did not run: {text}");
+    std::fs::remove_file(&marker).unwrap();
+    // The variable the sidecar itself reads works too.
+    let (code, text) = redlease(run(None), Some(file)).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(marker.exists(), "the command did not run: {text}");
+
+    let load = |with_token: bool| {
+        let mut args = vec!["load", "--sidecar", sidecar.base.as_str(), "--workload"];
+        args.extend(["sequential", "--ops", "20", "--warmup", "1", "--json"]);
+        if with_token {
+            args.extend(["--token-file", file]);
+        }
+        args
+    };
+    // Without the token every cycle is refused (and counted as an error).
+    let report =
+        |text: &str| -> Value { serde_json::from_str(text.lines().next().unwrap()).unwrap() };
+    let (code, text) = redlease(load(false), None).await;
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(
+        (
+            report(&text)["ops"].as_u64(),
+            report(&text)["errors"].as_u64()
+        ),
+        (Some(0), Some(20))
+    );
+    let (code, text) = redlease(load(true), None).await;
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(
+        (
+            report(&text)["ops"].as_u64(),
+            report(&text)["errors"].as_u64()
+        ),
+        (Some(20), Some(0))
+    );
+}
