@@ -8,6 +8,7 @@
 mod load;
 mod lock;
 mod locks;
+mod log_fields;
 mod run;
 mod serve;
 
@@ -139,7 +140,7 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => logs.init(),
+        LogFormat::Text => logs.fmt_fields(log_fields::EscapedFields).init(),
         LogFormat::Json => logs.json().flatten_event(true).init(),
     }
 }

@@ -167,7 +167,7 @@ fn validate_text(text: &str, max_bytes: usize) -> Result<(), &'static str> {
 /// zero-width characters, the byte-order mark, tag characters) and the line and paragraph
 /// separators (U+2028, U+2029): they change how a log line or a terminal shows the text
 /// around them, so a name could pass for another or forge a log line.
-fn is_invisible_format(c: char) -> bool {
+pub(crate) fn is_invisible_format(c: char) -> bool {
     matches!(
         c,
         '\u{ad}'

@@ -409,3 +409,35 @@ async fn sighup_reads_the_api_token_again_and_never_logs_it() {
         assert!(!log.contains(token), "{token} logged:\n{log}");
     }
 }
+
+/// Text logs quote a value that could pass for other fields: a resource named
+/// `x owner=root lease_id=…` shows as one quoted value, not as a forged owner and lease id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_quote_values_that_could_forge_fields() {
+    let fleet = TestFleet::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("sidecar.log");
+    let stderr = std::fs::File::create(&log_path).unwrap().into();
+    let debug = [("RUST_LOG", "redlease=debug")];
+    let serve = ServeProcess::start_with_env(&fleet, &[], stderr, &debug);
+    let forged = "x owner=root lease_id=00000000000000000000000000000000";
+    let body = serde_json::json!({"owner": "cron \"job\"", "ttl_ms": 5000});
+    let lease = serve
+        .acquire_when_up(
+            "x%20owner=root%20lease_id=00000000000000000000000000000000",
+            body,
+        )
+        .await;
+    assert_eq!(lease["resource"], forged);
+    serve.terminate().await;
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let granted = log.lines().find(|l| l.contains("lease granted"));
+    let granted = granted.unwrap_or_else(|| panic!("no grant logged:\n{log}"));
+    assert!(
+        granted.contains(&format!("resource={forged:?}")),
+        "{granted}"
+    );
+    assert!(granted.contains(r#"owner="cron \"job\"""#), "{granted}");
+    let outside_quotes = granted.replace(&format!("{forged:?}"), "");
+    assert_eq!(outside_quotes.matches(" owner=").count(), 1, "{granted}");
+}
