@@ -18,6 +18,7 @@ mod endpoint;
 pub mod health;
 mod membership;
 pub mod node;
+mod permissions;
 pub mod quarantine;
 pub mod rtt;
 mod startup;
@@ -141,8 +142,8 @@ impl Fleet {
     /// (with `FleetOptions::straggler_grace`) once a quorum takes writes and the silent
     /// masters had that grace. The rest go on in the background: an unreachable master keeps
     /// reconnecting and is prepared when it comes. Errs on an invalid URL, and when two
-    /// entries are one server (same address, or the same `run_id`), and on unusable TLS
-    /// settings.
+    /// entries are one server (same address, or the same `run_id`), on unusable TLS settings,
+    /// and when a master refuses TLS or lacks a permission redlease needs ([`permissions`]).
     pub async fn connect(urls: &[String], options: &FleetOptions) -> Result<Arc<Self>, Error> {
         if urls.is_empty() {
             return Err(Error::NoMasters);
