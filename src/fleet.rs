@@ -40,6 +40,8 @@ use crate::Error;
 pub use credentials::{Credentials, Password};
 pub use deadline::{Deadline, SharedDeadline};
 pub use endpoint::mask_credentials;
+#[cfg(feature = "sidecar")]
+pub(crate) use endpoint::uses_tls;
 use endpoint::{build_client, lock_target};
 pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_BREAKER_TRIAL_INTERVAL};
 pub use node::{Admission, CallError, Node};
