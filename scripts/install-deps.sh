@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the tests and the dev fleet need when it is missing: Debian's redis-server
-# (the masters), prometheus (promtool checks the /metrics exposition and the compose stack's
-# Prometheus config) and docker-compose (it parses docker-compose.yml without a Docker
-# engine). Runs apt-get as root, or through sudo when available.
+# (the masters, built with TLS), prometheus (promtool checks the /metrics exposition and the
+# compose stack's Prometheus config), docker-compose (it parses docker-compose.yml without a
+# Docker engine) and openssl (the TLS tests make their certificates with it). Runs apt-get as
+# root, or through sudo when available.
 set -euo pipefail
 
 missing=()
 command -v "${REDIS_SERVER_BIN:-redis-server}" >/dev/null 2>&1 || missing+=(redis-server)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0
 fi

@@ -18,8 +18,8 @@ use serde::Deserialize;
 mod fleet;
 mod server;
 
-pub use self::fleet::FleetSettings;
-use self::fleet::{check_masters, RawFleet};
+use self::fleet::{check_against_masters, check_masters, RawFleet};
+pub use self::fleet::{read_password, FleetSettings};
 use self::server::RawAuth;
 pub use self::server::{read_token, AuthSettings, DEFAULT_LISTEN};
 use crate::fleet::mask_credentials;
@@ -61,7 +61,7 @@ pub const MIN_TTL_FLOOR: Duration = crate::redlock::DEFAULT_MIN_TTL;
 pub struct Settings {
     /// Address of the HTTP API.
     pub listen: SocketAddr,
-    /// `redis://` URLs of the independent masters (at least one, no duplicates).
+    /// `redis://` or `rediss://` URLs of the independent masters (at least one, no duplicates).
     pub masters: Vec<String>,
     /// Prefix of every key redlease writes.
     pub key_prefix: String,
@@ -165,13 +165,16 @@ impl Settings {
         raw.validate()
     }
 
-    /// Fleet options from these settings: keyspace, connect timeout and quarantine; the rest
-    /// (breaker threshold and trial interval, RTT window) stay at the library defaults.
+    /// Fleet options from these settings: keyspace, connect timeout, quarantine, credentials
+    /// and TLS; the rest (breaker threshold and trial interval, RTT window) stay at the library
+    /// defaults.
     pub fn fleet_options(&self) -> FleetOptions {
         FleetOptions {
             keyspace: Keyspace::new(self.key_prefix.clone()),
             connect_timeout: self.fleet.connect_timeout,
             quarantine: self.fleet.quarantine,
+            credentials: self.fleet.credentials.clone(),
+            tls: self.fleet.tls.clone(),
             ..FleetOptions::default()
         }
     }
@@ -306,6 +309,7 @@ impl Raw {
         }
         let lease = self.lease.validate(self.fleet.quarantine_ms, &mut p);
         let fleet = self.fleet.validate(&mut p);
+        check_against_masters(&fleet, &masters, &mut p);
         let shutdown_grace = positive("shutdown.grace_ms", self.shutdown.grace_ms, &mut p);
         let auth = self.auth.validate(&mut p);
         match listen {

@@ -22,7 +22,9 @@ pub enum Error {
     InvalidTtl(String),
     #[error("invalid lease id: expected 32 lowercase hex digits")]
     InvalidLeaseId,
-    #[error("invalid master url {url}: {reason}")]
+    /// A master that cannot be used as configured: its URL, the TLS settings, a failed TLS
+    /// handshake or a missing permission (start-up). `url` has its password masked.
+    #[error("invalid master {url}: {reason}")]
     InvalidMaster { url: String, reason: String },
     #[error("no masters configured")]
     NoMasters,

@@ -7,33 +7,46 @@
 //! (a master that is down at start-up is reconnected in the background while the others
 //! serve). Neither re-sends a command after a reconnect. Every call to a master gives up at a
 //! [`Deadline`]: its own timeout, or the one its fan-out's calls share.
+//!
+//! Both connections of a master come from its URL ([`endpoint`]): `rediss://` ones are TLS,
+//! with one rustls configuration for the whole fleet ([`tls`]), and the fleet's
+//! [`Credentials`] stand in for a URL that has none.
 
+mod credentials;
 pub mod deadline;
+mod endpoint;
 pub mod health;
 mod membership;
 pub mod node;
+mod permissions;
 pub mod quarantine;
 pub mod rtt;
 mod startup;
+mod tls;
 pub mod wire;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fred::prelude::{
-    Builder, ClientLike, Config, EventInterface, ReconnectPolicy, ServerConfig, TcpConfig,
-};
+use fred::prelude::{ClientLike, EventInterface};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tokio_rustls::rustls::ClientConfig;
 
 use self::rtt::{RttWindow, DEFAULT_RTT_WINDOW};
 use crate::keys::Keyspace;
 use crate::metrics::{self, METRICS};
 use crate::Error;
+pub use credentials::{Credentials, Password};
 pub use deadline::{Deadline, SharedDeadline};
+pub use endpoint::mask_credentials;
+#[cfg(feature = "sidecar")]
+pub(crate) use endpoint::uses_tls;
+use endpoint::{build_client, lock_target};
 pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_BREAKER_TRIAL_INTERVAL};
 pub use node::{Admission, CallError, Node};
 pub use quarantine::DEFAULT_QUARANTINE;
+pub use tls::TlsOptions;
 
 /// How long start-up waits for each master's first connection and preparation.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -78,6 +91,11 @@ pub struct FleetOptions {
     /// accepted, nothing said) had `grace` more — what a one-shot command wants. `None`
     /// (default): `connect` waits for every master until `connect_timeout`.
     pub straggler_grace: Option<Duration>,
+    /// The user and password for every master whose URL carries none (default: none). A URL
+    /// with credentials of its own is refused while these are set.
+    pub credentials: Option<Credentials>,
+    /// How `rediss://` masters are spoken to: trusted CAs, client certificate.
+    pub tls: TlsOptions,
 }
 
 impl Default for FleetOptions {
@@ -90,6 +108,8 @@ impl Default for FleetOptions {
             rtt_window: DEFAULT_RTT_WINDOW,
             quarantine: DEFAULT_QUARANTINE,
             straggler_grace: None,
+            credentials: None,
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -100,6 +120,8 @@ pub struct Fleet {
     /// The configured URLs, credentials included, for the connections opened later.
     urls: Vec<String>,
     options: FleetOptions,
+    /// The one TLS configuration of every connection (`None` without `rediss://` masters).
+    tls: Option<Arc<ClientConfig>>,
     /// Subscriber connections opened for release messages ([`Fleet::open_subscribers`]).
     subscribers: Mutex<Vec<fred::clients::Client>>,
     /// Whether the fleet was adopted before this process came (some master held the marker);
@@ -122,18 +144,20 @@ impl Fleet {
     /// (with `FleetOptions::straggler_grace`) once a quorum takes writes and the silent
     /// masters had that grace. The rest go on in the background: an unreachable master keeps
     /// reconnecting and is prepared when it comes. Errs on an invalid URL, and when two
-    /// entries are one server (same address, or the same `run_id`).
+    /// entries are one server (same address, or the same `run_id`), on unusable TLS settings,
+    /// and when a master refuses TLS or lacks a permission redlease needs ([`permissions`]).
     pub async fn connect(urls: &[String], options: &FleetOptions) -> Result<Arc<Self>, Error> {
         if urls.is_empty() {
             return Err(Error::NoMasters);
         }
         let now = Instant::now();
+        let tls = endpoint::tls_config(urls, options)?;
         let (prepare_tx, prepare_rx) = mpsc::unbounded_channel();
         let mut nodes = Vec::with_capacity(urls.len());
         let mut addresses = Vec::with_capacity(urls.len());
         for (index, url) in urls.iter().enumerate() {
-            let client = build_client(url, options, CommandBound::OursOnly)?;
-            let target = lock_target(url, options)?;
+            let client = build_client(url, options, tls.as_ref(), CommandBound::OursOnly)?;
+            let target = lock_target(url, options, tls.as_ref())?;
             let masked = mask_credentials(url);
             addresses.push((masked.clone(), target.host.clone(), target.port));
             let rtt = RttWindow::new(options.rtt_window, now);
@@ -158,6 +182,7 @@ impl Fleet {
             nodes,
             urls: urls.to_vec(),
             options: options.clone(),
+            tls,
             subscribers: Mutex::new(Vec::new()),
             history: watch::channel(None).0,
             recent_p99: Mutex::new(None),
@@ -262,7 +287,8 @@ impl Fleet {
     /// messages (`Wakeups`); not connected until the caller has set its handlers and calls
     /// `connect`. [`Fleet::quit`] closes them with the others.
     pub(crate) fn open_subscribers(&self) -> Result<Vec<fred::clients::Client>, Error> {
-        let build = |url: &String| build_client(url, &self.options, CommandBound::Generous);
+        let tls = self.tls.as_ref();
+        let build = |url: &String| build_client(url, &self.options, tls, CommandBound::Generous);
         let clients = self.urls.iter().map(build).collect::<Result<Vec<_>, _>>()?;
         let mut subscribers = self
             .subscribers
@@ -273,7 +299,8 @@ impl Fleet {
     }
 
     /// Closes every connection, the subscribers' included (best effort, each bounded by
-    /// `timeout`).
+    /// `timeout`). A fred client that is not connected (its master down, or refusing TLS)
+    /// would send `QUIT` only after reconnecting: it is told in the background, unwaited.
     pub async fn quit(&self, timeout: Duration) {
         self.nodes.iter().for_each(|n| n.wire().close());
         let subscribers = std::mem::take(
@@ -283,7 +310,12 @@ impl Fleet {
                 .unwrap_or_else(|poisoned| poisoned.into_inner()),
         );
         let clients = self.nodes.iter().map(|n| n.client()).chain(&subscribers);
-        let quits = clients.map(|client| tokio::time::timeout(timeout, client.quit()));
+        let (connected, down): (Vec<_>, Vec<_>) = clients.partition(|c| c.is_connected());
+        for client in down {
+            let client = client.clone();
+            tokio::spawn(async move { tokio::time::timeout(timeout, client.quit()).await });
+        }
+        let quits = (connected.into_iter()).map(|c| tokio::time::timeout(timeout, c.quit()));
         futures_util::future::join_all(quits).await;
     }
 
@@ -375,91 +407,6 @@ fn prepare_on_every_connection(node: &Arc<Node>) {
     });
 }
 
-pub(crate) fn build_client(
-    url: &str,
-    options: &FleetOptions,
-    bound: CommandBound,
-) -> Result<fred::clients::Client, Error> {
-    let config = parse_url(url)?;
-    let invalid = |reason: String| Error::InvalidMaster {
-        url: mask_credentials(url),
-        reason,
-    };
-    let mut builder = Builder::from_config(config);
-    builder
-        .with_connection_config(|c| {
-            c.connection_timeout = options.connect_timeout;
-            c.internal_command_timeout = options.connect_timeout;
-            c.max_command_attempts = 1;
-            c.tcp = TcpConfig {
-                nodelay: Some(true),
-                ..TcpConfig::default()
-            };
-        })
-        .with_performance_config(|p| {
-            p.default_command_timeout = match bound {
-                CommandBound::OursOnly => Duration::ZERO,
-                CommandBound::Generous => GENEROUS_COMMAND_TIMEOUT,
-            }
-        })
-        .set_policy(ReconnectPolicy::new_exponential(0, 10, 1_000, 2));
-    builder.build().map_err(|e| invalid(e.details().into()))
-}
-
-/// Parses a master's URL as fred does (host, port, credentials, database).
-fn parse_url(url: &str) -> Result<Config, Error> {
-    let invalid = |reason: String| Error::InvalidMaster {
-        url: mask_credentials(url),
-        reason,
-    };
-    if url.starts_with("rediss://") {
-        return Err(invalid(
-            "TLS (rediss://) is not built into this release".into(),
-        ));
-    }
-    if !url.starts_with("redis://") {
-        return Err(invalid("expected a redis:// URL".into()));
-    }
-    let mut config = Config::from_url_centralized(url).map_err(|e| invalid(e.details().into()))?;
-    config.fail_fast = false;
-    Ok(config)
-}
-
-/// Where the lock path's own connection ([`wire`]) to a master goes.
-fn lock_target(url: &str, options: &FleetOptions) -> Result<wire::Target, Error> {
-    let config = parse_url(url)?;
-    let ServerConfig::Centralized { server } = &config.server else {
-        return Err(Error::InvalidMaster {
-            url: mask_credentials(url),
-            reason: "expected one server per URL".into(),
-        });
-    };
-    Ok(wire::Target {
-        host: server.host.to_string(),
-        port: server.port,
-        username: config.username.clone(),
-        password: config.password.clone(),
-        database: config.database,
-        connect_timeout: options.connect_timeout,
-    })
-}
-
-/// `redis://user:secret@host:6379` → `redis://user:***@host:6379`; URLs without a password
-/// come back unchanged.
-pub fn mask_credentials(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let Some((userinfo, host)) = rest.rsplit_once('@') else {
-        return url.to_string();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-        None if userinfo.is_empty() => url.to_string(),
-        None => format!("{scheme}://***@{host}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,31 +416,5 @@ mod tests {
     fn quorum_is_a_strict_majority() {
         let quorums: Vec<usize> = (1..=7).map(quorum_of).collect();
         assert_eq!(quorums, [1, 2, 2, 3, 3, 4, 4]);
-    }
-
-    /// The lock connection goes where fred's does, with the same credentials and database.
-    #[test]
-    fn lock_target_follows_the_url() {
-        let options = FleetOptions::default();
-        let target = lock_target("redis://:pw@127.0.0.1:6380/2", &options).unwrap();
-        assert_eq!((target.host.as_str(), target.port), ("127.0.0.1", 6380));
-        assert_eq!(target.username, None);
-        assert_eq!(target.password.as_deref(), Some("pw"));
-        assert_eq!(target.database, Some(2));
-        let target = lock_target("redis://locker:pw@localhost", &options).unwrap();
-        assert_eq!((target.host.as_str(), target.port), ("localhost", 6379));
-        assert_eq!(target.username.as_deref(), Some("locker"));
-        assert_eq!(target.database, None);
-        assert!(lock_target("rediss://h:1", &options).is_err());
-    }
-
-    /// Passwords never reach logs or the fleet view.
-    #[test]
-    fn credentials_are_masked() {
-        assert_eq!(mask_credentials("redis://u:p@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(mask_credentials("redis://:p@h:1"), "redis://:***@h:1");
-        assert_eq!(mask_credentials("redis://p@h:1"), "redis://***@h:1");
-        assert_eq!(mask_credentials("redis://h:1"), "redis://h:1");
-        assert_eq!(mask_credentials("redis://u:p:q@x@h"), "redis://u:***@h");
     }
 }

@@ -95,6 +95,12 @@ impl Keyspace {
         self.join("quarantined", "")
     }
 
+    /// `<prefix>probe:<nonce>`: the one key the start-up's permission check writes (for at
+    /// most 10 s, deleted at the end of the check).
+    pub fn probe(&self, nonce: &str) -> String {
+        self.join("probe:", nonce)
+    }
+
     /// `<prefix><kind><name>` in one allocation (built on every acquisition and release).
     fn join(&self, kind: &str, name: &str) -> String {
         let mut key = String::with_capacity(self.prefix.len() + kind.len() + name.len());

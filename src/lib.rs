@@ -26,7 +26,8 @@
 //! 7. `wakeup`: per-resource FIFO queues of blocking acquisitions, woken by release messages.
 //! 8. `fleet`: the N masters: each with its lock connection (`fleet::wire`), a fred client for
 //!    preparation, RTT (`fleet::rtt`), a breaker (`fleet::health`), restart quarantine and
-//!    membership; the quorum size.
+//!    membership; TLS (`fleet::tls`), credentials and the start-up's permission check; the
+//!    quorum size.
 //! 9. `scripts`: what each master is sent: the acquisition's plain commands and the Lua of `lua/`.
 //! 10. Leaves: `resp` (RESP2 encoding and parsing), `metrics` (every instrument), `keys` (key
 //!     names, resource and owner validation), `lease_id`, `error`; and, beside the rest, `dev`
@@ -98,7 +99,10 @@ pub mod server;
 mod shutdown;
 
 pub use error::Error;
-pub use fleet::{CallError, Fleet, FleetOptions, ProbeGuard, DEFAULT_PROBE_PERIOD};
+pub use fleet::{
+    CallError, Credentials, Fleet, FleetOptions, Password, ProbeGuard, TlsOptions,
+    DEFAULT_PROBE_PERIOD,
+};
 pub use keys::Keyspace;
 pub use lease_id::LeaseId;
 pub use redlock::force::MAX_AUDIT_LIMIT;

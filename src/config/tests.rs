@@ -63,6 +63,9 @@ fn one_master_and_nothing_else_gives_the_documented_defaults() {
         connect_timeout: Duration::from_millis(2000),
         probe_period: Duration::from_millis(500),
         quarantine: Duration::from_millis(300_000),
+        credentials: None,
+        password_file: None,
+        tls: crate::TlsOptions::default(),
     };
     assert_eq!(s.fleet, fleet);
 }
@@ -243,16 +246,6 @@ fn missing_file_is_an_error() {
         env(ONE_MASTER),
         Overrides::default(),
     ));
-}
-
-/// `rediss://` is refused: TLS is not built in.
-#[test]
-fn rediss_master_is_refused() {
-    let lines = problems(load(&[("REDLEASE__MASTERS", "redis://a:1,rediss://b:2")]));
-    assert_eq!(
-        lines,
-        ["masters[1]: TLS (rediss://) is not built into this release: rediss://b:2"]
-    );
 }
 
 /// A master listed twice would vote twice, so it is refused; passwords are masked in the line.

@@ -1,7 +1,8 @@
 //! Start-up of a fleet: every master connected in parallel, the survey of the fleet's history
 //! (marked, fresh or unknown) decided as soon as the answers allow, two entries that are one
-//! server refused, and a return as soon as a quorum of masters takes lock writes — a frozen
-//! minority (it accepts TCP and never answers) costs the caller nothing.
+//! server refused, a master that refuses TLS or a permission refused ([`permissions`]), and a
+//! return as soon as a quorum of masters takes lock writes — a frozen minority (it accepts TCP
+//! and never answers) costs the caller nothing.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -12,8 +13,10 @@ use fred::prelude::ClientLike;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
+use super::permissions::{self, Refusal};
 use super::quarantine::Identity;
 use super::{Fleet, History, Node};
+use crate::keys::Keyspace;
 use crate::Error;
 
 /// How often the start-up looks at the masters' readiness.
@@ -52,6 +55,8 @@ enum Answer {
     Silent,
     /// Who it is, and the fleet marker it carries (the `run_id` it was made a member under).
     Heard(Identity, Option<String>),
+    /// It refused TLS or a permission: the start fails.
+    Refused(Refusal),
 }
 
 impl Answer {
@@ -93,6 +98,14 @@ impl Survey {
         (!self.answers.iter().any(pending)).then_some(History::Unknown)
     }
 
+    /// The first master that refused something, and what.
+    fn refusal(&self) -> Option<(usize, &Refusal)> {
+        self.answers.iter().enumerate().find_map(|(i, a)| match a {
+            Answer::Refused(refusal) => Some((i, refusal)),
+            _ => None,
+        })
+    }
+
     /// The first two masters that answered with the same `run_id`.
     fn duplicate(&self) -> Option<(usize, usize)> {
         let run_ids: Vec<(usize, &str)> = (self.answers.iter().enumerate())
@@ -108,14 +121,15 @@ impl Survey {
 /// Surveys the masters as they connect and waits until every master is settled (up,
 /// quarantined, or given up on), or — with `FleetOptions::straggler_grace` — a quorum is up,
 /// every master that answered is settled and the silent ones had that grace, or
-/// `connect_timeout` has passed. Errs when two masters are one server.
+/// `connect_timeout` has passed. Errs when two masters are one server, and when a master
+/// refuses TLS or a permission.
 pub(super) async fn start(fleet: &Fleet) -> Result<(), Error> {
     let options = fleet.options();
     let deadline = Instant::now() + options.connect_timeout;
     let marker = fleet.keyspace().marker();
     let mut survey = Survey::new(fleet.len(), fleet.quorum());
     let mut asks: FuturesUnordered<_> = (fleet.nodes().iter())
-        .map(|node| ask(node, &marker, deadline))
+        .map(|node| ask(node, fleet.keyspace(), &marker, deadline))
         .collect();
     let mut decided = false;
     let mut quorum_up_at: Option<Instant> = None;
@@ -127,6 +141,9 @@ pub(super) async fn start(fleet: &Fleet) -> Result<(), Error> {
                 adopt_if_fresh(fleet, &survey, history, &marker).await;
                 fleet.history.send_replace(Some(history));
             }
+        }
+        if let Some((i, refusal)) = survey.refusal() {
+            return Err(refusal.clone().into_error(fleet.nodes()[i].url()));
         }
         if let Some((i, j)) = survey.duplicate() {
             let url = |k: usize| fleet.nodes()[k].url().to_string();
@@ -167,13 +184,29 @@ pub(super) async fn start(fleet: &Fleet) -> Result<(), Error> {
 fn settled(node: &Node, answer: &Answer, now: Instant) -> bool {
     match answer {
         Answer::Pending => false,
-        Answer::Silent => true,
+        Answer::Silent | Answer::Refused(_) => true,
         Answer::Heard(..) => node.is_up() || node.is_quarantined(now),
     }
 }
 
-/// Waits for `node`'s connections, then asks who it is and whether it carries the marker.
-async fn ask(node: &Arc<Node>, marker: &str, deadline: Instant) -> (usize, Answer) {
+/// Checks that `node` takes TLS and grants every permission, then waits for its connections
+/// and asks who it is and whether it carries the marker.
+async fn ask(
+    node: &Arc<Node>,
+    keyspace: &Keyspace,
+    marker: &str,
+    deadline: Instant,
+) -> (usize, Answer) {
+    let check = permissions::check(node.wire().target(), keyspace);
+    if let Ok(Err(refusal)) = tokio::time::timeout_at(deadline, check).await {
+        tracing::error!(
+            node = node.index(),
+            url = node.url(),
+            ?refusal,
+            "master refused redlease"
+        );
+        return (node.index(), Answer::Refused(refusal));
+    }
     let question = async {
         node.client().wait_for_connect().await.ok()?;
         node.wire().wait_for_connect().await;

@@ -19,21 +19,29 @@
 //! At most `MAX_WAITING` calls wait on a link; past that a call fails at once
 //! ([`WireError::Overloaded`]). Each new link is reported to `on_connect` before it takes
 //! commands, as a new connection may lead to a restarted master.
+//!
+//! A `rediss://` master's links are TLS ([`stream`]); a [`Detached`] connection is opened the
+//! same way for the start-up's permission check and carries no lock command.
 
 mod handshake;
 mod link;
+mod stream;
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
 
-use self::handshake::{open, Fence, HANDSHAKE_REFUSED};
+use self::handshake::{open, Fence};
 use self::link::Link;
 #[cfg(any(test, feature = "internals"))]
 pub use self::link::{MAX_WAITING, STALL_LIMIT};
+use self::stream::Stream;
+use crate::fleet::credentials::Password;
 use crate::resp::Commands;
 
 /// Why a command sent on the wire got no reply.
@@ -52,16 +60,57 @@ pub enum WireError {
 
 pub use crate::resp::Reply;
 
-/// Where and how to connect.
-#[derive(Clone, Debug)]
+/// Why a connection could not be opened.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// Connect, read or write failed, the master closed the connection, answered nothing
+    /// usable, or not in time: it may be down.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The TLS handshake failed: a certificate not trusted or not for this host, the client
+    /// certificate refused, or no TLS on that port.
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
+    /// The master answered the handshake with an error reply (a wrong password, a missing
+    /// permission).
+    #[error("handshake refused: {0}")]
+    Refused(String),
+}
+
+/// Where and how to connect. `Debug` shows no password.
+#[derive(Clone)]
 pub struct Target {
     pub host: String,
     pub port: u16,
     pub username: Option<String>,
-    pub password: Option<String>,
+    pub password: Option<Password>,
     pub database: Option<u8>,
     /// Bound on one connection attempt, handshake included.
     pub connect_timeout: Duration,
+    /// `Some` for a `rediss://` master.
+    pub tls: Option<TlsTarget>,
+}
+
+/// How a `rediss://` master is spoken to: the fleet's shared TLS configuration and the name
+/// its certificate must carry (the URL's host).
+#[derive(Clone)]
+pub struct TlsTarget {
+    pub connector: TlsConnector,
+    pub server_name: ServerName<'static>,
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .field("database", &self.database)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls.as_ref().map(|t| &t.server_name))
+            .finish()
+    }
 }
 
 /// The lock path's connection to one master, re-made whenever it fails.
@@ -128,6 +177,11 @@ impl Wire {
         ));
     }
 
+    /// Where and how it connects.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
     pub fn is_connected(&self) -> bool {
         *self.connected.borrow()
     }
@@ -182,13 +236,13 @@ impl Wire {
         self.connected.send_replace(false);
     }
 
-    fn install(&self, stream: TcpStream, fence: Option<Fence>, backoff: Duration) {
+    fn install(&self, stream: Stream, fence: Option<Fence>, backoff: Duration) {
         if self.closed.load(Ordering::Acquire) {
             lock(&self.link).connecting = false;
             return;
         }
         // Abortive close: a failed link's unsent bytes are discarded, never written late.
-        let _ = stream.set_zero_linger();
+        let _ = stream.socket().set_zero_linger();
         let link = Link::new(self.me.clone());
         {
             // Current before its tasks run, so a link that fails at once is replaced; and no
@@ -254,15 +308,34 @@ async fn keep_connecting(wire: Weak<Wire>, target: Target, mut backoff: Duration
                 live.install(stream, Some(fence), backoff);
                 return;
             }
-            // A refusal (wrong password, a missing permission such as CLIENT KILL) is the
-            // operator's to fix: said at warn, at most once per backoff step.
-            Err(reason) if reason.starts_with(HANDSHAKE_REFUSED) => {
-                tracing::warn!(host = %target.host, port = target.port, %reason, "lock link refused by the master");
+            // A refusal (wrong password, a missing permission such as CLIENT KILL) or a failed
+            // TLS handshake is the operator's to fix: said at warn, at most once per backoff step.
+            Err(reason @ (OpenError::Refused(_) | OpenError::Tls(_))) => {
+                tracing::warn!(host = %target.host, port = target.port, %reason, "lock link refused");
             }
             Err(reason) => {
                 tracing::debug!(host = %target.host, port = target.port, %reason, "lock link not made");
             }
         }
+    }
+}
+
+/// A connection of its own to a master, opened as a lock link is (TLS, `AUTH`, `SELECT`,
+/// `CLIENT ID`, `INFO server`), that carries a few commands and is then dropped: the start-up
+/// checks the master's permissions on it, out of the lock path's way.
+pub struct Detached(Stream);
+
+impl Detached {
+    /// Opens it within the target's connect timeout.
+    pub async fn open(target: &Target) -> Result<Self, OpenError> {
+        let (stream, _) = open(target, None).await?;
+        Ok(Self(stream))
+    }
+
+    /// Sends `commands` and reads their replies, error replies included. Unbounded: the
+    /// caller bounds it.
+    pub async fn send(&mut self, commands: &Commands) -> Result<Vec<Reply>, OpenError> {
+        handshake::send(&mut self.0, commands).await
     }
 }
 

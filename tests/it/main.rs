@@ -20,4 +20,5 @@ mod proxy;
 mod safety;
 mod scripts;
 mod sidecar;
+mod tls;
 mod wire;

@@ -6,6 +6,7 @@ pub mod proxy;
 pub mod redis_server;
 pub mod resp;
 pub mod sidecar;
+pub mod tls;
 
 pub use fleet::TestFleet;
 

@@ -23,6 +23,7 @@ fn target(port: u16) -> Target {
         password: None,
         database: None,
         connect_timeout: Duration::from_secs(2),
+        tls: None,
     }
 }
 

@@ -1,5 +1,5 @@
-//! Opening a lock connection: connect, TCP options, and the handshake that makes it the only
-//! connection of the lock path on its master.
+//! Opening a lock connection: the stream ([`super::stream`]: TCP, TLS) and the handshake that
+//! makes it the only connection of the lock path on its master.
 //!
 //! **Ordering across connections.** Every link starts with a handshake (`AUTH`, `SELECT`,
 //! `CLIENT ID`, `INFO server`): a server that accepts and says nothing, or closes at once,
@@ -12,21 +12,14 @@
 //! ever runs: a release sent after a reconnect cannot be overtaken by a `SET` that was stuck in
 //! the old connection.
 
-use std::time::Duration;
-
 use fred::types::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-use super::Target;
+use super::stream::Stream;
+use super::{OpenError, Target};
 use crate::fleet::quarantine::parse_info;
 use crate::resp::{parse, Commands, Reply};
 
-/// How a link attempt the master answered with an error reply is described.
-pub(super) const HANDSHAKE_REFUSED: &str = "handshake refused";
-/// Idle links are probed by TCP keepalive after this long, then every `KEEPALIVE_INTERVAL`.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 /// A connection as the server knows it: its `CLIENT ID`, unique within the server process
 /// `run_id`.
 #[derive(Clone, Debug)]
@@ -35,42 +28,36 @@ pub(super) struct Fence {
     run_id: String,
 }
 
-/// Connects and runs the handshake, within the target's connect timeout: the stream and this
-/// connection as the server knows it.
+/// Connects (TLS included) and runs the handshake, within the target's connect timeout: the
+/// stream and this connection as the server knows it.
 pub(super) async fn open(
     target: &Target,
     fence: Option<Fence>,
-) -> Result<(TcpStream, Fence), String> {
+) -> Result<(Stream, Fence), OpenError> {
     let attempt = async {
-        let mut stream = TcpStream::connect((target.host.as_str(), target.port))
-            .await
-            .map_err(|e| e.to_string())?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        let keepalive = socket2::TcpKeepalive::new()
-            .with_time(KEEPALIVE_IDLE)
-            .with_interval(KEEPALIVE_INTERVAL);
-        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
-        let client_id = handshake(&mut stream, target, fence).await?;
-        Ok((stream, client_id))
+        let mut stream = Stream::connect(target).await?;
+        let fence = handshake(&mut stream, target, fence).await?;
+        Ok((stream, fence))
     };
     tokio::time::timeout(target.connect_timeout, attempt)
         .await
-        .unwrap_or_else(|_| Err("connect timed out".into()))
+        .unwrap_or_else(|_| Err(OpenError::Unreachable("connect timed out".into())))
 }
 
 /// `AUTH` and `SELECT` as the target says, `CLIENT ID` and `INFO server`, pipelined; then,
 /// when the server process is the one of the earlier link `fence`, `CLIENT KILL ID <its id>`.
 /// Any error reply fails the link. Returns this connection as the server knows it.
 async fn handshake(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     target: &Target,
     fence: Option<Fence>,
-) -> Result<Fence, String> {
+) -> Result<Fence, OpenError> {
     let mut commands = Commands::with_capacity(256);
     if let Some(password) = &target.password {
+        let password = password.expose().as_bytes();
         match &target.username {
-            Some(user) => commands.push(&[b"AUTH", user.as_bytes(), password.as_bytes()]),
-            None => commands.push(&[b"AUTH", password.as_bytes()]),
+            Some(user) => commands.push(&[b"AUTH", user.as_bytes(), password]),
+            None => commands.push(&[b"AUTH", password]),
         };
     }
     if let Some(database) = target.database {
@@ -87,7 +74,8 @@ async fn handshake(
     let client_id = replies.pop().and_then(|v| v.as_i64());
     let run_id = parse_info(&info).map(|identity| identity.run_id);
     let (Some(client_id), Some(run_id)) = (client_id, run_id) else {
-        return Err("CLIENT ID or INFO server answered nothing usable".into());
+        let nothing = "CLIENT ID or INFO server answered nothing usable";
+        return Err(OpenError::Unreachable(nothing.into()));
     };
     if let Some(old) = fence.filter(|old| old.run_id == run_id) {
         let id = old.client_id.to_string();
@@ -99,29 +87,35 @@ async fn handshake(
 }
 
 /// Writes `commands` on a fresh stream and reads their replies; any error reply fails.
-async fn exchange(stream: &mut TcpStream, commands: &Commands) -> Result<Vec<Value>, String> {
-    stream
-        .write_all(commands.encoded())
-        .await
-        .map_err(|e| e.to_string())?;
-    let replies = read_handshake(stream, commands.count()).await?;
+async fn exchange(stream: &mut Stream, commands: &Commands) -> Result<Vec<Value>, OpenError> {
+    let replies = send(stream, commands).await?;
     let values = replies
         .into_iter()
-        .map(|reply| reply.map_err(|error| format!("{HANDSHAKE_REFUSED}: {error}")));
+        .map(|reply| reply.map_err(OpenError::Refused));
     values.collect()
 }
 
-/// Reads exactly `count` replies off a fresh stream.
-async fn read_handshake(stream: &mut TcpStream, count: usize) -> Result<Vec<Reply>, String> {
+/// Writes `commands` on a stream that carries nothing else and reads exactly their replies,
+/// error replies included.
+pub(super) async fn send(
+    stream: &mut Stream,
+    commands: &Commands,
+) -> Result<Vec<Reply>, OpenError> {
+    let failed = |e: std::io::Error| OpenError::from_io(&e);
+    stream.write_all(commands.encoded()).await.map_err(failed)?;
+    stream.flush().await.map_err(failed)?;
+    let count = commands.count();
     let mut buffer = Vec::with_capacity(256);
     let mut replies = Vec::with_capacity(count);
     while replies.len() < count {
-        let read = stream.read_buf(&mut buffer).await;
-        if read.map_err(|e| e.to_string())? == 0 {
-            return Err("closed during the handshake".into());
+        if stream.read_buf(&mut buffer).await.map_err(failed)? == 0 {
+            return Err(OpenError::Unreachable(
+                "the master closed the connection before replying".into(),
+            ));
         }
         let mut used = 0;
-        while let Some((reply, length)) = parse(&buffer[used..])? {
+        let parsed = |input: &[u8]| parse(input).map_err(OpenError::Unreachable);
+        while let Some((reply, length)) = parsed(&buffer[used..])? {
             replies.push(reply);
             used += length;
         }

@@ -13,12 +13,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use super::stream::{ReadHalf, Stream, WriteHalf};
 use super::{lock, Wire, WireError};
 use crate::resp::{parse, Reply};
 
@@ -76,7 +75,7 @@ impl Link {
     }
 
     /// Starts the reader, writer and watchdog tasks on `stream`.
-    pub(super) fn run(self: &Arc<Self>, stream: TcpStream) {
+    pub(super) fn run(self: &Arc<Self>, stream: Stream) {
         let (reader, writer) = stream.into_split();
         let read = tokio::spawn(read_replies(Arc::clone(self), reader));
         let flush = tokio::spawn(write_requests(Arc::clone(self), writer));
@@ -212,7 +211,7 @@ async fn watch_for_stalls(link: Weak<Link>) {
 }
 
 /// Reads replies until the link fails.
-async fn read_replies(link: Arc<Link>, mut reader: OwnedReadHalf) {
+async fn read_replies(link: Arc<Link>, mut reader: ReadHalf) {
     let mut buffer = Vec::with_capacity(READ_BUFFER);
     let mut replies = Vec::new();
     let mut complete = Vec::new();
@@ -250,8 +249,9 @@ async fn read_replies(link: Arc<Link>, mut reader: OwnedReadHalf) {
     }
 }
 
-/// Writes what callers put in `out`, all of it at once, until the link fails.
-async fn write_requests(link: Arc<Link>, mut writer: OwnedWriteHalf) {
+/// Writes what callers put in `out`, all of it at once, until the link fails. Each write is
+/// flushed: TLS may keep bytes inside rustls when the socket is full (free on plain TCP).
+async fn write_requests(link: Arc<Link>, mut writer: WriteHalf) {
     let mut chunk = Vec::new();
     loop {
         link.flush.notified().await;
@@ -275,7 +275,11 @@ async fn write_requests(link: Arc<Link>, mut writer: OwnedWriteHalf) {
                 }
                 std::mem::swap(&mut queue.out, &mut chunk);
             }
-            if let Err(e) = writer.write_all(&chunk).await {
+            let written = async {
+                writer.write_all(&chunk).await?;
+                writer.flush().await
+            };
+            if let Err(e) = written.await {
                 link.close(e.to_string());
                 return;
             }

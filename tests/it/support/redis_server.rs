@@ -21,7 +21,17 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a server, retrying on a fresh port if another process took the chosen one.
     pub fn start() -> Self {
-        match dev::RedisServer::start_with(&dev::redis_server_binary(), die_with_parent) {
+        Self::start_with(|_| {})
+    }
+
+    /// As `start`, with `configure` applied to the command before every spawn (extra
+    /// arguments such as a TLS port).
+    pub fn start_with(configure: impl Fn(&mut Command) + Send + Sync + 'static) -> Self {
+        let configure = move |command: &mut Command| {
+            die_with_parent(command);
+            configure(command);
+        };
+        match dev::RedisServer::start_with(&dev::redis_server_binary(), configure) {
             Ok(server) => Self {
                 server,
                 paused: false,
