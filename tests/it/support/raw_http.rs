@@ -105,7 +105,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         match tokio::time::timeout(wait, self.stream.read(&mut byte)).await {
             Err(_) => None,
             Ok(Ok(0)) | Ok(Err(_)) => Some(start.elapsed()),
-            Ok(Ok(n)) => panic!("unexpected bytes: {:?}", String::from_utf8_lossy(&byte[..n])),
+            Ok(Ok(n)) => panic!(
+                "unexpected bytes: {:?}",
+                String::from_utf8_lossy(&byte[..n])
+            ),
         }
     }
 
