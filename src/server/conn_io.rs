@@ -334,6 +334,25 @@ mod tests {
         drop(client);
     }
 
+    /// A client that reads nothing of its answer is given up on after `idle`, even with a
+    /// request in flight.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_client_never_reads_gives_up_after_idle() {
+        use tokio::io::AsyncWriteExt;
+        let deadlines = Deadlines {
+            head: Duration::from_secs(1),
+            idle: Duration::from_secs(10),
+        };
+        let (_client, server) = tokio::io::duplex(16);
+        let activity = Arc::new(Activity::default());
+        activity.dispatch();
+        let mut io = GuardedIo::new(server, activity, deadlines);
+        let start = Instant::now();
+        let error = io.write_all(&[b'x'; 64]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+    }
+
     /// hyper's error answer, even when the socket takes it in pieces, is held back whole and
     /// its status kept; what came before it is sent.
     #[tokio::test]
