@@ -192,9 +192,7 @@ async fn start_sidecar(urls: &[String]) -> String {
         listen: Some("127.0.0.1:0".into()),
     };
     let settings = Settings::load(None, std::iter::empty(), overrides).unwrap();
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let sidecar = Sidecar::start(&settings).await.unwrap();
     tokio::spawn(sidecar.run(listener, std::future::pending()));

@@ -7,11 +7,15 @@
 //!   `POST /v1/locks/{resource}/force-release` (the inventory, see [`inventory`])
 //! - `GET /v1/fleet`, `GET /livez`, `GET /readyz`, `GET /metrics` (Prometheus text)
 //!
-//! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Bodies over
-//! 64 KiB are refused. Every route but the event stream has a request timeout.
+//! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Every request
+//! first passes the [`guard`] (target length, `Host`, encodings, declared body size); JSON
+//! bodies are read by [`body`] (64 KiB, in time). Every route but the event stream has a
+//! request timeout; event streams are capped.
 
 pub mod auth;
+mod body;
 pub mod error;
+pub mod guard;
 mod handlers;
 pub mod inventory;
 
@@ -21,9 +25,11 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 use axum::Router;
-use tower_http::timeout::TimeoutLayer;
+use tokio::sync::Semaphore;
 
 use self::auth::ApiToken;
+use self::guard::Guard;
+use crate::config::HttpSettings;
 use crate::fleet::Fleet;
 use crate::lease::LeaseManager;
 use crate::redlock::Redlock;
@@ -32,6 +38,34 @@ use crate::redlock::Redlock;
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Request timeout beyond the longest blocking wait a caller may ask for.
 const TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
+
+/// How the API treats its clients, from the `http.*` settings and the listener.
+#[derive(Clone, Debug)]
+pub struct ApiOptions {
+    /// Names a `Host` may carry besides IP literals and `localhost`; `None`: no `Host` check.
+    pub allowed_hosts: Option<Arc<[String]>>,
+    /// Event streams open at once.
+    pub max_event_streams: usize,
+    /// Time a request body has to arrive once its head was read.
+    pub body_timeout: Duration,
+}
+
+impl ApiOptions {
+    /// The options of a listener: TCP checks `Host`, a Unix socket does not.
+    pub fn new(http: &HttpSettings, unix: bool) -> Self {
+        Self {
+            allowed_hosts: (!unix).then(|| http.allowed_hosts.clone().into()),
+            max_event_streams: http.max_event_streams,
+            body_timeout: http.header_read_timeout,
+        }
+    }
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        Self::new(&HttpSettings::default(), false)
+    }
+}
 
 /// What every handler reaches.
 #[derive(Clone)]
@@ -42,16 +76,27 @@ pub struct AppState {
     pub engine: Arc<Redlock>,
     /// The masters, for `/v1/fleet` and `/readyz`.
     pub fleet: Arc<Fleet>,
+    /// Permits of open event streams (`http.max_event_streams`).
+    pub streams: Arc<Semaphore>,
+    /// Time a request body has to arrive.
+    pub body_timeout: Duration,
 }
 
 /// The API router (tests call it directly or serve it on port 0).
-pub fn app(manager: Arc<LeaseManager>, engine: Arc<Redlock>, token: Arc<ApiToken>) -> Router {
+pub fn app(
+    manager: Arc<LeaseManager>,
+    engine: Arc<Redlock>,
+    token: Arc<ApiToken>,
+    options: ApiOptions,
+) -> Router {
     let timeout = manager.policy().max_wait + TIMEOUT_MARGIN;
     let fleet = Arc::clone(engine.fleet());
     let state = AppState {
         manager,
         engine,
         fleet,
+        streams: Arc::new(Semaphore::new(options.max_event_streams)),
+        body_timeout: options.body_timeout,
     };
     let bounded = Router::new()
         .route("/v1/locks/{resource}/acquire", post(handlers::acquire))
@@ -69,18 +114,23 @@ pub fn app(manager: Arc<LeaseManager>, engine: Arc<Redlock>, token: Arc<ApiToken
         .route("/livez", get(handlers::livez))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics))
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        .layer(axum::middleware::from_fn_with_state(
             timeout,
+            guard::deadline,
         ));
     let streams = Router::new().route("/v1/leases/{id}/events", get(handlers::events));
     bounded
         .merge(streams)
+        .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn_with_state(
             token,
             auth::require_token,
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            Guard::new(options.allowed_hosts),
+            guard::check,
+        ))
         .with_state(state)
 }

@@ -7,7 +7,6 @@
 //! ignored default); [`Settings`] only exists once every key is valid.
 
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,8 +19,12 @@ mod server;
 
 use self::fleet::{check_against_masters, check_masters, RawFleet};
 pub use self::fleet::{read_password, FleetSettings};
-use self::server::RawAuth;
-pub use self::server::{read_token, AuthSettings, DEFAULT_LISTEN};
+pub use self::server::{read_token, AuthSettings, HttpSettings, Listen, DEFAULT_LISTEN};
+use self::server::{RawAuth, RawHttp};
+pub use self::server::{
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_HTTP_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_EVENT_STREAMS,
+};
 use crate::fleet::mask_credentials;
 pub use crate::fleet::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PROBE_PERIOD, DEFAULT_QUARANTINE};
 use crate::keys::Keyspace;
@@ -59,8 +62,8 @@ pub const MIN_TTL_FLOOR: Duration = crate::redlock::DEFAULT_MIN_TTL;
 /// Validated settings of the sidecar.
 #[derive(Clone, PartialEq)]
 pub struct Settings {
-    /// Address of the HTTP API.
-    pub listen: SocketAddr,
+    /// Where the HTTP API listens: `ip:port` or a Unix socket.
+    pub listen: Listen,
     /// `redis://` or `rediss://` URLs of the independent masters (at least one, no duplicates).
     pub masters: Vec<String>,
     /// Prefix of every key redlease writes.
@@ -70,6 +73,7 @@ pub struct Settings {
     /// Key `shutdown.grace_ms`.
     pub shutdown_grace: Duration,
     pub auth: AuthSettings,
+    pub http: HttpSettings,
 }
 
 /// Lease policy: TTL bounds, adaptive TTL, renewal and shadows.
@@ -126,6 +130,7 @@ struct Raw {
     fleet: RawFleet,
     shutdown: RawShutdown,
     auth: RawAuth,
+    http: RawHttp,
 }
 
 #[derive(Deserialize)]
@@ -225,6 +230,7 @@ impl fmt::Debug for Settings {
             .field("fleet", &self.fleet)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("auth", &self.auth)
+            .field("http", &self.http)
             .finish()
     }
 }
@@ -268,15 +274,16 @@ fn defaults(
         .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))
 }
 
-/// The `REDLEASE__*` variables as two sources. `REDLEASE__MASTERS` goes to a parsing source
-/// that splits it on commas (one URL without a comma still becomes a one-element list); every
+/// The `REDLEASE__*` variables as two sources. `REDLEASE__MASTERS` and
+/// `REDLEASE__HTTP__ALLOWED_HOSTS` go to a parsing source that splits them on commas (one value
+/// without a comma still becomes a one-element list); every
 /// other variable is kept verbatim, because `try_parsing` would turn a `key_prefix` of `0123`
 /// into `123` (numbers are parsed from strings when the raw struct is deserialized anyway).
 fn env_sources(env: impl IntoIterator<Item = (String, String)>) -> (Environment, Environment) {
     let (lists, verbatim): (::config::Map<_, _>, ::config::Map<_, _>) = env
         .into_iter()
         .filter(|(key, _)| key.starts_with("REDLEASE__") && key != LOG_FORMAT_ENV)
-        .partition(|(key, _)| key == "REDLEASE__MASTERS");
+        .partition(|(key, _)| LIST_VARS.contains(&key.as_str()));
     let base = || {
         Environment::with_prefix("REDLEASE")
             .prefix_separator("__")
@@ -285,10 +292,14 @@ fn env_sources(env: impl IntoIterator<Item = (String, String)>) -> (Environment,
     let lists = base()
         .list_separator(",")
         .with_list_parse_key("masters")
+        .with_list_parse_key("http.allowed_hosts")
         .try_parsing(true)
         .source(Some(lists));
     (lists, base().source(Some(verbatim)))
 }
+
+/// The variables that hold comma-separated lists.
+const LIST_VARS: [&str; 2] = ["REDLEASE__MASTERS", "REDLEASE__HTTP__ALLOWED_HOSTS"];
 
 /// A duration in whole milliseconds, as the `_ms` keys hold it.
 fn ms(d: Duration) -> u64 {
@@ -312,6 +323,7 @@ impl Raw {
         check_against_masters(&fleet, &masters, &mut p);
         let shutdown_grace = positive("shutdown.grace_ms", self.shutdown.grace_ms, &mut p);
         let auth = self.auth.validate(&mut p);
+        let http = self.http.validate(&mut p);
         match listen {
             Some(listen) if p.is_empty() => Ok(Settings {
                 listen,
@@ -321,6 +333,7 @@ impl Raw {
                 fleet,
                 shutdown_grace,
                 auth,
+                http,
             }),
             _ => Err(ConfigError::Invalid(p)),
         }

@@ -1,17 +1,29 @@
 //! The sidecar assembled from [`Settings`]: fleet, probe, engine, lease manager and HTTP API,
 //! served on an already-bound listener until a shutdown future resolves. Shutdown releases
 //! every held lease, then drains connections, all within the grace period.
+//!
+//! The HTTP server is our own accept loop over hyper's HTTP/1.1 connections (`accept`,
+//! `connection`): connection cap, deadlines on slow or idle clients (`conn_io`), and
+//! problem+json for what hyper refuses by itself (`refusal`). [`Listener`] binds TCP or a Unix
+//! socket.
+
+mod accept;
+mod conn_io;
+mod connection;
+mod listener;
+mod refusal;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
-use tokio::net::TcpListener;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
+pub use self::listener::{ListenError, Listener, SocketFile, UNIX_SOCKET_MODE};
 use crate::api::auth::ApiToken;
-use crate::config::Settings;
+use crate::api::ApiOptions;
+use crate::config::{HttpSettings, Settings};
 use crate::fleet::ProbeGuard;
 use crate::lease::LeaseManager;
 use crate::wakeup::Wakeups;
@@ -24,6 +36,7 @@ pub struct Sidecar {
     fleet: Arc<Fleet>,
     token: Arc<ApiToken>,
     grace: Duration,
+    http: HttpSettings,
     _probe: ProbeGuard,
 }
 
@@ -54,6 +67,7 @@ impl Sidecar {
             fleet,
             token,
             grace: settings.shutdown_grace,
+            http: settings.http.clone(),
             _probe: probe,
         })
     }
@@ -71,9 +85,10 @@ impl Sidecar {
     /// releases every held lease and drains connections, giving up after the grace period.
     pub async fn run(
         self,
-        listener: TcpListener,
+        listener: impl Into<Listener>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let listener = listener.into();
         let (manager, grace) = (Arc::clone(&self.manager), self.grace);
         let draining = Arc::new(Notify::new());
         let drain_started = Arc::clone(&draining);
@@ -88,25 +103,31 @@ impl Sidecar {
                 tracing::warn!("grace period expired before every lease was released");
             }
         };
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let serve = axum::serve(
+        let options = ApiOptions::new(&self.http, listener.is_unix());
+        let router = api::app(
+            Arc::clone(&self.manager),
+            Arc::clone(&self.engine),
+            Arc::clone(&self.token),
+            options,
+        );
+        let abort = CancellationToken::new();
+        let serve = accept::serve(
             listener,
-            api::app(
-                Arc::clone(&self.manager),
-                Arc::clone(&self.engine),
-                Arc::clone(&self.token),
-            ),
-        )
-        .with_graceful_shutdown(release_then_drain);
+            router,
+            &self.http,
+            release_then_drain,
+            abort.clone(),
+        );
         let deadline = async {
             draining.notified().await;
             tokio::time::sleep(grace).await;
         };
         tokio::select! {
-            served = serve => served?,
-            _ = deadline => tracing::warn!("grace period expired with connections still open"),
+            () = serve => {}
+            () = deadline => {
+                tracing::warn!("grace period expired with connections still open");
+                abort.cancel();
+            }
         }
         self.engine.settle(Duration::from_secs(1)).await;
         self.fleet.quit(Duration::from_secs(1)).await;

@@ -2,12 +2,12 @@
 //! answer. No lock logic lives here.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,8 +15,10 @@ use futures_util::Stream;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
+use super::body::{JsonBody, Millis, OptionalJsonBody};
 use super::error::{problem, problem_body, ApiError};
 use super::AppState;
 use crate::keys::validate_resource;
@@ -28,28 +30,32 @@ use crate::LeaseId;
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
     owner: Option<String>,
-    ttl_ms: Option<u64>,
-    wait_ms: Option<u64>,
+    #[serde(default)]
+    ttl_ms: Millis,
+    #[serde(default)]
+    wait_ms: Millis,
     auto_renew: Option<bool>,
-    idle_timeout_ms: Option<u64>,
+    #[serde(default)]
+    idle_timeout_ms: Millis,
 }
 
 /// Body of `POST /v1/leases/{id}/renew` (may be empty).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RenewBody {
-    ttl_ms: Option<u64>,
+    #[serde(default)]
+    ttl_ms: Millis,
 }
 
 pub async fn acquire(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
-    body: Result<Json<AcquireBody>, JsonRejection>,
+    body: Result<JsonBody<AcquireBody>, ApiError>,
 ) -> Result<Response, ApiError> {
     let Path(resource) =
         resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
     validate_resource(&resource)?;
-    let Json(body) = body.map_err(body_error)?;
+    let JsonBody(body) = body?;
     let request = acquire_request(&state, resource, body)?;
     Ok(match state.manager.acquire(request).await? {
         Acquired::Granted(view) => Json(view).into_response(),
@@ -85,11 +91,11 @@ pub async fn get_lease(
 pub async fn renew(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    body: Result<OptionalJsonBody<RenewBody>, ApiError>,
 ) -> Result<Response, ApiError> {
     let id = lease_id(id)?;
-    let body: RenewBody = optional_json(&body)?;
-    let ttl = body.ttl_ms.map(Duration::from_millis);
+    let OptionalJsonBody(body) = body?;
+    let ttl = body.ttl_ms.get("ttl_ms", "invalid_ttl")?;
     match state.manager.renew(id, ttl).await {
         Ok(view) => Ok(Json(view).into_response()),
         Err(error) => Err(renew_error(error)),
@@ -145,16 +151,24 @@ fn renew_error(error: RenewError) -> ApiError {
     }
 }
 
-/// Server-Sent Events of one lease; ends after `lost` or `released`.
+/// Server-Sent Events of one lease; ends after `lost` or `released`. Each open stream holds
+/// one of `http.max_event_streams` permits until it ends or its client goes.
 pub async fn events(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let id = lease_id(id)?;
+    let permit = Arc::clone(&state.streams)
+        .try_acquire_owned()
+        .map_err(|_| {
+            let detail = "too many event streams are open; retry later";
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams", detail)
+        })?;
     let watch = state
         .manager
-        .watch(lease_id(id)?)
+        .watch(id)
         .ok_or_else(ApiError::unknown_lease)?;
-    Ok(Sse::new(event_stream(watch)).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(event_stream(watch, permit)).keep_alive(KeepAlive::default()))
 }
 
 pub async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
@@ -215,6 +229,12 @@ pub async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }
 
+/// A known path with another method (axum adds the `Allow` header).
+pub async fn method_not_allowed(method: Method) -> ApiError {
+    let detail = format!("this route does not take {method}");
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", detail)
+}
+
 fn acquire_request(
     state: &AppState,
     resource: String,
@@ -223,14 +243,18 @@ fn acquire_request(
     let owner = body
         .owner
         .ok_or_else(|| ApiError::bad_request("invalid_owner", "owner is required"))?;
+    let ttl = body.ttl_ms.get("ttl_ms", "invalid_ttl")?;
+    let wait = body.wait_ms.get("wait_ms", "invalid_wait")?;
+    let idle = body
+        .idle_timeout_ms
+        .get("idle_timeout_ms", "invalid_idle_timeout")?;
     let max_wait = state.manager.policy().max_wait;
-    let wait = Duration::from_millis(body.wait_ms.unwrap_or(0));
+    let wait = wait.unwrap_or(Duration::ZERO);
     if wait > max_wait {
         let detail = format!("wait_ms must be at most {}", max_wait.as_millis());
         return Err(ApiError::bad_request("invalid_wait", detail));
     }
     let max_idle = state.manager.policy().max_idle_timeout;
-    let idle = body.idle_timeout_ms.map(Duration::from_millis);
     if idle.is_some_and(|idle| idle.is_zero() || idle > max_idle) {
         let detail = format!(
             "idle_timeout_ms must be between 1 and {}",
@@ -241,7 +265,7 @@ fn acquire_request(
     Ok(AcquireRequest {
         resource,
         owner,
-        ttl: body.ttl_ms.map(Duration::from_millis),
+        ttl,
         wait,
         auto_renew: body.auto_renew.unwrap_or(true),
         idle_timeout: idle,
@@ -251,23 +275,6 @@ fn acquire_request(
 fn lease_id(id: Result<Path<String>, PathRejection>) -> Result<LeaseId, ApiError> {
     let Path(id) = id.map_err(|_| ApiError::unknown_lease())?;
     id.parse().map_err(|_| ApiError::unknown_lease())
-}
-
-fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid_body", e.to_string()))
-}
-
-pub(super) fn body_error(rejection: JsonRejection) -> ApiError {
-    let status = rejection.status();
-    let reason = if status == StatusCode::PAYLOAD_TOO_LARGE {
-        "body_too_large"
-    } else {
-        "invalid_body"
-    };
-    ApiError::new(status, reason, rejection.body_text())
 }
 
 /// 409/503 of an acquisition: problem+json that also says `acquired: false`.
@@ -290,7 +297,10 @@ fn problem_with(
 }
 
 /// The lease's events as SSE; a lease that already ended gives its last state and closes.
-fn event_stream(watch: Watch) -> impl Stream<Item = Result<Event, Infallible>> {
+fn event_stream(
+    watch: Watch,
+    permit: OwnedSemaphorePermit,
+) -> impl Stream<Item = Result<Event, Infallible>> {
     let Watch {
         view,
         events,
@@ -304,6 +314,7 @@ fn event_stream(watch: Watch) -> impl Stream<Item = Result<Event, Infallible>> {
         },
         lease: view,
     });
+    let guard = (guard, permit);
     futures_util::stream::unfold(
         (events, guard, ended, false),
         |(mut events, guard, ended, done)| async move {

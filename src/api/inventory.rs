@@ -2,12 +2,13 @@
 //! /v1/locks/{resource}/force-release`) and the JSON shapes of lock views, force releases and
 //! audit records, which the command line prints too.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::body::JsonBody;
 use super::error::ApiError;
 use super::AppState;
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
@@ -58,11 +59,11 @@ pub async fn list(
 pub async fn force_release(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
-    body: Result<Json<ForceReleaseBody>, JsonRejection>,
+    body: Result<JsonBody<ForceReleaseBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     let Path(resource) =
         resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
-    let Json(body) = body.map_err(super::handlers::body_error)?;
+    let JsonBody(body) = body?;
     let actor = body.actor.unwrap_or_default();
     let reason = body.reason.unwrap_or_default();
     let engine = &state.engine;

@@ -3,12 +3,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tokio::net::TcpListener;
 
 use super::{EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
-use crate::config::{Overrides, Settings};
+use crate::config::{Listen, Overrides, Settings};
 use crate::dev::{self, LocalFleet};
-use crate::server::Sidecar;
+use crate::server::{Listener, Sidecar};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -18,7 +17,7 @@ pub struct ServeArgs {
     /// Comma-separated redis:// URLs of the independent masters.
     #[arg(long, value_delimiter = ',')]
     masters: Option<Vec<String>>,
-    /// Address of the HTTP API (default 127.0.0.1:7600).
+    /// Address of the HTTP API: ip:port or unix:/path (default 127.0.0.1:7600).
     #[arg(long)]
     listen: Option<String>,
 }
@@ -28,7 +27,7 @@ pub struct DevArgs {
     /// How many local masters to start.
     #[arg(long, default_value_t = 5)]
     count: usize,
-    /// Address of the HTTP API (default 127.0.0.1:7600).
+    /// Address of the HTTP API: ip:port or unix:/path (default 127.0.0.1:7600).
     #[arg(long)]
     listen: Option<String>,
     /// Optional TOML configuration for everything but the masters.
@@ -81,10 +80,10 @@ pub async fn dev(args: DevArgs) -> u8 {
 }
 
 async fn run(settings: Settings) -> u8 {
-    let listener = match TcpListener::bind(settings.listen).await {
+    let listener = match Listener::bind(&settings.listen).await {
         Ok(listener) => listener,
         Err(error) => {
-            eprintln!("redlease: cannot listen on {}: {error}", settings.listen);
+            eprintln!("redlease: {error}");
             return EXIT_UNAVAILABLE;
         }
     };
@@ -107,15 +106,20 @@ async fn run(settings: Settings) -> u8 {
 }
 
 /// Tells the newcomer where the API is, with a first request to try.
-fn announce(settings: &Settings, listener: &TcpListener) {
-    let addr = listener.local_addr().map_or(settings.listen, |a| a);
-    tracing::info!(listen = %addr, masters = settings.masters.len(), "redlease sidecar serving");
+fn announce(settings: &Settings, listener: &Listener) {
+    let listen = listener.local().unwrap_or_else(|_| settings.listen.clone());
+    let masters = settings.masters.len();
+    tracing::info!(listen = %listen, masters, "redlease sidecar serving");
+    let (base, curl) = match &listen {
+        Listen::Tcp(addr) => (format!("http://{addr}"), String::from("curl")),
+        Listen::Unix(path) => (
+            String::from("http://localhost"),
+            format!("curl --unix-socket {}", path.display()),
+        ),
+    };
+    println!("redlease sidecar on {listen} with {masters} masters");
     println!(
-        "redlease sidecar on http://{addr} with {} masters",
-        settings.masters.len()
-    );
-    println!(
-        "try: curl -s -X POST http://{addr}/v1/locks/demo/acquire \
+        "try: {curl} -s -X POST {base}/v1/locks/demo/acquire \
          -H 'content-type: application/json' -d '{{\"owner\":\"me\"}}'"
     );
 }

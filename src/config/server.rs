@@ -1,16 +1,76 @@
-//! The `listen` and `auth.*` settings: who can reach the API and how callers prove who they
-//! are; their raw form, defaults and validation.
+//! The `listen`, `http.*` and `auth.*` settings: where the API listens, how much a client may
+//! hold of it, and how callers prove who they are; their raw form, defaults and validation.
 
+use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use ::config::builder::DefaultState;
 use ::config::ConfigBuilder;
 use serde::Deserialize;
 
+use super::{ms, positive};
+
 /// Address the HTTP API binds.
 pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), 7600));
+/// Connections open at once; the next one is answered 429 and closed.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Event streams open at once; the next one is answered 429.
+pub const DEFAULT_MAX_EVENT_STREAMS: usize = 512;
+/// Time a client has to send a request's head once it began, and then its body.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection with no request in flight and nothing arriving for this long is closed.
+pub const DEFAULT_HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest path a Unix socket address holds (`sun_path` less its closing NUL).
+const MAX_UNIX_PATH: usize = 107;
+
+/// Where the API listens: `ip:port`, or `unix:/path` for a Unix domain socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl fmt::Display for Listen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Listen::Tcp(addr) => addr.fmt(f),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// How the HTTP server treats its clients (the `http.*` keys).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HttpSettings {
+    /// Key `http.max_connections`: connections open at once (at least 1).
+    pub max_connections: usize,
+    /// Key `http.max_event_streams`: event streams open at once (at least 1).
+    pub max_event_streams: usize,
+    /// Key `http.header_read_timeout_ms`: a request's head must arrive within this once its
+    /// first byte came, and its body within this once the head was read.
+    pub header_read_timeout: Duration,
+    /// Key `http.idle_timeout_ms`: a connection with no request in flight and nothing
+    /// arriving for this long is closed.
+    pub idle_timeout: Duration,
+    /// Key `http.allowed_hosts`: names a `Host` header may carry besides IP literals and
+    /// `localhost` (lowercase, no port).
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_HTTP_IDLE_TIMEOUT,
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
 
 /// Who may call the API.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -29,22 +89,102 @@ pub(super) struct RawAuth {
     pub(super) metrics_open: bool,
 }
 
-/// The defaults of `listen` and `auth.*`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    max_connections: u64,
+    max_event_streams: u64,
+    header_read_timeout_ms: u64,
+    idle_timeout_ms: u64,
+    allowed_hosts: Vec<String>,
+}
+
+/// The defaults of `listen`, `http.*` and `auth.*`.
 pub(super) fn defaults(
     b: ConfigBuilder<DefaultState>,
 ) -> Result<ConfigBuilder<DefaultState>, ::config::ConfigError> {
     b.set_default("listen", DEFAULT_LISTEN.to_string())?
+        .set_default("http.max_connections", DEFAULT_MAX_CONNECTIONS as u64)?
+        .set_default("http.max_event_streams", DEFAULT_MAX_EVENT_STREAMS as u64)?
+        .set_default(
+            "http.header_read_timeout_ms",
+            ms(DEFAULT_HEADER_READ_TIMEOUT),
+        )?
+        .set_default("http.idle_timeout_ms", ms(DEFAULT_HTTP_IDLE_TIMEOUT))?
+        .set_default("http.allowed_hosts", Vec::<String>::new())?
         .set_default("auth.token_file", "")?
         .set_default("auth.metrics_open", false)
 }
 
-/// The `listen` address, with a problem pushed onto `p` when it is not `ip:port`.
-pub(super) fn validate_listen(listen: &str, p: &mut Vec<String>) -> Option<SocketAddr> {
-    let parsed = listen.parse::<SocketAddr>().ok();
+/// The `listen` address (`ip:port` or `unix:/path`), with a problem pushed onto `p` when it is
+/// neither.
+pub(super) fn validate_listen(listen: &str, p: &mut Vec<String>) -> Option<Listen> {
+    if let Some(path) = listen.strip_prefix("unix:") {
+        if path.is_empty() {
+            p.push("listen: unix: needs a socket path, as in unix:/run/redlease/api.sock".into());
+            return None;
+        }
+        if path.len() > MAX_UNIX_PATH {
+            let rule = format!("a Unix socket path holds at most {MAX_UNIX_PATH} bytes");
+            p.push(format!("listen: {rule}, got {} in {path:?}", path.len()));
+            return None;
+        }
+        return Some(Listen::Unix(PathBuf::from(path)));
+    }
+    let parsed = listen.parse::<SocketAddr>().ok().map(Listen::Tcp);
     if parsed.is_none() {
-        p.push(format!("listen: expected ip:port, got {listen:?}"));
+        p.push(format!(
+            "listen: expected ip:port or unix:/path, got {listen:?}"
+        ));
     }
     parsed
+}
+
+impl RawHttp {
+    /// The `http.*` settings, with problems pushed onto `p`.
+    pub(super) fn validate(self, p: &mut Vec<String>) -> HttpSettings {
+        let count = |key: &str, value: u64, p: &mut Vec<String>| {
+            if value == 0 {
+                p.push(format!("{key}: must be at least 1"));
+            }
+            usize::try_from(value).unwrap_or(usize::MAX)
+        };
+        let mut allowed_hosts = Vec::new();
+        for (i, name) in self.allowed_hosts.iter().enumerate() {
+            let name = name.trim().trim_end_matches('.').to_ascii_lowercase();
+            if name.is_empty() {
+                continue; // an empty variable, or a trailing comma
+            }
+            if !is_host_name(&name) {
+                let rule = "expected a DNS name (letters, digits, '-' and '.'; no port)";
+                p.push(format!("http.allowed_hosts[{i}]: {rule}, got {name:?}"));
+            }
+            allowed_hosts.push(name);
+        }
+        HttpSettings {
+            max_connections: count("http.max_connections", self.max_connections, p),
+            max_event_streams: count("http.max_event_streams", self.max_event_streams, p),
+            header_read_timeout: positive(
+                "http.header_read_timeout_ms",
+                self.header_read_timeout_ms,
+                p,
+            ),
+            idle_timeout: positive("http.idle_timeout_ms", self.idle_timeout_ms, p),
+            allowed_hosts,
+        }
+    }
+}
+
+/// Labels of letters, digits and '-', separated by dots, 253 bytes at most.
+fn is_host_name(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 impl RawAuth {

@@ -42,7 +42,8 @@ fn load_error(result: Result<Settings, ConfigError>) -> String {
 #[test]
 fn one_master_and_nothing_else_gives_the_documented_defaults() {
     let s = load(ONE_MASTER).unwrap();
-    assert_eq!(s.listen, "127.0.0.1:7600".parse().unwrap());
+    assert_eq!(s.listen, Listen::Tcp("127.0.0.1:7600".parse().unwrap()));
+    assert_eq!(s.http, HttpSettings::default());
     assert_eq!(s.masters, vec!["redis://127.0.0.1:6379".to_string()]);
     assert_eq!(s.key_prefix, "redlease:");
     assert_eq!(s.shutdown_grace, Duration::from_millis(5000));
@@ -79,7 +80,7 @@ fn a_toml_file_overrides_the_defaults() {
          [fleet]\nquarantine_ms = 60000\n[shutdown]\ngrace_ms = 100\n",
     );
     let s = Settings::load(Some(file.path()), env(&[]), Overrides::default()).unwrap();
-    assert_eq!(s.listen, "0.0.0.0:9000".parse().unwrap());
+    assert_eq!(s.listen, Listen::Tcp("0.0.0.0:9000".parse().unwrap()));
     assert_eq!(s.masters, ["redis://a:1", "redis://b:2", "redis://c:3"]);
     assert_eq!(s.key_prefix, "app:");
     assert_eq!(s.lease.min_ttl, Duration::from_secs(1));
@@ -118,7 +119,7 @@ fn overrides_beat_env_vars() {
     };
     let s = Settings::load(None, vars, flags).unwrap();
     assert_eq!(s.masters, ["redis://z:9"]);
-    assert_eq!(s.listen, "[::1]:8000".parse().unwrap());
+    assert_eq!(s.listen, Listen::Tcp("[::1]:8000".parse().unwrap()));
 }
 
 /// A comma-separated `REDLEASE__MASTERS` gives one master per URL, spaces trimmed.
@@ -146,7 +147,7 @@ fn numeric_looking_key_prefix_from_env_stays_verbatim() {
 #[test]
 fn variables_without_the_prefix_are_ignored() {
     let s = load(&[ONE_MASTER[0], ("REDLEASE_LISTEN", "x"), ("PATH", "/bin")]).unwrap();
-    assert_eq!(s.listen, DEFAULT_LISTEN);
+    assert_eq!(s.listen, Listen::Tcp(DEFAULT_LISTEN));
 }
 
 /// Several invalid keys are all reported in one error, one "key: message" line each.
@@ -292,4 +293,98 @@ fn library_options_carry_the_settings() {
     let engine = s.engine_options();
     assert_eq!(engine.max_ttl, Duration::from_secs(20));
     assert_eq!(engine.min_ttl, EngineOptions::default().min_ttl);
+}
+
+/// The `http.*` defaults are the documented ones.
+#[test]
+fn http_defaults_are_the_documented_ones() {
+    let http = HttpSettings::default();
+    assert_eq!((http.max_connections, http.max_event_streams), (1024, 512));
+    assert_eq!(http.header_read_timeout, Duration::from_millis(5000));
+    assert_eq!(http.idle_timeout, Duration::from_millis(60_000));
+    assert!(http.allowed_hosts.is_empty());
+}
+
+/// `unix:/path` listens on a Unix socket, shown back in the same form.
+#[test]
+fn unix_listen_names_a_socket_path() {
+    let s = load(&[
+        ONE_MASTER[0],
+        ("REDLEASE__LISTEN", "unix:/run/redlease/api.sock"),
+    ])
+    .unwrap();
+    assert_eq!(s.listen, Listen::Unix("/run/redlease/api.sock".into()));
+    assert_eq!(s.listen.to_string(), "unix:/run/redlease/api.sock");
+    let long = format!("unix:/{}", "x".repeat(107));
+    for (listen, says) in [
+        ("unix:", "needs a socket path"),
+        (long.as_str(), "at most 107 bytes"),
+        ("localhost:80", "expected ip:port or unix:/path"),
+    ] {
+        let lines = problems(load(&[ONE_MASTER[0], ("REDLEASE__LISTEN", listen)]));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("listen: ") && lines[0].contains(says),
+            "{lines:?}"
+        );
+    }
+}
+
+/// `http.*` from the environment: a comma-separated host list, lowercased, a trailing dot and
+/// empty entries dropped; counts and timeouts as numbers.
+#[test]
+fn http_settings_come_from_the_environment() {
+    let s = load(&[
+        ONE_MASTER[0],
+        (
+            "REDLEASE__HTTP__ALLOWED_HOSTS",
+            "Sidecar.Internal, api.example.,",
+        ),
+        ("REDLEASE__HTTP__MAX_CONNECTIONS", "8"),
+        ("REDLEASE__HTTP__MAX_EVENT_STREAMS", "2"),
+        ("REDLEASE__HTTP__HEADER_READ_TIMEOUT_MS", "300"),
+        ("REDLEASE__HTTP__IDLE_TIMEOUT_MS", "700"),
+    ])
+    .unwrap();
+    let http = HttpSettings {
+        max_connections: 8,
+        max_event_streams: 2,
+        header_read_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_millis(700),
+        allowed_hosts: vec!["sidecar.internal".into(), "api.example".into()],
+    };
+    assert_eq!(s.http, http);
+    let one = load(&[ONE_MASTER[0], ("REDLEASE__HTTP__ALLOWED_HOSTS", "box")]).unwrap();
+    assert_eq!(one.http.allowed_hosts, ["box"]);
+    let none = load(&[ONE_MASTER[0], ("REDLEASE__HTTP__ALLOWED_HOSTS", "")]).unwrap();
+    assert!(none.http.allowed_hosts.is_empty());
+}
+
+/// Zero counts and timeouts and host entries that are not names are each reported.
+#[test]
+fn invalid_http_settings_are_each_reported() {
+    let lines = problems(load(&[
+        ONE_MASTER[0],
+        (
+            "REDLEASE__HTTP__ALLOWED_HOSTS",
+            "ok.example,evil.example:80,a b",
+        ),
+        ("REDLEASE__HTTP__MAX_CONNECTIONS", "0"),
+        ("REDLEASE__HTTP__MAX_EVENT_STREAMS", "0"),
+        ("REDLEASE__HTTP__HEADER_READ_TIMEOUT_MS", "0"),
+        ("REDLEASE__HTTP__IDLE_TIMEOUT_MS", "0"),
+    ]));
+    let keys: Vec<&str> = lines.iter().map(|l| l.split(':').next().unwrap()).collect();
+    assert_eq!(
+        keys,
+        [
+            "http.allowed_hosts[1]",
+            "http.allowed_hosts[2]",
+            "http.max_connections",
+            "http.max_event_streams",
+            "http.header_read_timeout_ms",
+            "http.idle_timeout_ms",
+        ],
+        "{lines:#?}"
+    );
 }

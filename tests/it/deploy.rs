@@ -276,6 +276,13 @@ fn compose_prometheus_config_passes_promtool() {
         target,
         format!("redlease:{}", listen.rsplit(':').next().unwrap())
     );
+    let allowed = compose["services"]["redlease"]["environment"]["REDLEASE__HTTP__ALLOWED_HOSTS"]
+        .as_str()
+        .unwrap();
+    assert!(
+        allowed.split(',').any(|name| name.trim() == "redlease"),
+        "Prometheus's Host `redlease` is not allowed: {allowed}"
+    );
 
     assert!(
         which("promtool").is_some(),
@@ -668,6 +675,14 @@ async fn dockerfile_entrypoint_serves_a_ready_sidecar() {
     );
     let live = http.get(format!("{base}/livez")).send().await.unwrap();
     assert_eq!(live.status(), 200);
+    // Prometheus and the load generator call it `redlease`, as the compose network names it.
+    let scrape = http.get(format!("{base}/metrics"));
+    let scrape = scrape
+        .header("host", format!("redlease:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(scrape.status(), 200, "{}", log());
 
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redlease::config::{Overrides, Settings};
-use redlease::server::Sidecar;
+use redlease::config::{Listen, Overrides, Settings};
+use redlease::server::{Listener, Sidecar};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -14,6 +14,8 @@ use super::TestFleet;
 
 pub struct TestSidecar {
     pub base: String,
+    /// Where it listens (loopback, a port the kernel chose).
+    pub addr: std::net::SocketAddr,
     pub http: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     served: Option<JoinHandle<std::io::Result<()>>>,
@@ -33,10 +35,11 @@ impl TestSidecar {
             listen: Some("127.0.0.1:0".into()),
         };
         let settings = Settings::load(None, env, overrides).unwrap();
-        let listener = tokio::net::TcpListener::bind(settings.listen)
-            .await
-            .unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
+        let listener = Listener::bind(&settings.listen).await.unwrap();
+        let Listen::Tcp(addr) = listener.local().unwrap() else {
+            unreachable!("bound on 127.0.0.1:0")
+        };
+        let base = format!("http://{addr}");
         let sidecar = Sidecar::start(&settings).await.unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         let served = tokio::spawn(sidecar.run(listener, async {
@@ -44,6 +47,7 @@ impl TestSidecar {
         }));
         Self {
             base,
+            addr,
             http: reqwest::Client::new(),
             shutdown: Some(tx),
             served: Some(served),

@@ -1,0 +1,279 @@
+//! What every request must pass before it is routed, and the limits of a request that the
+//! server enforces below the router: the target's length (414), the `Host` header against DNS
+//! rebinding (403), content and transfer encodings (415), a declared body over the limit
+//! (413); and the request timeout (408). Each refusal is problem+json.
+//!
+//! The limits of a request head (16 KiB, 100 fields) are hyper's, set by the server; when
+//! hyper refuses a request itself, the server answers with the errors made here.
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::MAX_BODY_BYTES;
+
+/// Longest request target (path and query) accepted.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+/// Largest request head (request line and header fields) accepted.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Most header fields a request may carry (hyper's own default, kept so: a different number
+/// moves hyper's header array from the stack to the heap).
+pub const MAX_HEAD_FIELDS: usize = 100;
+
+/// The checks of one listener.
+pub struct Guard {
+    /// Names a `Host` may carry besides IP literals and `localhost`; `None`: no `Host` check
+    /// (a Unix socket, which no browser reaches).
+    allowed_hosts: Option<Arc<[String]>>,
+}
+
+impl Guard {
+    pub fn new(allowed_hosts: Option<Arc<[String]>>) -> Arc<Self> {
+        Arc::new(Self { allowed_hosts })
+    }
+
+    fn admit(&self, request: &Request) -> Result<(), ApiError> {
+        let uri = request.uri();
+        if target_len(uri) > MAX_URI_BYTES {
+            return Err(uri_too_long());
+        }
+        if let Some(allowed) = &self.allowed_hosts {
+            check_host(uri, request.headers(), allowed)?;
+        }
+        check_encodings(request.headers())?;
+        let declared = request.headers().get(header::CONTENT_LENGTH);
+        let declared = declared.and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+        if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+            return Err(body_too_large());
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a request that fails the listener's checks (axum middleware).
+pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    match guard.admit(&request) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// Answers 408 `request_timeout` when the route takes longer than the timeout (axum
+/// middleware; the body reader's own timeout usually answers first).
+pub async fn deadline(State(timeout): State<Duration>, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => request_timeout().into_response(),
+    }
+}
+
+pub fn bad_request(detail: impl Into<String>) -> ApiError {
+    ApiError::bad_request("bad_request", detail)
+}
+
+pub fn uri_too_long() -> ApiError {
+    let detail = format!("the request target is over {MAX_URI_BYTES} bytes");
+    ApiError::new(StatusCode::URI_TOO_LONG, "uri_too_long", detail)
+}
+
+pub fn headers_too_large() -> ApiError {
+    let detail =
+        format!("the request head is over {MAX_HEAD_BYTES} bytes or {MAX_HEAD_FIELDS} fields");
+    let status = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    ApiError::new(status, "headers_too_large", detail)
+}
+
+pub fn body_too_large() -> ApiError {
+    let detail = format!("the body is over {MAX_BODY_BYTES} bytes");
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", detail)
+}
+
+pub fn request_timeout() -> ApiError {
+    let detail = "the request did not arrive in time";
+    ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", detail)
+}
+
+pub fn unsupported_transfer_encoding() -> ApiError {
+    unsupported_encoding("a Transfer-Encoding other than `chunked` is not accepted")
+}
+
+fn unsupported_encoding(detail: &str) -> ApiError {
+    let status = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    ApiError::new(status, "unsupported_encoding", detail)
+}
+
+/// The target as sent: path and query, and scheme and authority in absolute form.
+fn target_len(uri: &Uri) -> usize {
+    let path = uri.path_and_query().map_or(0, |pq| pq.as_str().len());
+    let authority = uri.authority().map_or(0, |a| a.as_str().len());
+    let scheme = uri.scheme_str().map_or(0, |s| s.len() + 3);
+    path + authority + scheme
+}
+
+/// The host a request names (the target's authority, else its one `Host` header) must be an
+/// IP literal, `localhost` or an allowed name; no `Host` at all passes.
+fn check_host(uri: &Uri, headers: &HeaderMap, allowed: &[String]) -> Result<(), ApiError> {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let (first, second) = (hosts.next(), hosts.next());
+    if second.is_some() {
+        return Err(bad_request("more than one Host header"));
+    }
+    let named = first.map(|value| value.to_str().unwrap_or("\u{fffd}"));
+    for host in [uri.authority().map(|a| a.as_str()), named]
+        .into_iter()
+        .flatten()
+    {
+        if !host_allowed(host, allowed) {
+            let detail = format!(
+                "Host {:?} is not an IP literal, localhost or a name in http.allowed_hosts",
+                host.chars().take(100).collect::<String>()
+            );
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "host_not_allowed",
+                detail,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `host[:port]`, `[v6][:port]`: an IP literal, `localhost`, or a name of `allowed`
+/// (lowercase, compared without a trailing dot).
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let (name, port) = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, port)) => return v6.parse::<Ipv6Addr>().is_ok() && port_ok(port),
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) => (name, format!(":{port}")),
+            None => (host, String::new()),
+        },
+    };
+    if !port_ok(&port) {
+        return false;
+    }
+    if name.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    name == "localhost" || allowed.contains(&name)
+}
+
+/// Nothing, or `:` and digits.
+fn port_ok(port: &str) -> bool {
+    port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `Content-Encoding` only `identity`; `Transfer-Encoding` only exactly `chunked`.
+fn check_encodings(headers: &HeaderMap) -> Result<(), ApiError> {
+    for value in headers.get_all(header::CONTENT_ENCODING) {
+        let value = value.to_str().unwrap_or("\u{fffd}");
+        let identity = |coding: &str| {
+            let coding = coding.trim();
+            coding.is_empty() || coding.eq_ignore_ascii_case("identity")
+        };
+        if !value.split(',').all(identity) {
+            return Err(unsupported_encoding(
+                "a Content-Encoding other than `identity` is not accepted",
+            ));
+        }
+    }
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    match (codings.next(), codings.next()) {
+        (None, _) => Ok(()),
+        (Some(only), None)
+            if only
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"chunked") =>
+        {
+            Ok(())
+        }
+        _ => Err(unsupported_transfer_encoding()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// IP literals with any port, `localhost` and allowed names pass; anything else does not.
+    #[test]
+    fn hosts_allowed_and_refused() {
+        let allowed = ["sidecar.internal".to_string()];
+        for host in [
+            "127.0.0.1",
+            "127.0.0.1:7600",
+            "[::1]:80",
+            "[::1]",
+            "10.1.2.3:1",
+            "localhost",
+            "LOCALHOST:7600",
+            "localhost.",
+            "sidecar.internal:7600",
+            "Sidecar.Internal",
+        ] {
+            assert!(host_allowed(host, &allowed), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:7600",
+            "127.0.0.1.evil.example",
+            "localhost.evil.example",
+            "2130706433",
+            "127.1",
+            "[::1",
+            "[nope]:80",
+            "127.0.0.1:",
+            "127.0.0.1:80x",
+            "user@127.0.0.1",
+            "",
+        ] {
+            assert!(!host_allowed(host, &allowed), "{host}");
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    /// Only `identity` content and exactly `chunked` transfer encodings pass.
+    #[test]
+    fn encodings_allowed_and_refused() {
+        for pairs in [
+            &[][..],
+            &[("content-encoding", "identity")],
+            &[("transfer-encoding", "chunked")],
+            &[("transfer-encoding", "Chunked ")],
+        ] {
+            assert!(check_encodings(&headers(pairs)).is_ok(), "{pairs:?}");
+        }
+        for pairs in [
+            &[("content-encoding", "gzip")][..],
+            &[("content-encoding", "identity, br")],
+            &[("transfer-encoding", "gzip, chunked")],
+            &[
+                ("transfer-encoding", "chunked"),
+                ("transfer-encoding", "chunked"),
+            ],
+        ] {
+            let refused = check_encodings(&headers(pairs)).unwrap_err();
+            assert_eq!(refused.reason, "unsupported_encoding", "{pairs:?}");
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The accept loop: a task per connection, up to `http.max_connections` at once (the next
+//! connection is answered 429 `too_many_connections` and closed), until told to stop. Then
+//! the listener goes (a Unix socket file with it), every connection finishes the request in
+//! flight and closes, and whatever is left is dropped once the server is aborted.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::conn_io::Deadlines;
+use super::connection::{self, Serving};
+use super::listener::{Listener, Stream};
+use super::refusal;
+use crate::config::HttpSettings;
+
+/// Refused connections answered at once, each for up to about 1.5 s; past this many, a
+/// refused connection gets its answer in one non-blocking send and is closed at once.
+const MAX_REFUSING: usize = 64;
+/// Pause after an accept error that is not the client's (out of file descriptors, …).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Serves `router` on `listener` until `stop` resolves, then drains the connections; returns
+/// once they are all closed. `abort` drops every connection at once.
+pub(super) async fn serve(
+    listener: Listener,
+    router: Router,
+    http: &HttpSettings,
+    stop: impl Future<Output = ()>,
+    abort: CancellationToken,
+) {
+    let drain = CancellationToken::new();
+    let serving = Serving {
+        router,
+        deadlines: Deadlines {
+            head: http.header_read_timeout,
+            idle: http.idle_timeout,
+        },
+        drain: drain.clone(),
+        abort,
+    };
+    let slots = Arc::new(Semaphore::new(http.max_connections));
+    let refusals = Refusals {
+        answer: refusal::too_many_connections(http.max_connections).into(),
+        slots: Arc::new(Semaphore::new(MAX_REFUSING)),
+    };
+    let tracker = TaskTracker::new();
+    tokio::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok(stream) => stream,
+            Err(error) => {
+                backoff(error).await;
+                continue;
+            }
+        };
+        match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => {
+                tracker.spawn(serve_stream(stream, serving.clone(), slot));
+            }
+            Err(_) => refusals.refuse(stream, &tracker),
+        }
+    }
+    drop(listener);
+    drain.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
+
+async fn serve_stream(stream: Stream, serving: Serving, _slot: OwnedSemaphorePermit) {
+    match stream {
+        Stream::Tcp(stream) => connection::serve(stream, serving).await,
+        Stream::Unix(stream) => connection::serve(stream, serving).await,
+    }
+}
+
+/// How connections over the cap are answered.
+struct Refusals {
+    answer: Arc<[u8]>,
+    slots: Arc<Semaphore>,
+}
+
+impl Refusals {
+    fn refuse(&self, stream: Stream, tracker: &TaskTracker) {
+        tracing::debug!("connection refused: too many connections");
+        match stream {
+            Stream::Tcp(stream) => self.answer_then_close(stream, tracker),
+            Stream::Unix(stream) => self.answer_then_close(stream, tracker),
+        }
+    }
+
+    fn answer_then_close<T>(&self, mut stream: T, tracker: &TaskTracker)
+    where
+        T: AsyncRead + AsyncWrite + std::os::fd::AsFd + Unpin + Send + 'static,
+    {
+        match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(slot) => {
+                let answer = self.answer.to_vec();
+                tracker.spawn(async move {
+                    connection::close(&mut stream, Some(answer)).await;
+                    drop(slot);
+                });
+            }
+            Err(_) => {
+                // A new socket's send buffer takes the few hundred bytes whole.
+                let _ = socket2::SockRef::from(&stream).send(&self.answer);
+            }
+        }
+    }
+}
+
+/// Errors of one connection are the client's and are skipped; others (out of descriptors)
+/// are logged and pause the loop a moment rather than spin.
+async fn backoff(error: io::Error) {
+    use io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset, Interrupted};
+    if matches!(
+        error.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset | Interrupted
+    ) {
+        return;
+    }
+    tracing::warn!(%error, "cannot accept a connection");
+    tokio::time::sleep(ACCEPT_BACKOFF).await;
+}
