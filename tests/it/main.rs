@@ -10,6 +10,7 @@ mod engine;
 mod faults;
 mod fencing;
 mod history;
+mod hostile;
 mod inventory;
 mod load;
 mod lock_run;
