@@ -10,6 +10,7 @@ mod engine;
 mod faults;
 mod fencing;
 mod history;
+mod hostile;
 mod http_limits;
 mod inventory;
 mod load;

@@ -3,6 +3,7 @@
 
 pub mod fleet;
 pub mod proxy;
+pub mod raw_exchange;
 pub mod raw_http;
 pub mod redis_server;
 pub mod resp;
