@@ -13,9 +13,12 @@
 //!
 //! 1. `cli`: the `redlease` command line (the binary in `main.rs` only calls it). Feature `cli`.
 //! 2. `loadtest` (`redlease load`: workloads, reports, plots; feature `loadtest`), `server`
-//!    (the sidecar process; feature `sidecar`) and `shutdown` (the process's signals: SIGTERM
-//!    and SIGINT stop it, SIGHUP reads the API token again; feature `cli`).
-//! 3. `api`: the HTTP API and its problem+json errors. Feature `sidecar`.
+//!    (the sidecar process and its HTTP/1.1 server on TCP or a Unix socket: accept loop,
+//!    connection cap, deadlines on slow clients; feature `sidecar`) and `shutdown` (the
+//!    process's signals: SIGTERM and SIGINT stop it, SIGHUP reads the API token again; feature
+//!    `cli`).
+//! 3. `api`: the HTTP API, the checks before routing (`api::guard`), the JSON body reader and
+//!    its problem+json errors. Feature `sidecar`.
 //! 4. `config`: settings from defaults, TOML, `REDLEASE__…` variables and flags, turned into
 //!    each component's options. Feature `sidecar`.
 //! 5. `lease`: the sidecar's lease table: auto-renewal, the adaptive TTL (`lease::ttl`), app

@@ -116,15 +116,18 @@ fn target_len(uri: &Uri) -> usize {
     path + authority + scheme
 }
 
-/// The host a request names (the target's authority, else its one `Host` header) must be an
-/// IP literal, `localhost` or an allowed name; no `Host` at all passes.
+/// The host a request names (the target's authority and its one `Host` header) must be an IP
+/// literal, `localhost` or an allowed name; no `Host` at all (or an empty one) passes.
 fn check_host(uri: &Uri, headers: &HeaderMap, allowed: &[String]) -> Result<(), ApiError> {
     let mut hosts = headers.get_all(header::HOST).iter();
     let (first, second) = (hosts.next(), hosts.next());
     if second.is_some() {
         return Err(bad_request("more than one Host header"));
     }
-    let named = first.map(|value| value.to_str().unwrap_or("\u{fffd}"));
+    // An empty `Host` is what a client sends when there is no host to name: as if absent.
+    let named = first
+        .map(|value| value.to_str().unwrap_or("\u{fffd}").trim())
+        .filter(|host| !host.is_empty());
     for host in [uri.authority().map(|a| a.as_str()), named]
         .into_iter()
         .flatten()

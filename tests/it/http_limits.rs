@@ -325,6 +325,10 @@ async fn hosts_other_than_ip_literals_localhost_or_allowed_names_are_403() {
     }
     let bare = b"GET /v1/fleet HTTP/1.1\r\n\r\n";
     assert_eq!(connect(&sidecar).await.exchange(bare).await.status, 200);
+    let empty = b"GET /v1/fleet HTTP/1.1\r\nhost:\r\n\r\n";
+    assert_eq!(connect(&sidecar).await.exchange(empty).await.status, 200);
+    let two = b"GET /v1/fleet HTTP/1.1\r\nhost: 127.0.0.1\r\nhost: 127.0.0.1\r\n\r\n";
+    assert_eq!(refused(&sidecar, two).await, (400, "bad_request".into()));
     let absolute = b"GET http://evil.example/v1/fleet HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n";
     assert_eq!(
         refused(&sidecar, absolute).await,
