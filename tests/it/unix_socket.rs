@@ -142,3 +142,55 @@ async fn a_stale_socket_is_replaced_and_other_files_are_not() {
     assert!(stderr.contains("is not a socket"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious");
 }
+
+/// The Rust client and `lock run` reach a sidecar through `unix:` URLs: a lock with its
+/// fencing token, released; a command run under the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_and_lock_run_speak_over_the_socket() {
+    let fleet = TestFleet::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("api.sock");
+    let serve = UnixServe::start(&fleet, &path);
+    drop(serve.connect().await);
+    let url = format!("unix:{}", path.display());
+    let client = redlease::client::Client::new(&url).unwrap();
+    assert_eq!(client.base_url(), url);
+    let guard = client.lock("over-unix").owner("app").send().await.unwrap();
+    let first = guard.fencing_token();
+    assert!(first >= 1);
+    assert!(!fleet.lock_keys_on(&[0, 1, 2]).is_empty());
+    assert!(guard.release().await.unwrap());
+    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+    assert!(redlease::client::Client::new("unix:relative.sock").is_err());
+
+    let marker = dir.path().join("ran");
+    let script = format!("echo $REDLEASE_FENCING_TOKEN > {}", marker.display());
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
+        .args([
+            "lock",
+            "run",
+            "--sidecar",
+            &url,
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env_remove("REDLEASE__MASTERS")
+        .env_remove("REDLEASE__AUTH__TOKEN_FILE")
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(20), output).await;
+    let output = output.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let token: u64 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(token > first, "{token} after {first}");
+    assert_eq!(serve.terminate().await, Some(0));
+}
