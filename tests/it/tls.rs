@@ -1,7 +1,8 @@
 //! Real fleets: `rediss://` masters (mutual TLS included) reached by a least-privilege ACL
 //! user whose password comes from a file; start-up refusing an untrusted certificate or a
-//! missing permission while tolerating a master that is down; and no password in any log
-//! line or the fleet view of a real `redlease serve` process ([`logs`]).
+//! missing permission while tolerating a master that is down; a TLS lock link that never
+//! leaves a write half sent; and no password in any log line or the fleet view of a real
+//! `redlease serve` process ([`logs`]).
 
 mod logs;
 
@@ -305,5 +306,55 @@ fn the_documented_acl_line_grants_exactly_the_tested_commands() {
             line.split_whitespace().any(|r| r == rule),
             "{rule} missing: {line}"
         );
+    }
+}
+
+/// A TLS lock link never leaves the end of a write inside rustls: a SET a little larger than
+/// what the socket takes while the master is frozen (its end then waits in rustls' buffer)
+/// is answered soon after the master resumes, not after the stall limit. Several sizes around
+/// the socket's capacity (3.9 MB here) are tried, each on a new link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_link_flushes_every_write() {
+    use redlease::internals::wire::{Target, TlsTarget, Wire};
+    use tokio_rustls::rustls::pki_types::ServerName;
+
+    let pki = Pki::new();
+    let mut master = TlsMaster::start(&pki, false);
+    let tls = TlsOptions {
+        ca_file: Some(pki.ca()),
+        ..TlsOptions::default()
+    };
+    let target = Target {
+        host: "127.0.0.1".into(),
+        port: master.tls_port(),
+        username: None,
+        password: None,
+        database: None,
+        connect_timeout: Duration::from_secs(2),
+        tls: Some(TlsTarget {
+            connector: tokio_rustls::TlsConnector::from(tls.client_config().unwrap()),
+            server_name: ServerName::try_from("127.0.0.1").unwrap(),
+        }),
+    };
+    for extra_kib in (0..=96).step_by(16) {
+        let wire = Wire::new(target.clone(), Box::new(|| {}));
+        wire.connect();
+        timeout(Duration::from_secs(5), wire.wait_for_connect())
+            .await
+            .unwrap();
+        let value = "v".repeat(3_900_000 + extra_kib * 1024);
+        master.server.pause();
+        let started = Instant::now();
+        let parts: [&[u8]; 3] = [b"SET", b"redlease:big", value.as_bytes()];
+        let set = timeout(Duration::from_secs(10), wire.command(&parts));
+        let resume = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            master.server.resume();
+        };
+        let (reply, ()) = tokio::join!(set, resume);
+        let took = started.elapsed();
+        assert!(matches!(reply, Ok(Ok(_))), "+{extra_kib} KiB: {reply:?}");
+        assert!(took < Duration::from_secs(2), "+{extra_kib} KiB: {took:?}");
+        wire.close();
     }
 }

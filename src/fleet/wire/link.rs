@@ -275,11 +275,11 @@ async fn write_requests(link: Arc<Link>, mut writer: WriteHalf) {
                 }
                 std::mem::swap(&mut queue.out, &mut chunk);
             }
-            let written = async {
-                writer.write_all(&chunk).await?;
-                writer.flush().await
-            };
-            if let Err(e) = written.await {
+            let mut written = writer.write_all(&chunk).await;
+            if written.is_ok() {
+                written = writer.flush().await;
+            }
+            if let Err(e) = written {
                 link.close(e.to_string());
                 return;
             }
