@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
@@ -27,6 +28,10 @@ pub(super) struct Activity {
     dispatched: AtomicU64,
     /// Of those, requests whose answer was sent whole (or dropped).
     finished: AtomicU64,
+    /// The connection's task, when a read waited while a request was in flight: hyper may
+    /// read ahead for the next request before the answer is done, and that read armed no
+    /// deadline, so the end of the request must wake the task to arm the idle one.
+    reader: AtomicWaker,
 }
 
 impl Activity {
@@ -36,6 +41,7 @@ impl Activity {
 
     pub(super) fn finish(&self) {
         self.finished.fetch_add(1, Ordering::Release);
+        self.reader.wake();
     }
 }
 
@@ -191,10 +197,13 @@ impl<T: AsyncRead + Unpin> AsyncRead for GuardedIo<T> {
                 }
                 Poll::Ready(Ok(()))
             }
-            Poll::Pending => match this.read_deadline() {
-                Some(deadline) if this.expired(cx, deadline) => Poll::Ready(Err(timed_out())),
-                _ => Poll::Pending,
-            },
+            Poll::Pending => {
+                this.activity.reader.register(cx.waker());
+                match this.read_deadline() {
+                    Some(deadline) if this.expired(cx, deadline) => Poll::Ready(Err(timed_out())),
+                    _ => Poll::Pending,
+                }
+            }
             failed => failed,
         }
     }
