@@ -5,6 +5,7 @@
 //! code through, and adds 75 (the lease was lost while the command ran), 126 and 127 (the
 //! command could not be started, as shells answer).
 
+mod access;
 mod load;
 mod lock;
 mod locks;

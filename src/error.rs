@@ -26,6 +26,10 @@ pub enum Error {
     /// handshake or a missing permission (start-up). `url` has its password masked.
     #[error("invalid master {url}: {reason}")]
     InvalidMaster { url: String, reason: String },
+    /// A setting that cannot be used (a password file that cannot be read, flags that go
+    /// together given alone), named in the message.
+    #[error("invalid setting {0}")]
+    InvalidSetting(String),
     #[error("no masters configured")]
     NoMasters,
     #[error(

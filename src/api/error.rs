@@ -55,9 +55,11 @@ impl From<crate::Error> for ApiError {
             InvalidPrefix(_) => "invalid_prefix",
             InvalidLimit(_) => "invalid_limit",
             InvalidLeaseId => "unknown_lease",
-            InvalidMaster { .. } | NoMasters | DuplicateMaster { .. } | InvalidToken(_) => {
-                return Self::internal(error)
-            }
+            InvalidMaster { .. }
+            | NoMasters
+            | DuplicateMaster { .. }
+            | InvalidToken(_)
+            | InvalidSetting(_) => return Self::internal(error),
         };
         Self::bad_request(reason, error.to_string())
     }

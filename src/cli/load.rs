@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::access::AccessArgs;
 use super::{EXIT_IO, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
 
 use crate::dev::{self, LocalFleet};
@@ -29,6 +30,9 @@ pub struct LoadArgs {
     /// end to end over HTTP.
     #[arg(long)]
     sidecar: Option<String>,
+    /// TLS and credentials for the masters (--masters).
+    #[command(flatten)]
+    access: AccessArgs,
     /// With --sidecar: the file holding the sidecar's API token (its `auth.token_file`).
     #[arg(long, env = "REDLEASE__AUTH__TOKEN_FILE", value_name = "FILE")]
     token_file: Option<std::path::PathBuf>,
@@ -241,7 +245,11 @@ async fn target(args: &LoadArgs, local: Option<Vec<String>>) -> Result<Target, S
         return Ok(Target::Sidecar { client });
     }
     let masters = local.or_else(|| args.masters.clone()).unwrap_or_default();
-    Target::connect_engine(&masters, &FleetOptions::default(), EngineOptions::default())
+    let options = args
+        .access
+        .apply(FleetOptions::default())
+        .map_err(|e| e.to_string())?;
+    Target::connect_engine(&masters, &options, EngineOptions::default())
         .await
         .map_err(|e| e.to_string())
 }

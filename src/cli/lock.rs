@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use super::access::AccessArgs;
 use super::{EXIT_HELD, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
 use crate::keys::Keyspace;
 use crate::redlock::{AcquireOutcome, EngineOptions, ExtendOutcome, Redlock};
@@ -71,6 +72,8 @@ pub struct FleetArgs {
     /// How long to wait for the masters at start-up (a quorum that is ready answers sooner).
     #[arg(long, default_value_t = DEFAULT_CLI_CONNECT_TIMEOUT_MS)]
     connect_timeout_ms: u64,
+    #[command(flatten)]
+    access: AccessArgs,
 }
 
 /// Default `--connect-timeout-ms`: with too few masters answering, a command says `no_quorum`
@@ -160,7 +163,9 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
 }
 
 pub(super) async fn connect(args: &FleetArgs) -> Result<Redlock, Error> {
-    let options = fleet_options(&args.key_prefix, args.connect_timeout_ms);
+    let options = args
+        .access
+        .apply(fleet_options(&args.key_prefix, args.connect_timeout_ms))?;
     let fleet = Fleet::connect(&args.masters, &options).await?;
     Ok(Redlock::new(fleet, EngineOptions::default()))
 }

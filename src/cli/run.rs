@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::Args;
 use tokio::time::Instant;
 
+use super::access::AccessArgs;
 use super::lock::{default_owner, finish, fleet_options};
 use super::lock::{DEFAULT_CLI_CONNECT_TIMEOUT_MS, DEFAULT_CLI_TTL_MS};
 use super::{EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_QUORUM, EXIT_UNAVAILABLE, EXIT_USAGE};
@@ -63,6 +64,9 @@ pub struct RunArgs {
     /// Who holds the lock; defaults to `cli:<pid>@<host>`.
     #[arg(long)]
     owner: Option<String>,
+    /// TLS and credentials for the masters (masters only).
+    #[command(flatten)]
+    access: AccessArgs,
     /// After the lease is lost: how long the command has between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = DEFAULT_KILL_GRACE_MS)]
     kill_grace_ms: u64,
@@ -91,7 +95,9 @@ pub async fn run(args: RunArgs) -> u8 {
 
 async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
     let masters = args.masters.clone().unwrap_or_else(masters_from_env);
-    let options = fleet_options(&args.key_prefix, args.connect_timeout_ms);
+    let options = args
+        .access
+        .apply(fleet_options(&args.key_prefix, args.connect_timeout_ms))?;
     let fleet = Fleet::connect(&masters, &options).await?;
     // Renewals may go on for hours: breakers must close and restarted masters rejoin.
     let _probe = fleet.spawn_probe(DEFAULT_PROBE_PERIOD);

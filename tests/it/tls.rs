@@ -4,6 +4,7 @@
 //! leaves a write half sent; and no password in any log line or the fleet view of a real
 //! `redlease serve` process ([`logs`]).
 
+mod cli;
 mod logs;
 
 use std::sync::Arc;

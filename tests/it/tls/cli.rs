@@ -1,0 +1,108 @@
+//! The command line on TLS masters with an ACL user, configured as the sidecar is (the
+//! `REDLEASE__FLEET__*` variables) or with flags: `lock acquire`/`release`, `lock run` and
+//! `locks list` work; without the CA the start fails; the password is never printed.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{tls_env, PASSWORD};
+use crate::support::tls::{Pki, TlsMaster};
+
+/// `redlease ARGS` with `env` (and no other `REDLEASE__*` variable of this process): exit
+/// code, stdout, stderr. The password must be in neither.
+async fn redlease(args: &[&str], env: &[(String, String)]) -> (i32, String, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"));
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("REDLEASE__")) {
+        command.env_remove(key);
+    }
+    command
+        .args(args)
+        .envs(env.iter().cloned())
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(20), command.output());
+    let output = output.await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(
+        !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD),
+        "{stdout}{stderr}"
+    );
+    (output.status.code().unwrap(), stdout, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_reaches_tls_masters_as_an_acl_user() {
+    let pki = Pki::new();
+    let masters: Vec<TlsMaster> = (0..3).map(|_| TlsMaster::start(&pki, true)).collect();
+    for master in &masters {
+        master.add_user("redlease", PASSWORD, &[]);
+    }
+    let urls = masters
+        .iter()
+        .map(TlsMaster::url)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut env = tls_env(&pki, true);
+    env.push(("REDLEASE__MASTERS".into(), urls.clone()));
+
+    let (code, stdout, stderr) =
+        redlease(&["lock", "acquire", "report", "--ttl-ms", "20000"], &env).await;
+    assert_eq!(code, 0, "{stderr}");
+    let lease: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(lease["acquired"], true, "{stdout}");
+    let (code, stdout, stderr) = redlease(&["locks", "list", "--json"], &env).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("report"), "{stdout}");
+    let id = lease["lease_id"].as_str().unwrap();
+    let (code, stdout, stderr) =
+        redlease(&["lock", "release", "report", "--lease", id], &env).await;
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, r#"{"released":true}"#),
+        "{stderr}"
+    );
+
+    // The same with flags, for `lock run`.
+    let flag_env = vec![("REDLEASE__MASTERS".to_string(), urls)];
+    let path = |name: &str| pki.path(name).to_str().unwrap().to_string();
+    let password = path("password");
+    let (ca, cert, key) = (path("ca.pem"), path("client.pem"), path("client.key"));
+    let mut run = vec![
+        "lock",
+        "run",
+        "job",
+        "--username",
+        "redlease",
+        "--password-file",
+        &password,
+    ];
+    run.extend([
+        "--tls-ca-file",
+        &ca,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+    ]);
+    run.extend(["--", "sh", "-c", "test -n \"$REDLEASE_FENCING_TOKEN\""]);
+    let (code, _, stderr) = redlease(&run, &flag_env).await;
+    assert_eq!(code, 0, "{stderr}");
+
+    // Without the CA, the masters' certificates are not trusted: the start fails, naming why.
+    let without_ca: Vec<_> = env
+        .iter()
+        .filter(|(k, _)| !k.ends_with("CA_FILE"))
+        .cloned()
+        .collect();
+    let (code, _, stderr) = redlease(&["lock", "acquire", "other"], &without_ca).await;
+    assert_eq!(code, 64, "{stderr}");
+    assert!(stderr.contains("certificate"), "{stderr}");
+    // A user without its password file is refused before anything is sent.
+    let mut lone_user = vec!["lock", "acquire", "other", "--username", "redlease"];
+    lone_user.extend(["--tls-ca-file", &ca]);
+    let (code, _, stderr) = redlease(&lone_user, &flag_env).await;
+    assert_eq!(code, 64, "{stderr}");
+    assert!(stderr.contains("--password-file"), "{stderr}");
+}
