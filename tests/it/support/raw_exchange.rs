@@ -1,4 +1,5 @@
-//! A raw HTTP/1.x client for hostile-input tests: sends bytes exactly as given over a plain
+//! A raw HTTP/1.x client for hostile-input tests, and the one answer type of the raw clients:
+//! sends bytes exactly as given over a plain
 //! `TcpStream` and parses the answers itself (status line, headers, a `Content-Length` or
 //! chunked body), every read bounded by a deadline.
 
@@ -32,6 +33,24 @@ impl Answer {
     /// The body as JSON, `Null` when it is not JSON.
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Status and `reason` of a problem+json answer (asserting its content type and fields).
+    pub fn problem(&self) -> (u16, String) {
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{self:?}"
+        );
+        let body = self.json();
+        let reason = body["reason"].as_str().unwrap_or_default().to_string();
+        assert_eq!(body["type"], format!("/problems/{reason}"), "{body}");
+        assert_eq!(body["status"], self.status, "{body}");
+        assert!(
+            body["title"].is_string() && body["detail"].is_string(),
+            "{body}"
+        );
+        (self.status, reason)
     }
 
     /// The body as text, shortened, for failure messages.

@@ -3,51 +3,13 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
+pub use super::raw_exchange::Answer;
+
 /// How long a test waits for an answer.
 const ANSWER_WAIT: Duration = Duration::from_secs(10);
-
-/// One answer read off a connection.
-#[derive(Debug)]
-pub struct Answer {
-    pub status: u16,
-    /// Header names lowercased, in order.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Answer {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        let found = self.headers.iter().find(|(n, _)| n == name);
-        found.map(|(_, value)| value.as_str())
-    }
-
-    /// The body as JSON (panics with the answer otherwise).
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|_| panic!("not JSON: {self:?}"))
-    }
-
-    /// Status and `reason` of a problem+json answer (asserting its content type and fields).
-    pub fn problem(&self) -> (u16, String) {
-        assert_eq!(
-            self.header("content-type"),
-            Some("application/problem+json"),
-            "{self:?}"
-        );
-        let body = self.json();
-        let reason = body["reason"].as_str().unwrap_or_default().to_string();
-        assert_eq!(body["type"], format!("/problems/{reason}"), "{body}");
-        assert_eq!(body["status"], self.status, "{body}");
-        assert!(
-            body["title"].is_string() && body["detail"].is_string(),
-            "{body}"
-        );
-        (self.status, reason)
-    }
-}
 
 /// A connection and what it has read past the last answer.
 pub struct Conn<S> {
