@@ -1,7 +1,6 @@
 //! A raw HTTP/1.x client for hostile-input tests, and the one answer type of the raw clients:
-//! sends bytes exactly as given over a plain
-//! `TcpStream` and parses the answers itself (status line, headers, a `Content-Length` or
-//! chunked body), every read bounded by a deadline.
+//! sends bytes exactly as given over a plain `TcpStream` and parses the answers itself (status
+//! line, headers, a `Content-Length` or chunked body), every read bounded by a deadline.
 
 use std::net::SocketAddr;
 use std::time::Duration;
