@@ -7,10 +7,10 @@
 //!   `POST /v1/locks/{resource}/force-release` (the inventory, see [`inventory`])
 //! - `GET /v1/fleet`, `GET /livez`, `GET /readyz`, `GET /metrics` (Prometheus text)
 //!
-//! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Every request
-//! first passes the [`guard`] (target length, `Host`, encodings, declared body size); JSON
-//! bodies are read by [`body`] (64 KiB, in time). Every route but the event stream has a
-//! request timeout; event streams are capped.
+//! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Before the
+//! router, the server puts every request through the [`guard`] (target length, `Host`,
+//! encodings, declared body size); JSON bodies are read by [`body`] (64 KiB, in time). Every
+//! route but the event stream has a request timeout (408); event streams are capped.
 
 pub mod auth;
 mod body;
@@ -23,12 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::Router;
 use tokio::sync::Semaphore;
+use tower_http::timeout::TimeoutLayer;
 
 use self::auth::ApiToken;
-use self::guard::Guard;
 use crate::config::HttpSettings;
 use crate::fleet::Fleet;
 use crate::lease::LeaseManager;
@@ -82,7 +83,7 @@ pub struct AppState {
     pub body_timeout: Duration,
 }
 
-/// The API router (tests call it directly or serve it on port 0).
+/// The API router; the server puts requests through [`guard::Guard`] first.
 pub fn app(
     manager: Arc<LeaseManager>,
     engine: Arc<Redlock>,
@@ -114,9 +115,10 @@ pub fn app(
         .route("/livez", get(handlers::livez))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics))
-        .layer(axum::middleware::from_fn_with_state(
+        // An empty 408: the server gives it its problem+json body (`request_timeout`).
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
             timeout,
-            guard::deadline,
         ));
     let streams = Router::new().route("/v1/leases/{id}/events", get(handlers::events));
     bounded
@@ -128,9 +130,5 @@ pub fn app(
             auth::require_token,
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn_with_state(
-            Guard::new(options.allowed_hosts),
-            guard::check,
-        ))
         .with_state(state)
 }

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::listener::{ListenError, Listener, SocketFile, UNIX_SOCKET_MODE};
 use crate::api::auth::ApiToken;
+use crate::api::guard::Guard;
 use crate::api::ApiOptions;
 use crate::config::{HttpSettings, Settings};
 use crate::fleet::ProbeGuard;
@@ -104,6 +105,7 @@ impl Sidecar {
             }
         };
         let options = ApiOptions::new(&self.http, listener.is_unix());
+        let guard = Guard::new(options.allowed_hosts.clone());
         let router = api::app(
             Arc::clone(&self.manager),
             Arc::clone(&self.engine),
@@ -113,7 +115,7 @@ impl Sidecar {
         let abort = CancellationToken::new();
         let serve = accept::serve(
             listener,
-            router,
+            (router, guard),
             &self.http,
             release_then_drain,
             abort.clone(),

@@ -1,19 +1,16 @@
-//! What every request must pass before it is routed, and the limits of a request that the
-//! server enforces below the router: the target's length (414), the `Host` header against DNS
-//! rebinding (403), content and transfer encodings (415), a declared body over the limit
-//! (413); and the request timeout (408). Each refusal is problem+json.
+//! What every request must pass before it is routed: the target's length (414), the `Host`
+//! header against DNS rebinding (403), content and transfer encodings (415), a declared body
+//! over the limit (413). The server calls [`Guard::admit`] on each request before the router
+//! (cheaper than a middleware, which clones the router's service stack per request).
 //!
 //! The limits of a request head (16 KiB, 100 fields) are hyper's, set by the server; when
-//! hyper refuses a request itself, the server answers with the errors made here.
+//! hyper refuses a request itself, or a layer answers with a bare status, the server answers
+//! with the problem+json errors made here ([`refusal_for`]).
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::MAX_BODY_BYTES;
@@ -22,8 +19,8 @@ use super::MAX_BODY_BYTES;
 pub const MAX_URI_BYTES: usize = 8 * 1024;
 /// Largest request head (request line and header fields) accepted.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
-/// Most header fields a request may carry (hyper's own default, kept so: a different number
-/// moves hyper's header array from the stack to the heap).
+/// Most header fields a request may carry: hyper's own default, which the server keeps (setting
+/// any number moves hyper's header arrays from the stack to the heap, for every request).
 pub const MAX_HEAD_FIELDS: usize = 100;
 
 /// The checks of one listener.
@@ -38,16 +35,16 @@ impl Guard {
         Arc::new(Self { allowed_hosts })
     }
 
-    fn admit(&self, request: &Request) -> Result<(), ApiError> {
-        let uri = request.uri();
+    /// Whether a request with this target and these headers may be routed.
+    pub fn admit(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
         if target_len(uri) > MAX_URI_BYTES {
             return Err(uri_too_long());
         }
         if let Some(allowed) = &self.allowed_hosts {
-            check_host(uri, request.headers(), allowed)?;
+            check_host(uri, headers, allowed)?;
         }
-        check_encodings(request.headers())?;
-        let declared = request.headers().get(header::CONTENT_LENGTH);
+        check_encodings(headers)?;
+        let declared = headers.get(header::CONTENT_LENGTH);
         let declared = declared.and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
         if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
             return Err(body_too_large());
@@ -56,20 +53,17 @@ impl Guard {
     }
 }
 
-/// Refuses a request that fails the listener's checks (axum middleware).
-pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
-    match guard.admit(&request) {
-        Ok(()) => next.run(request).await,
-        Err(refused) => refused.into_response(),
-    }
-}
-
-/// Answers 408 `request_timeout` when the route takes longer than the timeout (axum
-/// middleware; the body reader's own timeout usually answers first).
-pub async fn deadline(State(timeout): State<Duration>, request: Request, next: Next) -> Response {
-    match tokio::time::timeout(timeout, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => request_timeout().into_response(),
+/// The problem+json refusal for an answer that is a bare `status` (a layer's default, such as
+/// the request timeout's 408).
+pub fn refusal_for(status: StatusCode) -> ApiError {
+    let detail = status.canonical_reason().unwrap_or("refused");
+    match status {
+        StatusCode::REQUEST_TIMEOUT => request_timeout(),
+        StatusCode::PAYLOAD_TOO_LARGE => body_too_large(),
+        StatusCode::NOT_FOUND => ApiError::new(status, "not_found", "no such route"),
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::new(status, "method_not_allowed", detail),
+        _ if status.is_server_error() => ApiError::new(status, "internal", "internal error"),
+        _ => ApiError::new(status, "bad_request", detail),
     }
 }
 
@@ -147,27 +141,27 @@ fn check_host(uri: &Uri, headers: &HeaderMap, allowed: &[String]) -> Result<(), 
     Ok(())
 }
 
-/// `host[:port]`, `[v6][:port]`: an IP literal, `localhost`, or a name of `allowed`
-/// (lowercase, compared without a trailing dot).
+/// `host[:port]`, `[v6][:port]`: an IP literal, `localhost` or a name of `allowed`
+/// (lowercase), matched without case and without a trailing dot.
 fn host_allowed(host: &str, allowed: &[String]) -> bool {
     let (name, port) = match host.strip_prefix('[') {
-        Some(rest) => match rest.split_once(']') {
-            Some((v6, port)) => return v6.parse::<Ipv6Addr>().is_ok() && port_ok(port),
-            None => return false,
-        },
-        None => match host.rsplit_once(':') {
-            Some((name, port)) => (name, format!(":{port}")),
-            None => (host, String::new()),
+        Some(rest) => {
+            return rest
+                .split_once(']')
+                .is_some_and(|(v6, port)| v6.parse::<Ipv6Addr>().is_ok() && port_ok(port))
+        }
+        None => match host.rfind(':') {
+            Some(colon) => host.split_at(colon),
+            None => (host, ""),
         },
     };
-    if !port_ok(&port) {
+    if !port_ok(port) {
         return false;
     }
-    if name.parse::<IpAddr>().is_ok() {
-        return true;
-    }
-    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-    name == "localhost" || allowed.contains(&name)
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.eq_ignore_ascii_case("localhost")
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+        || name.parse::<IpAddr>().is_ok()
 }
 
 /// Nothing, or `:` and digits.
@@ -244,6 +238,23 @@ mod tests {
             "",
         ] {
             assert!(!host_allowed(host, &allowed), "{host}");
+        }
+    }
+
+    /// A bare status from a layer becomes the catalogue's reason for it.
+    #[test]
+    fn bare_statuses_get_their_reasons() {
+        for (status, reason) in [
+            (408, "request_timeout"),
+            (413, "body_too_large"),
+            (404, "not_found"),
+            (405, "method_not_allowed"),
+            (400, "bad_request"),
+            (500, "internal"),
+        ] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert_eq!(refusal_for(status).reason, reason, "{status}");
+            assert_eq!(refusal_for(status).status, status);
         }
     }
 

@@ -18,6 +18,7 @@ use super::conn_io::Deadlines;
 use super::connection::{self, Serving};
 use super::listener::{Listener, Stream};
 use super::refusal;
+use crate::api::guard::Guard;
 use crate::config::HttpSettings;
 
 /// Refused connections answered at once, each for up to about 1.5 s; past this many, a
@@ -26,11 +27,11 @@ const MAX_REFUSING: usize = 64;
 /// Pause after an accept error that is not the client's (out of file descriptors, …).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Serves `router` on `listener` until `stop` resolves, then drains the connections; returns
-/// once they are all closed. `abort` drops every connection at once.
+/// Serves `router` behind `guard` on `listener` until `stop` resolves, then drains the
+/// connections; returns once they are all closed. `abort` drops every connection at once.
 pub(super) async fn serve(
     listener: Listener,
-    router: Router,
+    (router, guard): (Router, Arc<Guard>),
     http: &HttpSettings,
     stop: impl Future<Output = ()>,
     abort: CancellationToken,
@@ -38,6 +39,7 @@ pub(super) async fn serve(
     let drain = CancellationToken::new();
     let serving = Serving {
         router,
+        guard,
         deadlines: Deadlines {
             head: http.header_read_timeout,
             idle: http.idle_timeout,

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
@@ -22,16 +21,25 @@ use tokio::time::{Instant, Sleep};
 const HEAD_COPY: usize = 2 * crate::api::guard::MAX_HEAD_BYTES;
 
 /// Requests of one connection as its service sees them, shared with the socket wrapper.
-#[derive(Default)]
 pub(super) struct Activity {
     /// Requests handed to the service.
     dispatched: AtomicU64,
     /// Of those, requests whose answer was sent whole (or dropped).
     finished: AtomicU64,
-    /// The connection's task, when a read waited while a request was in flight: hyper may
-    /// read ahead for the next request before the answer is done, and that read armed no
-    /// deadline, so the end of the request must wake the task to arm the idle one.
-    reader: AtomicWaker,
+    /// When the last one finished, in milliseconds since `epoch`.
+    finished_at_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self {
+            dispatched: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            finished_at_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
 }
 
 impl Activity {
@@ -40,8 +48,13 @@ impl Activity {
     }
 
     pub(super) fn finish(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.finished_at_ms.store(ms, Ordering::Relaxed);
         self.finished.fetch_add(1, Ordering::Release);
-        self.reader.wake();
+    }
+
+    fn finished_at(&self) -> Instant {
+        self.epoch + Duration::from_millis(self.finished_at_ms.load(Ordering::Relaxed))
     }
 }
 
@@ -128,7 +141,7 @@ impl<T> GuardedIo<T> {
         let finished = self.activity.finished.load(Ordering::Acquire);
         if finished != self.seen_finished {
             self.seen_finished = finished;
-            self.idle_since = Instant::now();
+            self.idle_since = self.activity.finished_at();
         }
     }
 
@@ -172,6 +185,18 @@ impl<T> GuardedIo<T> {
         }
     }
 
+    /// With no deadline to enforce (a request in flight), keeps the timer armed within `idle`
+    /// and this task's waker on it: once the request finishes hyper may not read again until
+    /// woken, and the idle deadline that starts then must still be enforced.
+    fn keep_watch(&mut self, cx: &mut Context<'_>) {
+        if self.timer.is_elapsed() {
+            self.arm(Instant::now() + self.deadlines.idle);
+        }
+        while self.timer.as_mut().poll(cx).is_ready() {
+            self.arm(Instant::now() + self.deadlines.idle);
+        }
+    }
+
     fn arm(&mut self, deadline: Instant) {
         self.timer.as_mut().reset(deadline);
         self.armed = deadline;
@@ -197,13 +222,14 @@ impl<T: AsyncRead + Unpin> AsyncRead for GuardedIo<T> {
                 }
                 Poll::Ready(Ok(()))
             }
-            Poll::Pending => {
-                this.activity.reader.register(cx.waker());
-                match this.read_deadline() {
-                    Some(deadline) if this.expired(cx, deadline) => Poll::Ready(Err(timed_out())),
-                    _ => Poll::Pending,
+            Poll::Pending => match this.read_deadline() {
+                Some(deadline) if this.expired(cx, deadline) => Poll::Ready(Err(timed_out())),
+                Some(_) => Poll::Pending,
+                None => {
+                    this.keep_watch(cx);
+                    Poll::Pending
                 }
-            }
+            },
             failed => failed,
         }
     }
@@ -341,6 +367,53 @@ mod tests {
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert_eq!(finished_at.elapsed(), Duration::from_secs(10));
         drop(client);
+    }
+
+    /// Once a request finished, the idle deadline runs from that moment even if nothing reads
+    /// the socket meanwhile (hyper may not, until woken): the task is woken and the next read
+    /// gives up.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_spell_with_no_read_is_still_timed() {
+        use std::sync::atomic::AtomicBool;
+        use std::task::{Wake, Waker};
+        use tokio::io::AsyncWriteExt;
+        struct Flag(AtomicBool);
+        impl Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let deadlines = Deadlines {
+            head: Duration::from_secs(1),
+            idle: Duration::from_secs(10),
+        };
+        let (mut client, server) = tokio::io::duplex(1024);
+        let activity = Arc::new(Activity::default());
+        let mut io = GuardedIo::new(server, Arc::clone(&activity), deadlines);
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(Arc::clone(&flag));
+        let mut cx = Context::from_waker(&waker);
+        let mut bytes = [0u8; 64];
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut buf = ReadBuf::new(&mut bytes);
+        assert!(Pin::new(&mut io).poll_read(&mut cx, &mut buf).is_ready());
+        activity.dispatch();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let mut buf = ReadBuf::new(&mut bytes);
+        assert!(Pin::new(&mut io).poll_read(&mut cx, &mut buf).is_pending());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        activity.finish();
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert!(flag.0.load(Ordering::SeqCst), "not woken to look again");
+        let mut buf = ReadBuf::new(&mut bytes);
+        assert!(Pin::new(&mut io).poll_read(&mut cx, &mut buf).is_pending());
+        tokio::time::advance(Duration::from_millis(2001)).await;
+        let mut buf = ReadBuf::new(&mut bytes);
+        let error = match Pin::new(&mut io).poll_read(&mut cx, &mut buf) {
+            Poll::Ready(Err(error)) => error,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
     }
 
     /// A client that reads nothing of its answer is given up on after `idle`, even with a

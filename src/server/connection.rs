@@ -22,8 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::conn_io::{Activity, Deadlines, GuardedIo};
 use super::refusal;
-use crate::api::error::ApiError;
-use crate::api::guard::{MAX_HEAD_BYTES, MAX_HEAD_FIELDS};
+use crate::api::guard::{self, Guard, MAX_HEAD_BYTES};
 
 /// How long a closing connection keeps reading what its client still sends.
 const LINGER: Duration = Duration::from_millis(500);
@@ -38,6 +37,8 @@ const READ_BUFFER: usize = 2 * MAX_HEAD_BYTES;
 #[derive(Clone)]
 pub(super) struct Serving {
     pub(super) router: Router,
+    /// What every request must pass before the router.
+    pub(super) guard: Arc<Guard>,
     pub(super) deadlines: Deadlines,
     /// Graceful: finish the request in flight, take no other.
     pub(super) drain: CancellationToken,
@@ -65,6 +66,7 @@ where
     let io = GuardedIo::new(stream, Arc::clone(&activity), serving.deadlines);
     let service = ConnService {
         router: serving.router,
+        guard: serving.guard,
         activity,
     };
     let mut conn = builder().serve_connection(TokioIo::new(io), service);
@@ -85,12 +87,13 @@ where
     close(io.get_mut(), answer).await;
 }
 
-/// HTTP/1.1 only; hyper's limits are ours (a head of 16 KiB, 100 fields); writes are flattened
-/// so that hyper's own error answer reaches [`GuardedIo`] as one piece at the end of a buffer.
+/// HTTP/1.1 only; hyper's limits are ours (a head of 16 KiB; 100 fields is hyper's default,
+/// [`guard::MAX_HEAD_FIELDS`], left unset: setting it puts hyper's header arrays on the heap);
+/// writes are flattened so that hyper's own error answer reaches [`GuardedIo`] as one piece at
+/// the end of a buffer.
 fn builder() -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
-        .max_headers(MAX_HEAD_FIELDS)
         .max_header_size(MAX_HEAD_BYTES)
         .max_buf_size(READ_BUFFER)
         .writev(false)
@@ -150,10 +153,11 @@ pub(super) async fn close<T: AsyncRead + AsyncWrite + Unpin>(
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
-/// The router as one connection's hyper service: counts requests in and answers out for the
-/// socket's deadlines.
+/// The router as one connection's hyper service: the guard first, then the router; counts
+/// requests in and answers out for the socket's deadlines.
 struct ConnService {
     router: Router,
+    guard: Arc<Guard>,
     activity: Arc<Activity>,
 }
 
@@ -168,6 +172,13 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         self.activity.dispatch();
         let finished = Finished(Arc::clone(&self.activity));
+        if let Err(refused) = self.guard.admit(request.uri(), request.headers()) {
+            let response = refused.into_response().map(|body| TrackedBody {
+                body,
+                _finished: finished,
+            });
+            return Box::pin(std::future::ready(Ok(response)));
+        }
         let mut router = self.router.clone();
         // A `Router` is always ready: `poll_ready` need not be called first.
         let answer = tower_service::Service::call(&mut router, request);
@@ -181,21 +192,15 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     }
 }
 
-/// A refusal without a content type (a router default) is given a problem+json body, so
-/// that every error answer of the service has one (the socket tells hyper's own apart by
-/// that). Its other headers (`Allow`, …) stay.
+/// A refusal without a content type (a layer's bare status, such as the request timeout's
+/// 408) is given its problem+json body, so that every error answer of the service has one (the
+/// socket tells hyper's own apart by that). Its other headers (`Allow`, …) stay.
 fn typed(response: Response<Body>) -> Response<Body> {
     let status = response.status();
     if status.as_u16() < 400 || response.headers().contains_key(header::CONTENT_TYPE) {
         return response;
     }
-    let reason = if status.is_server_error() {
-        "internal"
-    } else {
-        "bad_request"
-    };
-    let detail = status.canonical_reason().unwrap_or("refused");
-    let mut answer = ApiError::new(status, reason, detail).into_response();
+    let mut answer = guard::refusal_for(status).into_response();
     for (name, value) in response.headers() {
         if name != header::CONTENT_LENGTH {
             answer.headers_mut().append(name.clone(), value.clone());

@@ -88,6 +88,7 @@ async fn idle_keep_alive_connections_are_closed() {
     );
     let idle = conn.closed_within(Duration::from_secs(6)).await.unwrap();
     assert!(idle >= Duration::from_millis(1000), "closed at {idle:?}");
+    assert!(idle < Duration::from_millis(2400), "closed at {idle:?}");
     let mut silent = connect(&sidecar).await;
     let idle = silent.closed_within(Duration::from_secs(6)).await.unwrap();
     assert!(idle >= Duration::from_millis(1000), "closed at {idle:?}");
