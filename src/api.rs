@@ -62,12 +62,6 @@ impl ApiOptions {
     }
 }
 
-impl Default for ApiOptions {
-    fn default() -> Self {
-        Self::new(&HttpSettings::default(), false)
-    }
-}
-
 /// What every handler reaches.
 #[derive(Clone)]
 pub struct AppState {

@@ -14,7 +14,7 @@ use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::error::ApiError;
-use super::guard::{body_too_large, request_timeout};
+use super::guard::{bad_request, body_too_large, request_timeout};
 use super::{AppState, MAX_BODY_BYTES};
 
 /// Nesting at which a body is refused as too deep (serde_json's own limit is 128).
@@ -86,9 +86,7 @@ async fn read(body: Body, timeout: Duration) -> Result<Vec<u8>, ApiError> {
         let mut chunks = body.into_data_stream();
         let mut bytes = Vec::new();
         while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|e| {
-                ApiError::bad_request("bad_request", format!("cannot read the body: {e}"))
-            })?;
+            let chunk = chunk.map_err(|e| bad_request(format!("cannot read the body: {e}")))?;
             if bytes.len() + chunk.len() > MAX_BODY_BYTES {
                 return Err(body_too_large());
             }

@@ -173,22 +173,13 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         self.activity.dispatch();
         let finished = Finished(Arc::clone(&self.activity));
         if let Err(refused) = self.guard.admit(request.uri(), request.headers()) {
-            let response = refused.into_response().map(|body| TrackedBody {
-                body,
-                _finished: finished,
-            });
+            let response = TrackedBody::wrap(refused.into_response(), finished);
             return Box::pin(std::future::ready(Ok(response)));
         }
         let mut router = self.router.clone();
         // A `Router` is always ready: `poll_ready` need not be called first.
         let answer = tower_service::Service::call(&mut router, request);
-        Box::pin(async move {
-            let response = typed(answer.await?);
-            Ok(response.map(|body| TrackedBody {
-                body,
-                _finished: finished,
-            }))
-        })
+        Box::pin(async move { Ok(TrackedBody::wrap(typed(answer.await?), finished)) })
     }
 }
 
@@ -222,6 +213,15 @@ impl Drop for Finished {
 pub(super) struct TrackedBody {
     body: Body,
     _finished: Finished,
+}
+
+impl TrackedBody {
+    fn wrap(response: Response<Body>, finished: Finished) -> Response<Self> {
+        response.map(|body| TrackedBody {
+            body,
+            _finished: finished,
+        })
+    }
 }
 
 impl hyper::body::Body for TrackedBody {

@@ -44,18 +44,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
 
     /// The head of the next answer, its body left unread (an event stream).
     pub async fn head(&mut self) -> Answer {
-        let read = async {
-            let end = loop {
-                if let Some(end) = find(&self.buffer, b"\r\n\r\n") {
-                    break end;
-                }
-                self.fill().await?;
-            };
-            let head = String::from_utf8_lossy(&self.buffer[..end]).into_owned();
-            self.buffer.drain(..end + 4);
-            parse_head(&head)
-        };
-        let answer = tokio::time::timeout(ANSWER_WAIT, read).await.unwrap();
+        let answer = tokio::time::timeout(ANSWER_WAIT, self.read_head()).await;
+        let answer = answer.unwrap_or_else(|_| panic!("no head within {ANSWER_WAIT:?}"));
         answer.unwrap_or_else(|| panic!("closed before a head: {:?}", self.text()))
     }
 
@@ -89,7 +79,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
-    async fn read_answer(&mut self) -> Option<Answer> {
+    /// The next head, taken off the buffer.
+    async fn read_head(&mut self) -> Option<Answer> {
         let end = loop {
             if let Some(end) = find(&self.buffer, b"\r\n\r\n") {
                 break end;
@@ -98,7 +89,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         };
         let head = String::from_utf8_lossy(&self.buffer[..end]).into_owned();
         self.buffer.drain(..end + 4);
-        let mut answer = parse_head(&head)?;
+        parse_head(&head)
+    }
+
+    async fn read_answer(&mut self) -> Option<Answer> {
+        let mut answer = self.read_head().await?;
         answer.body = if answer.header("transfer-encoding") == Some("chunked") {
             self.chunked().await?
         } else {
