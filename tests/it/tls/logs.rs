@@ -3,7 +3,7 @@
 //! masters' URLs, while masters that refuse it or are down provoke the lines that could carry
 //! it; nor does a configuration error that involves a credentialed URL.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -90,7 +90,7 @@ impl Serve {
     }
 }
 
-fn read(path: &PathBuf) -> String {
+fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
@@ -112,19 +112,26 @@ async fn a_password_file_never_reaches_the_log_or_the_fleet_view() {
     masters[1].add_user("redlease", PASSWORD, &[]);
     masters[2].add_user("redlease", WRONG, &[]);
     let urls: Vec<String> = masters.iter().map(TlsMaster::url).collect();
-    let log = pki.path("serve.log");
-    let serve = Serve::start(&urls, &tls_env(&pki, false), &log);
+    let (view, log) = serve_a_while(&urls, &tls_env(&pki, false), &pki.path("serve.log")).await;
+    assert_no_password(&log, "log");
+    assert_no_password(&view, "fleet view");
+}
+
+/// A `redlease serve` on `urls` with `env`, logging into `log`: its fleet view, then a lease
+/// taken and released, a while for the refused master to be retried, and SIGTERM. The fleet
+/// view and the log, which must tell of the refusal (WRONGPASS).
+async fn serve_a_while(urls: &[String], env: &[(String, String)], log: &Path) -> (String, String) {
+    let serve = Serve::start(urls, env, log);
     let view = serve.fleet_view().await;
     serve.acquire_and_release().await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(serve.terminate().await, Some(0), "{}", read(&log));
-    let log = read(&log);
+    assert_eq!(serve.terminate().await, Some(0), "{}", read(log));
+    let log = read(log);
     assert!(
         log.contains("WRONGPASS"),
         "the refusal was not logged:\n{log}"
     );
-    assert_no_password(&log, "log");
-    assert_no_password(&view, "fleet view");
+    (view, log)
 }
 
 /// Passwords in the masters' URLs: one master down, one given a wrong password; the log at
@@ -147,17 +154,7 @@ async fn passwords_in_urls_never_reach_the_log_or_the_fleet_view() {
         "REDLEASE__FLEET__TLS__CA_FILE".to_string(),
         pki.ca().to_str().unwrap().to_string(),
     );
-    let log = pki.path("serve.log");
-    let serve = Serve::start(&urls, &[ca], &log);
-    let view = serve.fleet_view().await;
-    serve.acquire_and_release().await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(serve.terminate().await, Some(0), "{}", read(&log));
-    let log = read(&log);
-    assert!(
-        log.contains("WRONGPASS"),
-        "the refusal was not logged:\n{log}"
-    );
+    let (view, log) = serve_a_while(&urls, &[ca], &pki.path("serve.log")).await;
     assert!(view.contains("rediss://redlease:***@127.0.0.1"), "{view}");
     assert_no_password(&log, "log");
     assert_no_password(&view, "fleet view");
