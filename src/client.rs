@@ -24,7 +24,6 @@ mod error;
 mod events;
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,11 +45,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Client {
     http: reqwest::Client,
     base: reqwest::Url,
-    /// The sidecar's Unix socket, for a `unix:` URL (requests then go to `http://localhost/`
-    /// over it).
-    socket: Option<PathBuf>,
-    /// The `unix:` URL as given, for messages.
-    shown: String,
+    /// The `unix:/path` URL of a sidecar on a Unix socket, as given (requests then go to
+    /// `http://localhost/` over the socket).
+    unix_url: Option<String>,
 }
 
 /// The scheme of a sidecar listening on a Unix socket: `unix:/run/redlease/api.sock`.
@@ -179,16 +176,14 @@ impl Client {
             if !path.starts_with('/') {
                 return Err(invalid("expected unix:/absolute/path/to/the.sock"));
             }
-            let socket = Some(PathBuf::from(path));
             // A constant URL that parses.
             let base = reqwest::Url::parse("http://localhost/").expect("a valid URL");
-            let http = Self::http(None, socket.as_ref())?;
-            let shown = url.to_string();
+            let unix_url = Some(url.to_string());
+            let http = Self::http(None, unix_url.as_deref())?;
             return Ok(Self {
                 http,
                 base,
-                socket,
-                shown,
+                unix_url,
             });
         }
         let base = reqwest::Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
@@ -202,8 +197,7 @@ impl Client {
         Ok(Self {
             http,
             base,
-            socket: None,
-            shown: String::new(),
+            unix_url: None,
         })
     }
 
@@ -217,13 +211,13 @@ impl Client {
         let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
             .map_err(|_| invalid())?;
         value.set_sensitive(true);
-        let http = Self::http(Some(value), self.socket.as_ref())?;
+        let http = Self::http(Some(value), self.unix_url.as_deref())?;
         Ok(Self { http, ..self })
     }
 
     fn http(
         authorization: Option<reqwest::header::HeaderValue>,
-        socket: Option<&PathBuf>,
+        unix_url: Option<&str>,
     ) -> Result<reqwest::Client, ClientError> {
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(value) = authorization {
@@ -232,8 +226,8 @@ impl Client {
         let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .default_headers(headers);
-        if let Some(path) = socket {
-            builder = builder.unix_socket(path.as_path());
+        if let Some(path) = unix_url.and_then(|url| url.strip_prefix(UNIX_SCHEME)) {
+            builder = builder.unix_socket(std::path::Path::new(path));
         }
         builder.build().map_err(ClientError::Transport)
     }
@@ -247,8 +241,8 @@ impl Client {
 
     /// The sidecar's URL, without a trailing slash (`unix:/path` for a Unix socket).
     pub fn base_url(&self) -> &str {
-        match &self.socket {
-            Some(_) => &self.shown,
+        match &self.unix_url {
+            Some(url) => url,
             None => self.base.as_str().trim_end_matches('/'),
         }
     }
