@@ -22,7 +22,6 @@ pub mod inventory;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::Router;
@@ -123,6 +122,5 @@ pub fn app(
             token,
             auth::require_token,
         ))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
