@@ -239,12 +239,17 @@ impl TlsMaster {
         }
     }
 
-    /// The user of every client connected now, but the one asking.
+    /// The user of every client connected now to the TLS port, where redlease connects. The
+    /// tests' own connections (this one, and an earlier one whose close the server may not have
+    /// seen yet) use the plain port as `default`.
     pub fn client_users(&self) -> Vec<String> {
         let list = self.command(&["CLIENT", "LIST"]).bulk().unwrap_or_default();
-        let users = list
-            .lines()
-            .filter(|line| !line.contains("cmd=client|list"));
+        let on_tls_port = format!(":{} ", self.tls_port());
+        let users = list.lines().filter(|line| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix("laddr="))
+                .is_some_and(|laddr| format!("{laddr} ").ends_with(&on_tls_port))
+        });
         let user = |line: &str| {
             line.split(' ')
                 .find_map(|f| f.strip_prefix("user="))
