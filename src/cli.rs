@@ -6,6 +6,7 @@
 //! command could not be started, as shells answer).
 
 mod access;
+mod fleet;
 mod load;
 mod lock;
 mod locks;
@@ -64,6 +65,9 @@ enum Command {
     Locks(locks::LocksCommand),
     /// The force releases recorded on the masters, newest first.
     Audit(locks::AuditArgs),
+    /// The fleet's birth (`fleet init`) and each master's standing (`fleet status`).
+    #[command(subcommand)]
+    Fleet(fleet::FleetCommand),
     /// Run the sidecar: the HTTP API on loopback, leases on the configured masters.
     Serve(serve::ServeArgs),
     /// Run the sidecar on a throwaway fleet of local redis-server masters.
@@ -88,7 +92,11 @@ pub fn main() -> ExitCode {
     init_tracing(
         cli.log_format,
         match cli.command {
-            Command::Lock(_) | Command::Locks(_) | Command::Audit(_) | Command::Load(_) => {
+            Command::Lock(_)
+            | Command::Locks(_)
+            | Command::Audit(_)
+            | Command::Fleet(_)
+            | Command::Load(_) => {
                 "redlease=warn"
             }
             Command::Serve(_) | Command::Dev(_) => "redlease=info",
@@ -109,6 +117,7 @@ pub fn main() -> ExitCode {
             Command::Lock(command) => lock::run(command).await,
             Command::Locks(command) => locks::run(command).await,
             Command::Audit(args) => locks::run_audit(args).await,
+            Command::Fleet(command) => fleet::run(command).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Dev(args) => serve::dev(args).await,
             Command::Load(args) => load::run(args).await,

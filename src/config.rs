@@ -178,6 +178,8 @@ impl Settings {
             keyspace: Keyspace::new(self.key_prefix.clone()),
             connect_timeout: self.fleet.connect_timeout,
             quarantine: self.fleet.quarantine,
+            // Shadows live up to the quarantine configured here (max TTL is at most that).
+            longest_ttl: self.fleet.quarantine,
             credentials: self.fleet.credentials.clone(),
             tls: self.fleet.tls.clone(),
             ..FleetOptions::default()

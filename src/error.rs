@@ -36,4 +36,29 @@ pub enum Error {
         "masters {url} and {other} are one redis server: a quorum must count distinct servers"
     )]
     DuplicateMaster { url: String, other: String },
+    /// Two configured masters carry the markers of two different fleets.
+    #[error(
+        "masters {url} (fleet {fleet}) and {other} (fleet {other_fleet}) belong to two fleets: \
+         list the masters of one fleet only"
+    )]
+    TwoFleets {
+        url: String,
+        fleet: String,
+        other: String,
+        other_fleet: String,
+    },
+    /// An operator's birth of a fleet (`redlease fleet init`) that may not happen.
+    #[error("fleet birth refused: {0}")]
+    BirthRefused(String),
+    /// The fleet's quarantine is shorter than the longest TTL this process may write.
+    #[error(
+        "fleet {fleet} quarantines masters for {quarantine_ms} ms, less than the longest TTL \
+         this process may write ({longest_ttl_ms} ms): lower the max TTL (or the shadow cap, \
+         fleet.quarantine_ms), or use a fleet born with a longer quarantine"
+    )]
+    QuarantineTooShort {
+        fleet: String,
+        quarantine_ms: u64,
+        longest_ttl_ms: u64,
+    },
 }

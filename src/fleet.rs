@@ -15,7 +15,10 @@
 mod credentials;
 pub mod deadline;
 mod endpoint;
+pub mod eviction;
+pub mod exclusion;
 pub mod health;
+pub mod mark;
 mod membership;
 pub mod node;
 mod permissions;
@@ -40,6 +43,8 @@ use crate::Error;
 pub use credentials::{Credentials, Password};
 pub use deadline::{Deadline, SharedDeadline};
 pub use endpoint::mask_credentials;
+pub use exclusion::Exclusion;
+pub use mark::Birth;
 #[cfg(feature = "sidecar")]
 pub(crate) use endpoint::uses_tls;
 use endpoint::{build_client, lock_target};
@@ -52,6 +57,23 @@ pub use tls::TlsOptions;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a long-running fleet PINGs every master.
 pub const DEFAULT_PROBE_PERIOD: Duration = Duration::from_millis(500);
+/// The longest TTL a process puts on a key unless it says otherwise (the engine's default
+/// max TTL).
+pub const DEFAULT_LONGEST_TTL: Duration = Duration::from_secs(30);
+
+/// When a fleet whose masters carry no history is born.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BirthRule {
+    /// Only when every configured master answers with no history (no marker, no fence
+    /// counter, no quarantine record): a quorum of blank answers may be masters that lost
+    /// their memory while the others are silent.
+    #[default]
+    WhenAllFresh,
+    /// The operator's act (`redlease fleet init`): now, with every master that answers,
+    /// refused when any shows history, when fewer than a quorum answer, and — unless
+    /// `allow_missing` — when any does not answer.
+    Init { allow_missing: bool },
+}
 
 /// Votes needed among `n` masters: ⌊n/2⌋+1.
 pub fn quorum_of(n: usize) -> usize {
@@ -83,9 +105,14 @@ pub struct FleetOptions {
     pub breaker_trial_interval: Duration,
     /// Length of the RTT window each master keeps.
     pub rtt_window: Duration,
-    /// How long a restarted master takes no votes, counted from its restart. Must be at least
-    /// the longest lease a key can carry (max TTL, and max shadow TTL once shadows are used).
+    /// How long a master that lost its memory takes no votes, for a fleet this process gives
+    /// birth to; a born fleet's own (written in its markers) is used otherwise.
     pub quarantine: Duration,
+    /// The longest TTL this process may put on a key (max TTL, shadows included): `connect`
+    /// fails when the fleet's quarantine is shorter.
+    pub longest_ttl: Duration,
+    /// When a fleet with no history is born.
+    pub birth: BirthRule,
     /// `Some(grace)`: `connect` returns once a quorum takes lock writes, every master that
     /// answered is prepared, and masters that never answered (frozen, black-holed: TCP
     /// accepted, nothing said) had `grace` more — what a one-shot command wants. `None`
@@ -107,6 +134,8 @@ impl Default for FleetOptions {
             breaker_trial_interval: DEFAULT_BREAKER_TRIAL_INTERVAL,
             rtt_window: DEFAULT_RTT_WINDOW,
             quarantine: DEFAULT_QUARANTINE,
+            longest_ttl: DEFAULT_LONGEST_TTL,
+            birth: BirthRule::WhenAllFresh,
             straggler_grace: None,
             credentials: None,
             tls: TlsOptions::default(),
@@ -124,9 +153,12 @@ pub struct Fleet {
     tls: Option<Arc<ClientConfig>>,
     /// Subscriber connections opened for release messages ([`Fleet::open_subscribers`]).
     subscribers: Mutex<Vec<fred::clients::Client>>,
-    /// Whether the fleet was adopted before this process came (some master held the marker);
-    /// `None` until the start-up survey ran.
+    /// Whether the fleet is born, and as what; `None` until the start-up survey decided.
     history: watch::Sender<Option<History>>,
+    /// Held while an unborn fleet is surveyed again (and perhaps born).
+    birth_lock: tokio::sync::Mutex<()>,
+    /// Preparations writing to their masters now (not those sleeping out a quarantine).
+    writing: Arc<watch::Sender<usize>>,
     /// The last `quorum_rtt_p99` and when it was computed (see `recent_quorum_rtt_p99`).
     recent_p99: Mutex<Option<(Instant, Option<Duration>)>>,
     /// Held while a master's `run_id` is checked against the others' and recorded.
@@ -185,6 +217,8 @@ impl Fleet {
             tls,
             subscribers: Mutex::new(Vec::new()),
             history: watch::channel(None).0,
+            birth_lock: tokio::sync::Mutex::new(()),
+            writing: Arc::new(watch::channel(0).0),
             recent_p99: Mutex::new(None),
             identities: Mutex::new(()),
         });
@@ -319,40 +353,90 @@ impl Fleet {
         futures_util::future::join_all(quits).await;
     }
 
-    /// Whether the fleet had been adopted before this process came, for a master met for the
-    /// first time. Waits for the start-up survey; when that was inconclusive (fewer than a
-    /// quorum answered), asks the other masters now. `None` while nobody can tell: "fresh"
-    /// needs a quorum of masters answering without the marker, the newcomer included.
-    pub(crate) async fn was_marked(&self, newcomer: &Node) -> Option<bool> {
+    /// The born fleet's id and quarantine, as the masters' markers agree; `None` while unborn.
+    pub fn birth(&self) -> Option<Birth> {
+        match &*self.history.borrow() {
+            Some(History::Born(birth)) => Some(birth.clone()),
+            _ => None,
+        }
+    }
+
+    /// The quarantine in force: the born fleet's, else the one this process would give it.
+    pub fn quarantine(&self) -> Duration {
+        self.birth().map_or(self.options.quarantine, |b| b.quarantine)
+    }
+
+    pub(crate) fn set_history(&self, history: History) {
+        self.history.send_replace(Some(history));
+    }
+
+    /// Refuses a fleet whose quarantine is shorter than the longest TTL this process may write:
+    /// a master that lost its memory could vote again while such a key still stands elsewhere.
+    pub(crate) fn check_quarantine(&self, birth: &Birth) -> Result<(), Error> {
+        if birth.quarantine >= self.options.longest_ttl {
+            return Ok(());
+        }
+        Err(Error::QuarantineTooShort {
+            fleet: birth.fleet.clone(),
+            quarantine_ms: birth.quarantine.as_millis() as u64,
+            longest_ttl_ms: self.options.longest_ttl.as_millis() as u64,
+        })
+    }
+
+    /// The born fleet, for a master's preparation. Waits for the start-up survey; while the
+    /// fleet is unborn, surveys every master again (and births it once every master answers
+    /// with no history). `None` while it stays unborn.
+    pub(crate) async fn born(&self) -> Option<Birth> {
         let mut history = self.history.subscribe();
         // The sender lives in `self`, so the channel cannot close while we wait on it.
-        let survey = history.wait_for(Option::is_some).await.map(|h| *h);
-        match survey {
-            Ok(Some(History::Marked)) => Some(true),
-            Ok(Some(History::Fresh)) => Some(false),
-            _ => self.others_hold_marker(newcomer).await,
+        let decided = history.wait_for(Option::is_some).await.ok()?.clone();
+        match decided {
+            Some(History::Born(birth)) => Some(birth),
+            _ => self.survey_again().await,
         }
     }
 
-    async fn others_hold_marker(&self, newcomer: &Node) -> Option<bool> {
-        let marker = self.keyspace().marker();
-        let others = self.nodes.iter().filter(|n| n.index() != newcomer.index());
-        let checks = others.map(|n| n.identify(&marker, self.options.connect_timeout));
-        let answers: Vec<_> = futures_util::future::join_all(checks)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        if answers.iter().any(|(_, marker)| marker.is_some()) {
-            return Some(true);
+    async fn survey_again(&self) -> Option<Birth> {
+        let _one_at_a_time = self.birth_lock.lock().await;
+        if let Some(birth) = self.birth() {
+            return Some(birth);
         }
-        (answers.len() + 1 >= self.quorum()).then_some(false)
+        let timeout = self.options.connect_timeout;
+        let reads = self.nodes.iter().map(|n| n.inspect(self.keyspace(), timeout));
+        let reads = futures_util::future::join_all(reads).await;
+        let mut survey = startup::Survey::new(self.len(), self.quorum());
+        survey.answers = reads.into_iter().map(startup::Answer::from).collect();
+        let birth = match survey.decision(BirthRule::WhenAllFresh)? {
+            startup::Decision::Born(birth) => birth,
+            startup::Decision::Fresh => startup::give_birth(self, &survey).await,
+            startup::Decision::Unborn => return None,
+        };
+        if let Err(error) = self.check_quarantine(&birth) {
+            tracing::error!(%error, "the fleet's masters take no votes from this process");
+            return None;
+        }
+        self.set_history(History::Born(birth.clone()));
+        Some(birth)
     }
 
-    /// Records `run_id` as `node`'s server, returning the one recorded before; `None` (and
-    /// nothing recorded) when another master of this fleet is that very server: one server
-    /// must never count twice towards a quorum.
-    pub(crate) fn claim_run_id(&self, node: &Node, run_id: &str) -> Option<Option<String>> {
+    /// Counts a preparation as writing to its master until the guard is dropped.
+    pub(crate) fn preparation_started(&self) -> Writing {
+        self.writing.send_modify(|n| *n += 1);
+        Writing(Arc::clone(&self.writing))
+    }
+
+    /// Waits (at most `timeout`) until no preparation is writing to a master: a process about
+    /// to exit lets the masters that answered get their marker or quarantine record.
+    pub async fn settle_preparations(&self, timeout: Duration) -> bool {
+        let mut writing = self.writing.subscribe();
+        let idle = async { writing.wait_for(|n| *n == 0).await.is_ok() };
+        tokio::time::timeout(timeout, idle).await.unwrap_or(false)
+    }
+
+    /// Records `run_id` as `node`'s server, returning the one recorded before; `Err` with the
+    /// other master's index (and nothing recorded) when another master of this fleet is that
+    /// very server: one server must never count twice towards a quorum.
+    pub(crate) fn claim_run_id(&self, node: &Node, run_id: &str) -> Result<Option<String>, usize> {
         // Plain data behind the lock: a poisoned guard still serialises the check.
         let _guard = self
             .identities
@@ -361,6 +445,7 @@ impl Fleet {
         let twin = self.nodes.iter().find(|other| {
             other.index() != node.index() && other.run_id().as_deref() == Some(run_id)
         });
+        node.set_twin(twin.is_some());
         if let Some(twin) = twin {
             tracing::error!(
                 node = node.index(),
@@ -369,21 +454,28 @@ impl Fleet {
                 run_id,
                 "two configured masters are one redis server: this one takes no votes"
             );
-            return None;
+            return Err(twin.index());
         }
-        Some(node.swap_run_id(run_id.to_string()))
+        Ok(node.swap_run_id(run_id.to_string()))
     }
 }
 
-/// What the start-up survey found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum History {
-    /// Some master held the marker: the fleet has lock history.
-    Marked,
-    /// A quorum answered and none held the marker: no history; adopted now.
-    Fresh,
-    /// Too few masters answered to tell.
-    Unknown,
+/// A preparation writing to its master (see [`Fleet::settle_preparations`]).
+pub(crate) struct Writing(Arc<watch::Sender<usize>>);
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// What the surveys found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum History {
+    /// Born: the id and quarantine every process uses.
+    Born(Birth),
+    /// Not born (yet): no master votes.
+    Unborn,
 }
 
 /// Stops the fleet's background PINGs when dropped.

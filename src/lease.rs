@@ -262,7 +262,8 @@ impl LeaseManager {
         self.policy.ttl.adaptive(p99)
     }
 
-    /// Sets the gauges (active leases, adaptive TTL, quorum RTT, masters up and quarantined)
+    /// Sets the gauges (active leases, adaptive TTL, quorum RTT, masters up, quarantined and
+    /// refused)
     /// to their values now; called at every scrape.
     pub fn record_gauges(&self) {
         let fleet = self.engine.fleet();
@@ -270,6 +271,10 @@ impl LeaseManager {
         let nodes = fleet.nodes();
         let up = nodes.iter().filter(|n| n.is_up()).count() as u64;
         let quarantined = nodes.iter().filter(|n| n.is_quarantined(now)).count() as u64;
+        let refused = nodes.iter().filter(|n| {
+            n.exclusion().is_some_and(|e| e.needs_operator())
+        });
+        let refused = refused.count() as u64;
         METRICS.active_leases.record(self.active() as u64, &[]);
         METRICS
             .adaptive_ttl
@@ -279,6 +284,7 @@ impl LeaseManager {
         }
         METRICS.masters_up.record(up, &[]);
         METRICS.masters_quarantined.record(quarantined, &[]);
+        METRICS.masters_refused.record(refused, &[]);
         METRICS.masters_quorum.record(fleet.quorum() as u64, &[]);
         METRICS
             .oldest_lease_age

@@ -85,6 +85,10 @@ pub struct Metrics {
     pub masters_up: Gauge<u64>,
     /// `redis_masters_quarantined`.
     pub masters_quarantined: Gauge<u64>,
+    /// `redis_masters_refused`: masters that answer but take no votes until the operator acts
+    /// (they may evict keys, belong to another fleet, carry an unreadable marker, or are
+    /// another master's very server).
+    pub masters_refused: Gauge<u64>,
     /// `redis_masters_quorum`: votes a grant needs (⌊N/2⌋+1).
     pub masters_quorum: Gauge<u64>,
     /// `lock_oldest_lease_age` (s): how long the oldest lease still held has been held.
@@ -265,6 +269,10 @@ impl Metrics {
             masters_quarantined: meter
                 .u64_gauge("redis_masters_quarantined")
                 .with_description("Masters in restart quarantine")
+                .build(),
+            masters_refused: meter
+                .u64_gauge("redis_masters_refused")
+                .with_description("Masters refused until the operator acts (eviction, another fleet, a duplicate)")
                 .build(),
             masters_quorum: meter
                 .u64_gauge("redis_masters_quorum")

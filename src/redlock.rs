@@ -94,16 +94,17 @@ pub struct Redlock {
 
 impl Redlock {
     pub fn new(fleet: Arc<Fleet>, options: EngineOptions) -> Self {
-        if options.max_ttl > fleet.options().quarantine {
+        if options.max_ttl > fleet.quarantine() {
             tracing::warn!(
                 max_ttl_ms = options.max_ttl.as_millis() as u64,
-                quarantine_ms = fleet.options().quarantine.as_millis() as u64,
+                quarantine_ms = fleet.quarantine().as_millis() as u64,
                 "max TTL exceeds the restart quarantine: a restarted master may vote while a \
                  lease it forgot still stands"
             );
         }
         let tasks = TaskTracker::new();
-        let retries = ReleaseRetries::new(fleet.options().quarantine);
+        let key_lifetime = fleet.quarantine().max(fleet.options().quarantine);
+        let retries = ReleaseRetries::new(key_lifetime);
         Self {
             fleet,
             options,
@@ -123,13 +124,16 @@ impl Redlock {
 
     /// Waits (at most `timeout`) until no per-master call of this engine is in flight: the
     /// writes that went out after a quorum answered, the releases of abandoned grants, and the
-    /// releases being sent again to masters that missed them and have a connection now. Call
-    /// it before closing the connections or exiting the process.
+    /// releases being sent again to masters that missed them and have a connection now, and
+    /// the preparations still writing a master's marker or quarantine record (so a process
+    /// that exits early leaves no master that answered unmarked). Call it before closing the
+    /// connections or exiting the process.
     pub async fn settle(&self, timeout: Duration) -> bool {
         self.tasks.close();
         let both = async {
             self.tasks.wait().await;
             self.retries.wait_until_settled().await;
+            self.fleet.settle_preparations(timeout).await;
         };
         let settled = tokio::time::timeout(timeout, both).await.is_ok();
         self.tasks.reopen();

@@ -19,6 +19,10 @@ pub struct Scripts {
     pub extend: Script,
     pub shadow: Script,
     pub force_release: Script,
+    pub inspect: Script,
+    pub birth: Script,
+    pub mark: Script,
+    pub quarantine: Script,
 }
 
 /// The scripts, hashed once per process.
@@ -28,18 +32,26 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     extend: Script::from_lua(include_str!("../lua/extend.lua")),
     shadow: Script::from_lua(include_str!("../lua/shadow.lua")),
     force_release: Script::from_lua(include_str!("../lua/force_release.lua")),
+    inspect: Script::from_lua(include_str!("../lua/inspect.lua")),
+    birth: Script::from_lua(include_str!("../lua/birth.lua")),
+    mark: Script::from_lua(include_str!("../lua/mark.lua")),
+    quarantine: Script::from_lua(include_str!("../lua/quarantine.lua")),
 });
 
 // === impl Scripts ===
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 5] {
+    pub fn all(&self) -> [&Script; 9] {
         [
             &self.raise_fence,
             &self.release,
             &self.extend,
             &self.shadow,
             &self.force_release,
+            &self.inspect,
+            &self.birth,
+            &self.mark,
+            &self.quarantine,
         ]
     }
 }

@@ -58,6 +58,9 @@ impl From<crate::Error> for ApiError {
             InvalidMaster { .. }
             | NoMasters
             | DuplicateMaster { .. }
+            | TwoFleets { .. }
+            | BirthRefused(_)
+            | QuarantineTooShort { .. }
             | InvalidToken(_)
             | InvalidSetting(_) => return Self::internal(error),
         };

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use super::body::{JsonBody, Millis, OptionalJsonBody};
 use super::error::{problem, problem_body, ApiError};
 use super::AppState;
+use crate::fleet::Exclusion;
 use crate::keys::validate_resource;
 use crate::lease::{AcquireRequest, Acquired, LeaseEvent, LeaseState, RenewError, Watch};
 use crate::LeaseId;
@@ -179,17 +180,27 @@ pub async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
         .nodes()
         .iter()
         .map(|node| {
+            let exclusion: Option<Exclusion> = node.exclusion();
             json!({
                 "url": node.url(),
                 "up": node.is_up(),
                 "quarantined": node.is_quarantined(now),
+                "excluded": exclusion.as_ref().map(Exclusion::reason),
+                "why": exclusion.as_ref().map(ToString::to_string),
                 "rtt_p50_us": micros(node.rtt_quantile(0.5, now)),
                 "rtt_p99_us": micros(node.rtt_quantile(0.99, now)),
             })
         })
         .collect();
     let adaptive_ttl_ms = state.manager.adaptive_ttl().as_millis() as u64;
-    Json(json!({"masters": masters, "quorum": fleet.quorum(), "adaptive_ttl_ms": adaptive_ttl_ms}))
+    let birth = fleet.birth();
+    Json(json!({
+        "masters": masters,
+        "quorum": fleet.quorum(),
+        "fleet": birth.map(|b| b.fleet),
+        "quarantine_ms": fleet.quarantine().as_millis() as u64,
+        "adaptive_ttl_ms": adaptive_ttl_ms,
+    }))
 }
 
 /// Prometheus text exposition of every metric (see `crate::metrics`).

@@ -163,11 +163,22 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
 }
 
 pub(super) async fn connect(args: &FleetArgs) -> Result<Redlock, Error> {
-    let options = args
-        .access
-        .apply(fleet_options(&args.key_prefix, args.connect_timeout_ms))?;
-    let fleet = Fleet::connect(&args.masters, &options).await?;
+    let fleet = Fleet::connect(&args.masters, &args.options()?).await?;
     Ok(Redlock::new(fleet, EngineOptions::default()))
+}
+
+// === impl FleetArgs ===
+
+impl FleetArgs {
+    /// The fleet options these arguments ask for.
+    pub(super) fn options(&self) -> Result<FleetOptions, Error> {
+        let options = fleet_options(&self.key_prefix, self.connect_timeout_ms);
+        self.access.apply(options)
+    }
+
+    pub(super) fn masters(&self) -> &[String] {
+        &self.masters
+    }
 }
 
 /// The fleet options of the lock commands: their key prefix and connect timeout, and the

@@ -1,6 +1,6 @@
 //! One Redis master: its lock connection ([`Wire`]) and fred client, the per-call timeout, its
-//! RTT record, its breaker and whether it may take lock writes (`ready`, maintained by
-//! `membership`).
+//! RTT record, its breaker, whether it may take lock writes (`ready`, maintained by
+//! `membership`) and, when it may not though it answers, why ([`Exclusion`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,9 +13,10 @@ use opentelemetry::metrics::BoundHistogram;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-mod admin;
+pub(super) mod admin;
 
 use super::deadline::Deadline;
+use super::exclusion::Exclusion;
 use super::health::Breaker;
 use super::rtt::RttWindow;
 use super::wire::{self, Target, Wire, WireError};
@@ -69,9 +70,15 @@ pub struct Node {
     ready: AtomicBool,
     /// A preparation (see `membership`) is running; at most one at a time.
     preparing: AtomicBool,
+    /// It is the server of another configured master (one `run_id`): its answers never count.
+    twin: AtomicBool,
+    /// Counts the requests for a preparation: one that finishes sets the master ready only if
+    /// no request came while it ran (a new connection, a NOSCRIPT, a counter that went back).
+    prepare_requests: AtomicU64,
     /// Asks the fleet's membership task to prepare this master (again).
     prepare_tx: mpsc::UnboundedSender<usize>,
-    /// The largest fence counter seen from this master since it was last prepared.
+    /// The largest fence counter seen from this master (it never goes down: a counter below
+    /// it is evidence of a memory loss).
     fence_seen: AtomicU64,
     /// `redis_command_rtt` bound to this master's `node` label once.
     command_rtt: BoundHistogram<f64>,
@@ -85,9 +92,11 @@ struct NodeState {
     run_id: Option<String>,
     /// Set while the master must not vote before this instant and then needs a fence sync.
     quarantine: Option<Instant>,
-    /// This process set the fleet marker here: losing it later means a lost memory, even in
-    /// a fleet that was fresh when this process came.
-    marked_here: bool,
+    /// An acquisition's `INCR` showed the counter went back: the next preparation quarantines
+    /// it whatever it reads.
+    counter_went_back: bool,
+    /// Why the master answers but takes no votes (`None`: it votes, or it does not answer).
+    exclusion: Option<Exclusion>,
 }
 
 // === impl Node ===
@@ -105,7 +114,8 @@ impl Node {
             breaker,
             run_id: None,
             quarantine: None,
-            marked_here: false,
+            counter_went_back: false,
+            exclusion: None,
         };
         Arc::new_cyclic(|me: &std::sync::Weak<Self>| {
             let me = me.clone();
@@ -122,6 +132,8 @@ impl Node {
                 client,
                 ready: AtomicBool::new(false),
                 preparing: AtomicBool::new(false),
+                prepare_requests: AtomicU64::new(0),
+                twin: AtomicBool::new(false),
                 prepare_tx,
                 fence_seen: AtomicU64::new(0),
                 command_rtt: METRICS.command_rtt_for(index),
@@ -156,6 +168,12 @@ impl Node {
     /// Takes lock writes: connected, prepared, not quarantined, breaker closed.
     pub fn is_up(&self) -> bool {
         self.takes_writes() && !self.state().breaker.is_open()
+    }
+
+    /// Prepared and connected: a member of the fleet now, whose fence counter a rejoining
+    /// master may be synced from (its breaker aside).
+    pub fn is_member(&self) -> bool {
+        self.takes_writes()
     }
 
     /// Restarted recently: takes no votes until its quarantine ends.
@@ -217,6 +235,7 @@ impl Node {
                 floor,
                 "fence counter went back: memory lost"
             );
+            self.state().counter_went_back = true;
             self.set_ready_false_and_prepare();
             return Err(CallError::LostMemory);
         }
@@ -280,7 +299,13 @@ impl Node {
     }
 
     pub(super) fn request_prepare(&self) {
+        self.prepare_requests.fetch_add(1, Ordering::AcqRel);
         let _ = self.prepare_tx.send(self.index);
+    }
+
+    /// The count of preparation requests so far: a preparation notes it when it begins.
+    pub(super) fn prepare_requests(&self) -> u64 {
+        self.prepare_requests.load(Ordering::Acquire)
     }
 
     /// Claims the single preparation slot; `false` when one is already running.
@@ -299,6 +324,18 @@ impl Node {
         self.ready.store(ready, Ordering::Release);
     }
 
+    /// Lets lock writes through unless a preparation was requested since `requests` (counted
+    /// when the preparation began), which then runs again instead. `false` when it must.
+    pub(super) fn set_ready_unless_asked_again(&self, requests: u64) -> bool {
+        let state = self.state();
+        if self.prepare_requests.load(Ordering::Acquire) != requests {
+            return false;
+        }
+        self.ready.store(true, Ordering::Release);
+        drop(state);
+        true
+    }
+
     /// Remembers `run_id`, returning the one seen before.
     pub(super) fn swap_run_id(&self, run_id: String) -> Option<String> {
         self.state().run_id.replace(run_id)
@@ -308,17 +345,39 @@ impl Node {
         self.state().quarantine
     }
 
-    /// The fence counter a preparation left here: later INCRs must answer more.
-    pub(super) fn reset_fence_seen(&self, counter: u64) {
-        self.fence_seen.store(counter, Ordering::Release);
+    /// The fence counter a preparation left here: later INCRs must answer more. The floor
+    /// never goes down.
+    pub(super) fn raise_fence_seen(&self, counter: u64) {
+        self.fence_seen.fetch_max(counter, Ordering::AcqRel);
     }
 
-    pub(super) fn marked_here(&self) -> bool {
-        self.state().marked_here
+    /// The largest fence counter seen from this master.
+    pub(super) fn fence_seen(&self) -> u64 {
+        self.fence_seen.load(Ordering::Acquire)
     }
 
-    pub(super) fn set_marked_here(&self) {
-        self.state().marked_here = true;
+    /// Whether an acquisition saw the counter go back since the last preparation; clears it.
+    pub(super) fn take_counter_went_back(&self) -> bool {
+        std::mem::take(&mut self.state().counter_went_back)
+    }
+
+    /// Whether its answers count towards a quorum: not when it is the server of another
+    /// configured master.
+    pub fn counts_in_quorum(&self) -> bool {
+        !self.twin.load(Ordering::Acquire)
+    }
+
+    pub(super) fn set_twin(&self, twin: bool) {
+        self.twin.store(twin, Ordering::Release);
+    }
+
+    /// Why the master answers but takes no votes, if it does.
+    pub fn exclusion(&self) -> Option<Exclusion> {
+        self.state().exclusion.clone()
+    }
+
+    pub(super) fn set_exclusion(&self, exclusion: Option<Exclusion>) {
+        self.state().exclusion = exclusion;
     }
 
     pub(super) fn set_quarantine(&self, until: Option<Instant>) {

@@ -1,30 +1,30 @@
-//! Restart quarantine policy (pure; takes `now`): may a master that (re)connected vote?
+//! Restart quarantine policy (pure; takes `now`): may a master of a born fleet vote, and if
+//! not, until when and why?
 //!
-//! A master restarted without persistence has forgotten every lock and its fence counter.
-//! Letting it vote at once could grant a lock still held elsewhere, or a fencing token below
-//! one already issued. So a restarted master takes no votes until the longest possible lease
-//! (TTL or shadow) has passed since its restart, and its fence counter is raised to the fleet
-//! maximum before it votes again (Redlock's "delayed restart", automated).
+//! A master restarted without persistence has forgotten every lock and its fence counter; one
+//! back from an older snapshot forgot the latest. Letting it vote at once could grant a lock
+//! still held elsewhere, or a fencing token below one already issued. So a master that shows
+//! any evidence of a memory loss takes no votes until the longest possible lease (TTL or
+//! shadow) has passed since the loss, and its fence counter is raised to the fleet's before
+//! it votes again (Redlock's "delayed restart", automated).
 //!
-//! The fleet marker key holds the `run_id` of the server process a redlease process made a
-//! member. A restart is seen as a `run_id` other than the one this process saw before, or —
-//! whatever this process saw — as a marker naming another process (the server restarted since
-//! it was made a member, with some of its data: an RDB snapshot, `appendfsync everysec`); both
-//! are dated from the server's uptime. A master lacking the marker while the fleet is marked
-//! lost its data at a time nobody can tell (a restart without persistence, `FLUSHALL`): it is
-//! quarantined from now. A fresh fleet (no marker anywhere among a quorum) is adopted at once.
+//! The evidence ([`Loss`]), each honoured whatever the others say:
+//! - its `run_id` differs from the one this process saw before, or its marker names another
+//!   server process: a restart, dated from its uptime;
+//! - it lacks the marker of a born fleet (unreachable at the birth, or its data went), or
+//!   lacks its fence counter, or the counter is below one this process saw from it (here or at
+//!   an acquisition's `INCR`): a loss nobody can date, so from now;
+//! - `<prefix>quarantined` names this server process: a quarantine some process began, served
+//!   out to its end; naming another process, a restart since, dated from the uptime.
 //!
-//! A process that quarantines a master writes `<prefix>quarantined` (the `run_id`, expiring
-//! when the quarantine ends), then the marker as `quarantined:<run_id>`, so every later process
-//! serves out the same quarantine ([`carry_over`]) instead of starting its own from its own
-//! now; the marker becomes the plain `run_id` only once the fence counter has been raised, at
-//! the quarantine's end. The fence is not raised before: a process that still counts the
-//! master as a member (it has not seen the memory loss) learns of it from the counter that
-//! went back, at its next acquisition there.
+//! A master whose marker says it serves a quarantine (`quarantined=<run_id>`) and whose record
+//! has expired is [`Standing::Rejoining`]: its fence is raised before it votes.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use super::mark::{FleetMark, Membership};
 
 /// Default quarantine: the longest lease (30 s max TTL) times the shadow multiplier (10).
 pub const DEFAULT_QUARANTINE: Duration = Duration::from_secs(300);
@@ -40,90 +40,147 @@ pub struct Identity {
     pub uptime: Duration,
 }
 
-/// What a master may do after (re)connecting.
+/// Why a master is quarantined: each piece of evidence of a memory loss.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Standing {
-    /// The same server as before, or a member of a fresh fleet: votes at once.
-    Member,
-    /// Lost its memory: no votes until `until`, then its fence is synced.
-    Quarantined { until: Instant },
-    /// Lost its memory longer than a quarantine ago: sync its fence, then vote.
-    Rejoining,
+pub enum Loss {
+    /// Its `run_id` changed since this process last saw it.
+    Restarted,
+    /// Its marker (or quarantine record) names another server process.
+    MarkerOfAnotherProcess,
+    /// It carries no marker of the born fleet: unreachable at the birth, or its data went.
+    NoMarker,
+    /// Its fence counter is gone.
+    NoFenceCounter,
+    /// Its fence counter is below one seen from it before.
+    CounterWentBack,
+    /// A quarantine some process began on this server process is still recorded.
+    Recorded,
+    /// Its quarantine ended: the fence is raised before it votes.
+    Served,
 }
 
-/// Decides the standing of a master that just (re)connected.
-///
-/// `previous_run_id` is the run id this process saw before (`None` on first contact),
-/// `marker` the value of the fleet marker on the master (the `run_id` it was made a member
-/// under; `None` when absent), `fleet_marked` whether the fleet has been adopted (some
-/// master holds the marker).
-pub fn assess(
-    previous_run_id: Option<&str>,
-    identity: &Identity,
-    marker: Option<&str>,
-    fleet_marked: bool,
-    period: Duration,
-    now: Instant,
-) -> Standing {
-    let restarted_at = || {
-        let uptime = identity.uptime.saturating_sub(UPTIME_RESOLUTION);
-        now.checked_sub(uptime).unwrap_or(now)
-    };
-    let run_id = identity.run_id.as_str();
-    let lost_memory_at = match (previous_run_id, marker) {
-        (Some(previous), _) if previous != run_id => restarted_at(),
-        (_, Some(member)) if member != run_id => restarted_at(),
-        (_, Some(_)) => return Standing::Member,
-        // Data gone, when is unknown (a restart without persistence, FLUSHALL): from now.
-        (_, None) if fleet_marked => now,
-        (_, None) => return Standing::Member,
-    };
-    let until = lost_memory_at + period;
-    if until > now {
-        Standing::Quarantined { until }
-    } else {
-        Standing::Rejoining
+impl Loss {
+    /// Stable text for logs, the fleet view and the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Restarted => "restarted",
+            Self::MarkerOfAnotherProcess => "marker_of_another_process",
+            Self::NoMarker => "no_marker",
+            Self::NoFenceCounter => "no_fence_counter",
+            Self::CounterWentBack => "fence_counter_went_back",
+            Self::Recorded => "quarantine_recorded",
+            Self::Served => "quarantine_served",
+        }
     }
 }
 
-/// The marker of a master in a quarantine some process began on the server process `run_id`.
-pub fn quarantine_marker(run_id: &str) -> String {
-    format!("{QUARANTINE_MARKER}{run_id}")
+/// What a master may do after a preparation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// No evidence of a loss: votes at once.
+    Member,
+    /// Lost its memory: no votes until `until`, then its fence is synced.
+    Quarantined { until: Instant, why: Loss },
+    /// Lost its memory longer than a quarantine ago: sync its fence, then vote.
+    Rejoining { why: Loss },
 }
 
-const QUARANTINE_MARKER: &str = "quarantined:";
+/// What a preparation read of a master of a born fleet, and what this process knows of it.
+#[derive(Clone, Debug)]
+pub struct Evidence<'a> {
+    /// The `run_id` this process saw before (`None` on first contact).
+    pub previous_run_id: Option<&'a str>,
+    pub identity: &'a Identity,
+    /// The fleet marker, already checked to be of this fleet (`None`: absent).
+    pub marker: Option<&'a FleetMark>,
+    /// Its fence counter (0: absent).
+    pub fence: u64,
+    /// The largest fence counter this process saw from it.
+    pub floor: u64,
+    /// An acquisition's `INCR` showed its counter went back since it was last prepared.
+    pub counter_went_back: bool,
+    /// `<prefix>quarantined`: the `run_id` it names and what is left of it.
+    pub record: Option<(&'a str, Duration)>,
+    /// A quarantine this process decided before, still to serve out (a retry after a step
+    /// failed).
+    pub decided: Option<Instant>,
+}
 
-/// The standing of a master whose marker says a quarantine began on this very server process
-/// (`quarantined:<run_id>`): quarantined for what `<prefix>quarantined` has left (`left`, on
-/// the server's clock), or, once that expired, rejoining (its fence raised, then it votes).
-/// Any other marker leaves `assessed` as it is. Without this, a master quarantined by
-/// short-lived processes (a cron job's CLI) would be quarantined again by each of them, never
-/// serving the period out.
-pub fn carry_over(
-    assessed: Standing,
-    marker: Option<&str>,
-    run_id: &str,
-    left: Option<Duration>,
-    now: Instant,
-) -> Standing {
-    let begun_here = marker.and_then(|m| m.strip_prefix(QUARANTINE_MARKER)) == Some(run_id);
-    match (begun_here, left) {
-        (false, _) => assessed,
-        (true, Some(left)) if !left.is_zero() => Standing::Quarantined { until: now + left },
-        (true, _) => Standing::Rejoining,
+/// Decides the standing of a master from `evidence`, with the fleet's quarantine `period`.
+pub fn assess(evidence: &Evidence<'_>, period: Duration, now: Instant) -> Standing {
+    let mut losses = Losses::default();
+    let run_id = evidence.identity.run_id.as_str();
+    let restarted_at = {
+        let uptime = evidence.identity.uptime.saturating_sub(UPTIME_RESOLUTION);
+        now.checked_sub(uptime).unwrap_or(now)
+    };
+    if evidence.previous_run_id.is_some_and(|previous| previous != run_id) {
+        losses.note(restarted_at + period, Loss::Restarted);
+    }
+    match evidence.marker.map(|m| m.membership.run_id()) {
+        None => losses.note(now + period, Loss::NoMarker),
+        Some(named) if named != run_id => {
+            losses.note(restarted_at + period, Loss::MarkerOfAnotherProcess)
+        }
+        Some(_) => {}
+    }
+    if evidence.fence == 0 {
+        losses.note(now + period, Loss::NoFenceCounter);
+    } else if evidence.fence < evidence.floor || evidence.counter_went_back {
+        losses.note(now + period, Loss::CounterWentBack);
+    }
+    match evidence.record {
+        Some((named, left)) if named == run_id => losses.note(now + left, Loss::Recorded),
+        Some(_) => losses.note(restarted_at + period, Loss::MarkerOfAnotherProcess),
+        None => {}
+    }
+    if let Some(until) = evidence.decided {
+        losses.note(until, Loss::Recorded);
+    }
+    let serving = matches!(
+        evidence.marker.map(|m| &m.membership),
+        Some(Membership::Quarantined(named)) if named == run_id
+    );
+    losses.standing(serving, now)
+}
+
+/// The evidence found, and the latest quarantine end among it.
+#[derive(Default)]
+struct Losses {
+    latest: Option<(Instant, Loss)>,
+    any: Option<Loss>,
+}
+
+impl Losses {
+    fn note(&mut self, until: Instant, why: Loss) {
+        self.any.get_or_insert(why);
+        if self.latest.is_none_or(|(end, _)| until > end) {
+            self.latest = Some((until, why));
+        }
+    }
+
+    fn standing(self, serving: bool, now: Instant) -> Standing {
+        match (self.latest, self.any) {
+            (Some((until, why)), _) if until > now => Standing::Quarantined { until, why },
+            (_, Some(why)) => Standing::Rejoining { why },
+            _ if serving => Standing::Rejoining { why: Loss::Served },
+            _ => Standing::Member,
+        }
     }
 }
 
 /// Reads `run_id` and `uptime_in_seconds` from an `INFO server` reply.
 pub fn parse_info(info: &str) -> Option<Identity> {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
-    };
     Some(Identity {
-        run_id: field("run_id")?.to_string(),
-        uptime: Duration::from_secs(field("uptime_in_seconds")?.parse().ok()?),
+        run_id: info_field(info, "run_id")?.to_string(),
+        uptime: Duration::from_secs(info_field(info, "uptime_in_seconds")?.parse().ok()?),
     })
+}
+
+/// The value of `name` in an `INFO` reply.
+pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
 }
 
 #[cfg(test)]

@@ -1,14 +1,51 @@
-//! A master's administrative commands, on its fred client: loading the scripts, its identity
-//! and the fleet marker, the quarantine record, and the fence counter read during preparation.
+//! A master's administrative commands, on its fred client: loading the scripts, reading what
+//! a preparation decides its standing from ([`Inspection`]), the birth of a fleet, the
+//! quarantine record and the marker that ends a preparation, and the fence counter read
+//! while syncing another master.
 
 use std::time::Duration;
 
 use fred::prelude::{ClientLike, KeysInterface};
-use fred::types::CustomCommand;
+use fred::types::{CustomCommand, Value};
 
 use super::Node;
+use crate::fleet::eviction::{evicting, Evicting};
 use crate::fleet::quarantine::{parse_info, Identity};
+use crate::keys::Keyspace;
 use crate::scripts::SCRIPTS;
+
+/// What a preparation reads of a master.
+#[derive(Clone, Debug)]
+pub(in crate::fleet) struct Inspection {
+    pub(in crate::fleet) identity: Identity,
+    /// Its eviction settings when it may drop keys; `Err` when `INFO memory` did not say.
+    pub(in crate::fleet) evicting: Result<Option<Evicting>, &'static str>,
+    /// The fleet marker's text as read (`None`: absent).
+    pub(in crate::fleet) marker: Option<String>,
+    /// The fence counter (0: absent).
+    pub(in crate::fleet) fence: u64,
+    /// `<prefix>quarantined`: the `run_id` it names and what is left of it.
+    pub(in crate::fleet) record: Option<(String, Duration)>,
+}
+
+impl Inspection {
+    /// Whether the master carries anything of a fleet's history: the marker, a fence
+    /// counter or a quarantine record.
+    pub(in crate::fleet) fn has_history(&self) -> bool {
+        self.marker.is_some() || self.fence > 0 || self.record.is_some()
+    }
+}
+
+/// How `mark.lua` ended a preparation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::fleet) enum Marked {
+    /// The counter now holds this, and the marker is written.
+    Done(u64),
+    /// The marker or the counter changed since the inspection: inspect again.
+    Changed,
+    /// A quarantine is recorded there: inspect again, and serve it out.
+    Recorded,
+}
 
 // === impl Node ===
 
@@ -24,21 +61,97 @@ impl Node {
         matches!(tokio::time::timeout(timeout, load).await, Ok(Ok(())))
     }
 
-    /// `INFO server` and the value of the fleet marker `marker` (the `run_id` the server was
-    /// made a member under; `None` when absent), within `timeout`.
-    pub(in crate::fleet) async fn identify(
+    /// `INFO server`, `INFO memory`, and the marker, fence counter and quarantine record read
+    /// at one instant, within `timeout`; `None` when the master did not answer in time.
+    pub(in crate::fleet) async fn inspect(
         &self,
+        keyspace: &Keyspace,
+        timeout: Duration,
+    ) -> Option<Inspection> {
+        let keys = vec![keyspace.marker(), keyspace.fence(), keyspace.quarantined()];
+        let query = async {
+            let server = self.info("server").await?;
+            let memory = self.info("memory").await?;
+            let script = &SCRIPTS.inspect;
+            let read: Vec<Value> = script.evalsha_with_reload(&self.client, keys, ()).await?;
+            Ok::<_, fred::error::Error>((server, memory, read))
+        };
+        let (server, memory, read) = tokio::time::timeout(timeout, query).await.ok()?.ok()?;
+        let mut read = read.into_iter();
+        let mut text = || read.next().and_then(|v| v.into_string());
+        let (marker, fence, record) = (text(), text(), text());
+        let pttl = read.next().and_then(|v| v.as_i64()).unwrap_or(-2);
+        let record = record.filter(|_| pttl > 0);
+        Some(Inspection {
+            identity: parse_info(&server)?,
+            evicting: evicting(&memory),
+            marker,
+            fence: fence.and_then(|f| f.parse().ok()).unwrap_or(0),
+            record: record.map(|r| (r, Duration::from_millis(pttl as u64))),
+        })
+    }
+
+    async fn info(&self, section: &'static str) -> Result<String, fred::error::Error> {
+        let info = CustomCommand::new_static("INFO", None, false);
+        self.client.custom(info, vec![section]).await
+    }
+
+    /// Makes this master, if it has no history, a member of a newborn fleet (`marker`, its
+    /// fence counter 1). `Some(false)`: it has history, nothing written; `None`: no answer.
+    pub(in crate::fleet) async fn birth(
+        &self,
+        keyspace: &Keyspace,
         marker: &str,
         timeout: Duration,
-    ) -> Option<(Identity, Option<String>)> {
-        let query = async {
-            let info_cmd = CustomCommand::new_static("INFO", None, false);
-            let info: String = self.client.custom(info_cmd, vec!["server"]).await?;
-            let member: Option<String> = self.client.get(marker).await?;
-            Ok::<_, fred::error::Error>((info, member))
-        };
-        let (info, member) = tokio::time::timeout(timeout, query).await.ok()?.ok()?;
-        Some((parse_info(&info)?, member))
+    ) -> Option<bool> {
+        let keys = vec![keyspace.marker(), keyspace.fence(), keyspace.quarantined()];
+        let birth = SCRIPTS.birth.evalsha_with_reload(&self.client, keys, marker);
+        let born: i64 = tokio::time::timeout(timeout, birth).await.ok()?.ok()?;
+        Some(born == 1)
+    }
+
+    /// Ends a preparation (`mark.lua`): unless the master changed since `read` (its marker
+    /// text and counter), max-assigns `target` to its counter and writes `marker`.
+    pub(in crate::fleet) async fn mark(
+        &self,
+        keyspace: &Keyspace,
+        read: (Option<&str>, u64),
+        target: u64,
+        marker: &str,
+        timeout: Duration,
+    ) -> Option<Marked> {
+        let keys = vec![keyspace.marker(), keyspace.fence(), keyspace.quarantined()];
+        let (read_marker, read_fence) = read;
+        let args = vec![
+            read_marker.unwrap_or("").to_string(),
+            read_fence.to_string(),
+            target.to_string(),
+            marker.to_string(),
+        ];
+        let mark = SCRIPTS.mark.evalsha_with_reload(&self.client, keys, args);
+        let reply: i64 = tokio::time::timeout(timeout, mark).await.ok()?.ok()?;
+        Some(match reply {
+            -2 => Marked::Recorded,
+            counter if counter >= 1 => Marked::Done(counter as u64),
+            _ => Marked::Changed,
+        })
+    }
+
+    /// Records the quarantine of server `run_id` for every process: `<prefix>quarantined`,
+    /// expiring `left` from now on the server's clock, and `marker` (`quarantined=<run_id>`),
+    /// at one instant. `false` when the master did not answer in time.
+    pub(in crate::fleet) async fn record_quarantine(
+        &self,
+        keyspace: &Keyspace,
+        (run_id, left): (&str, Duration),
+        marker: &str,
+        timeout: Duration,
+    ) -> bool {
+        let keys = vec![keyspace.quarantined(), keyspace.marker()];
+        let left_ms = left.as_millis().max(1).to_string();
+        let args = vec![run_id.to_string(), left_ms, marker.to_string()];
+        let record = SCRIPTS.quarantine.evalsha_with_reload(&self.client, keys, args);
+        matches!(tokio::time::timeout(timeout, record).await, Ok(Ok(1i64)))
     }
 
     /// The value of an integer key (0 when absent), within `timeout`.
@@ -46,52 +159,5 @@ impl Node {
         let get = self.client.get::<Option<u64>, _>(key);
         let value = tokio::time::timeout(timeout, get).await.ok()?.ok()?;
         Some(value.unwrap_or(0))
-    }
-
-    /// Sets the fleet marker `key` to `run_id` (the server process made a member), with no
-    /// expiry, within `timeout`.
-    pub(in crate::fleet) async fn set_marker(
-        &self,
-        key: &str,
-        run_id: &str,
-        timeout: Duration,
-    ) -> bool {
-        let set = self.client.set::<(), _, _>(key, run_id, None, None, false);
-        matches!(tokio::time::timeout(timeout, set).await, Ok(Ok(())))
-    }
-
-    /// What is left of a quarantine some process began on this server process (`run_id`):
-    /// the expiry of `quarantined` when the key names `run_id`. `Some(None)` when none is
-    /// under way; `None` when the master did not answer within `timeout`.
-    pub(in crate::fleet) async fn quarantine_left(
-        &self,
-        quarantined: &str,
-        run_id: &str,
-        timeout: Duration,
-    ) -> Option<Option<Duration>> {
-        let query = async {
-            let serving: Option<String> = self.client.get(quarantined).await?;
-            let left: i64 = self.client.pttl(quarantined).await?;
-            Ok::<_, fred::error::Error>((serving, left))
-        };
-        let (serving, left) = tokio::time::timeout(timeout, query).await.ok()?.ok()?;
-        let ours = serving.as_deref() == Some(run_id) && left > 0;
-        Some(ours.then(|| Duration::from_millis(left as u64)))
-    }
-
-    /// Records that this server (`run_id`) is quarantined for `left` more: the key expires on
-    /// the server's clock when the quarantine ends.
-    pub(in crate::fleet) async fn set_quarantined(
-        &self,
-        key: &str,
-        run_id: &str,
-        left: Duration,
-        timeout: Duration,
-    ) -> bool {
-        let expiry = fred::types::Expiration::PX(left.as_millis().max(1) as i64);
-        let set = self
-            .client
-            .set::<(), _, _>(key, run_id, Some(expiry), None, false);
-        matches!(tokio::time::timeout(timeout, set).await, Ok(Ok(())))
     }
 }

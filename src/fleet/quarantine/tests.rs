@@ -1,6 +1,7 @@
-//! Unit tests of the restart quarantine policy.
+//! Unit tests of the restart quarantine policy: each piece of evidence alone quarantines.
 
 use super::*;
+use crate::fleet::mark::Birth;
 
 const PERIOD: Duration = Duration::from_secs(60);
 
@@ -11,102 +12,173 @@ fn identity(run_id: &str, uptime_secs: u64) -> Identity {
     }
 }
 
-/// A plain reconnect to the same server keeps it a member.
-#[tokio::test(start_paused = true)]
-async fn same_server_stays_a_member() {
-    let now = Instant::now() + Duration::from_secs(3600);
-    let standing = assess(Some("a"), &identity("a", 5), Some("a"), true, PERIOD, now);
-    assert_eq!(standing, Standing::Member);
+fn birth() -> Birth {
+    Birth {
+        fleet: "f".into(),
+        quarantine: PERIOD,
+    }
 }
 
-/// A fresh fleet is adopted at once.
+/// A master that shows no evidence: same run id, its own marker, a counter at its floor.
+fn clean<'a>(identity: &'a Identity, marker: &'a FleetMark) -> Evidence<'a> {
+    Evidence {
+        previous_run_id: Some(&identity.run_id),
+        identity,
+        marker: Some(marker),
+        fence: 7,
+        floor: 7,
+        counter_went_back: false,
+        record: None,
+        decided: None,
+    }
+}
+
+fn later() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
+
+/// A plain reconnect to the same server keeps it a member; so does a first contact.
 #[tokio::test(start_paused = true)]
-async fn a_fresh_fleet_is_adopted_at_once() {
-    let now = Instant::now() + Duration::from_secs(3600);
-    let standing = assess(None, &identity("a", 1), None, false, PERIOD, now);
-    assert_eq!(standing, Standing::Member);
+async fn same_server_stays_a_member() {
+    let (id, mark) = (identity("a", 5), FleetMark::member(&birth(), "a"));
+    assert_eq!(assess(&clean(&id, &mark), PERIOD, later()), Standing::Member);
+    let first = Evidence {
+        previous_run_id: None,
+        floor: 0,
+        ..clean(&id, &mark)
+    };
+    assert_eq!(assess(&first, PERIOD, later()), Standing::Member);
 }
 
 /// A changed run id means a restart: quarantined until a period after the restart, dated
 /// from the uptime less its 1 s resolution.
 #[tokio::test(start_paused = true)]
 async fn a_new_run_id_is_quarantined_from_its_restart() {
-    let now = Instant::now() + Duration::from_secs(3600);
-    let standing = assess(Some("a"), &identity("b", 10), Some("a"), true, PERIOD, now);
+    let now = later();
+    let mark = FleetMark::member(&birth(), "b");
+    let (recent, old, fresh) = (identity("b", 10), identity("b", 62), identity("b", 1));
+    let restarted = |id| Evidence {
+        previous_run_id: Some("a"),
+        ..clean(id, &mark)
+    };
     let until = now - Duration::from_secs(9) + PERIOD;
-    assert_eq!(standing, Standing::Quarantined { until });
-    let long_ago = assess(Some("a"), &identity("b", 62), Some("a"), true, PERIOD, now);
-    assert_eq!(long_ago, Standing::Rejoining);
-    let just_now = assess(Some("a"), &identity("b", 1), Some("a"), true, PERIOD, now);
+    let why = Loss::Restarted;
     assert_eq!(
-        just_now,
-        Standing::Quarantined {
-            until: now + PERIOD
-        },
+        assess(&restarted(&recent), PERIOD, now),
+        Standing::Quarantined { until, why }
+    );
+    assert_eq!(
+        assess(&restarted(&old), PERIOD, now),
+        Standing::Rejoining { why }
+    );
+    let until = now + PERIOD;
+    assert_eq!(
+        assess(&restarted(&fresh), PERIOD, now),
+        Standing::Quarantined { until, why },
         "1 s may be 10 ms"
     );
 }
 
-/// On first contact, a master whose marker names another process restarted since it was made
-/// a member — with some of its data (an RDB snapshot, an AOF behind) — `uptime` ago; one
-/// whose marker names itself is a member.
+/// A marker naming another process means a restart `uptime` ago.
 #[tokio::test(start_paused = true)]
 async fn a_marker_of_another_process_means_a_restart() {
-    let now = Instant::now() + Duration::from_secs(3600);
-    let standing = assess(None, &identity("x", 20), Some("old"), true, PERIOD, now);
-    let until = now - Duration::from_secs(19) + PERIOD;
-    assert_eq!(standing, Standing::Quarantined { until });
-    let member = assess(None, &identity("x", 20), Some("x"), true, PERIOD, now);
-    assert_eq!(member, Standing::Member);
-    let legacy = assess(None, &identity("x", 20), Some("1"), true, PERIOD, now);
-    assert_eq!(legacy, Standing::Quarantined { until });
-}
-
-/// A master without the marker in a marked fleet lost its data at an unknown time: on first
-/// contact, and for the same server that lost its data (FLUSHALL), quarantined from now.
-#[tokio::test(start_paused = true)]
-async fn a_master_without_the_marker_is_quarantined_from_now() {
-    let now = Instant::now() + Duration::from_secs(3600);
-    let from_now = Standing::Quarantined {
-        until: now + PERIOD,
+    let now = later();
+    let (id, mark) = (identity("x", 20), FleetMark::member(&birth(), "old"));
+    let evidence = Evidence {
+        previous_run_id: None,
+        ..clean(&id, &mark)
     };
-    let first = assess(None, &identity("x", 9_999), None, true, PERIOD, now);
-    assert_eq!(first, from_now);
-    let flushed = assess(Some("a"), &identity("a", 9_999), None, true, PERIOD, now);
-    assert_eq!(flushed, from_now);
+    let until = now - Duration::from_secs(19) + PERIOD;
+    let why = Loss::MarkerOfAnotherProcess;
+    assert_eq!(
+        assess(&evidence, PERIOD, now),
+        Standing::Quarantined { until, why }
+    );
 }
 
-/// A quarantine another process began on the same server is served out, not begun again;
-/// once it has expired the master rejoins (fence raised, then votes); other markers are left to
-/// `assess`.
+/// Evidence nobody can date quarantines from now: no marker, no fence counter, a counter
+/// below the floor, or one an acquisition saw go back — whatever the marker says.
 #[tokio::test(start_paused = true)]
-async fn a_quarantine_begun_elsewhere_is_served_out() {
-    let now = Instant::now() + Duration::from_secs(3600);
-    let begun = quarantine_marker("x");
-    let left = Some(Duration::from_secs(200));
-    let until = now + Duration::from_secs(200);
-    let assessed = assess(None, &identity("x", 20), Some(&begun), true, PERIOD, now);
-    let over = |left| carry_over(assessed, Some(&begun), "x", left, now);
-    assert_eq!(over(left), Standing::Quarantined { until });
-    assert_eq!(over(None), Standing::Rejoining);
-    assert_eq!(over(Some(Duration::ZERO)), Standing::Rejoining);
-    // A record of another server process (restarted since) says nothing.
-    let other = quarantine_marker("old");
-    let restarted = assess(None, &identity("x", 20), Some(&other), true, PERIOD, now);
-    assert_eq!(
-        carry_over(restarted, Some(&other), "x", left, now),
-        restarted
-    );
-    assert_eq!(
-        carry_over(Standing::Member, Some("x"), "x", left, now),
-        Standing::Member
-    );
+async fn undated_evidence_quarantines_from_now_whatever_the_marker_says() {
+    let now = later();
+    let (id, mark) = (identity("a", 5000), FleetMark::member(&birth(), "a"));
+    let cases = [
+        (
+            Evidence {
+                marker: None,
+                ..clean(&id, &mark)
+            },
+            Loss::NoMarker,
+        ),
+        (
+            Evidence {
+                fence: 0,
+                ..clean(&id, &mark)
+            },
+            Loss::NoFenceCounter,
+        ),
+        (
+            Evidence {
+                fence: 3,
+                ..clean(&id, &mark)
+            },
+            Loss::CounterWentBack,
+        ),
+        (
+            Evidence {
+                counter_went_back: true,
+                ..clean(&id, &mark)
+            },
+            Loss::CounterWentBack,
+        ),
+    ];
+    for (evidence, why) in cases {
+        let until = now + PERIOD;
+        let standing = assess(&evidence, PERIOD, now);
+        assert_eq!(standing, Standing::Quarantined { until, why }, "{why:?}");
+    }
 }
 
-/// run_id and uptime are read from a real INFO server layout.
+/// A recorded quarantine of this server process is served out to its end, and one of
+/// another process means a restart since; the latest end of all the evidence wins.
+#[tokio::test(start_paused = true)]
+async fn a_recorded_quarantine_is_served_out() {
+    let now = later();
+    let id = identity("a", 5000);
+    let mark = FleetMark::quarantined(&birth(), "a");
+    let left = Duration::from_secs(40);
+    let recorded = Evidence {
+        record: Some(("a", left)),
+        ..clean(&id, &mark)
+    };
+    let why = Loss::Recorded;
+    let until = now + left;
+    assert_eq!(
+        assess(&recorded, PERIOD, now),
+        Standing::Quarantined { until, why }
+    );
+    let and_no_fence = Evidence {
+        fence: 0,
+        ..recorded.clone()
+    };
+    let until = now + PERIOD;
+    let why = Loss::NoFenceCounter;
+    assert_eq!(
+        assess(&and_no_fence, PERIOD, now),
+        Standing::Quarantined { until, why }
+    );
+    let served = Evidence {
+        record: None,
+        ..recorded
+    };
+    let why = Loss::Served;
+    assert_eq!(assess(&served, PERIOD, now), Standing::Rejoining { why });
+}
+
+/// `parse_info` reads the two fields wherever they are.
 #[test]
-fn info_server_is_parsed() {
-    let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:0123abcd\r\ntcp_port:6379\r\nuptime_in_seconds:42\r\n";
-    assert_eq!(parse_info(info), Some(identity("0123abcd", 42)));
-    assert_eq!(parse_info("# Server\r\n"), None);
+fn info_fields_are_read() {
+    let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc\r\nuptime_in_seconds:42\r\n";
+    assert_eq!(parse_info(info), Some(identity("abc", 42)));
+    assert_eq!(parse_info("# Server\r\nrun_id:abc\r\n"), None);
 }

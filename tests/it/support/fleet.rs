@@ -125,6 +125,7 @@ impl Deref for TestEngine {
 pub fn test_fleet_options() -> FleetOptions {
     FleetOptions {
         quarantine: QUARANTINE,
+        longest_ttl: QUARANTINE,
         ..FleetOptions::default()
     }
 }

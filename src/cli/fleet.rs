@@ -1,0 +1,121 @@
+//! `redlease fleet init|status`: the operator's birth of a fleet, and what each master is to
+//! it (member, quarantined and why, refused and why), straight on the masters.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::lock::{print_json, FleetArgs};
+use super::{EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
+use crate::fleet::{BirthRule, Fleet, Node};
+use crate::Error;
+
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Give birth to a fleet whose masters carry no history: marks every master that answers.
+    /// Refused when any master shows history, when fewer than a quorum answer, and (unless
+    /// --allow-missing) when any does not answer.
+    Init(InitArgs),
+    /// What each master is to the fleet: member, quarantined (and why, until when), refused
+    /// (and why). Exits 4 when fewer than a quorum take lock writes.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    fleet: FleetArgs,
+    /// Birth the fleet with the masters that answer, if they are a quorum; the others are
+    /// quarantined for a whole period when they come.
+    #[arg(long)]
+    allow_missing: bool,
+    /// The fleet's quarantine, written in its markers: every process then uses it, and one
+    /// that may write a longer TTL refuses to start.
+    #[arg(long, default_value_t = crate::fleet::DEFAULT_QUARANTINE.as_millis() as u64)]
+    quarantine_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    fleet: FleetArgs,
+    /// How long to let the masters' preparations run before reporting.
+    #[arg(long, default_value_t = 1000)]
+    settle_ms: u64,
+}
+
+/// Runs one fleet command and returns the exit code.
+pub async fn run(command: FleetCommand) -> u8 {
+    let outcome = match command {
+        FleetCommand::Init(args) => init(args).await,
+        FleetCommand::Status(args) => status(args).await,
+    };
+    outcome.unwrap_or_else(|error| {
+        eprintln!("redlease: {error}");
+        EXIT_USAGE
+    })
+}
+
+async fn init(args: InitArgs) -> Result<u8, Error> {
+    let mut options = args.fleet.options()?;
+    options.birth = BirthRule::Init {
+        allow_missing: args.allow_missing,
+    };
+    options.quarantine = Duration::from_millis(args.quarantine_ms);
+    options.longest_ttl = Duration::ZERO;
+    options.straggler_grace = None;
+    let fleet = Fleet::connect(args.fleet.masters(), &options).await?;
+    // Connect births the fleet or errs; the birth is known here.
+    let birth = fleet.birth();
+    let masters: Vec<_> = fleet.nodes().iter().map(|n| master_json(n)).collect();
+    print_json(&json!({
+        "born": birth.is_some(),
+        "fleet": birth.as_ref().map(|b| b.fleet.clone()),
+        "quarantine_ms": birth.as_ref().map(|b| b.quarantine.as_millis() as u64),
+        "masters": masters,
+    }));
+    fleet.settle_preparations(Duration::from_secs(2)).await;
+    fleet.quit(Duration::from_millis(20)).await;
+    Ok(if birth.is_some() { EXIT_OK } else { EXIT_USAGE })
+}
+
+async fn status(args: StatusArgs) -> Result<u8, Error> {
+    let mut options = args.fleet.options()?;
+    options.longest_ttl = Duration::ZERO;
+    let fleet = Fleet::connect(args.fleet.masters(), &options).await?;
+    let settle = Duration::from_millis(args.settle_ms);
+    let _ = tokio::time::timeout(settle, settled(&fleet)).await;
+    let birth = fleet.birth();
+    let masters: Vec<_> = fleet.nodes().iter().map(|n| master_json(n)).collect();
+    let up = fleet.nodes().iter().filter(|n| n.is_up()).count();
+    print_json(&json!({
+        "born": birth.is_some(),
+        "fleet": birth.as_ref().map(|b| b.fleet.clone()),
+        "quarantine_ms": fleet.quarantine().as_millis() as u64,
+        "quorum": fleet.quorum(),
+        "up": up,
+        "masters": masters,
+    }));
+    fleet.settle_preparations(Duration::from_secs(1)).await;
+    fleet.quit(Duration::from_millis(20)).await;
+    Ok(if up >= fleet.quorum() { EXIT_OK } else { EXIT_NO_QUORUM })
+}
+
+/// Until every master takes writes or says why not.
+async fn settled(fleet: &Fleet) {
+    while !fleet.nodes().iter().all(|n| n.is_up() || n.exclusion().is_some()) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One master as the fleet commands print it.
+fn master_json(node: &Node) -> serde_json::Value {
+    let exclusion = node.exclusion();
+    json!({
+        "url": node.url(),
+        "up": node.is_up(),
+        "excluded": exclusion.as_ref().map(|e| e.reason()),
+        "why": exclusion.as_ref().map(|e| e.to_string()),
+    })
+}
