@@ -96,9 +96,7 @@ pub fn main() -> ExitCode {
             | Command::Locks(_)
             | Command::Audit(_)
             | Command::Fleet(_)
-            | Command::Load(_) => {
-                "redlease=warn"
-            }
+            | Command::Load(_) => "redlease=warn",
             Command::Serve(_) | Command::Dev(_) => "redlease=info",
         },
     );

@@ -43,13 +43,14 @@ use crate::Error;
 pub use credentials::{Credentials, Password};
 pub use deadline::{Deadline, SharedDeadline};
 pub use endpoint::mask_credentials;
-pub use exclusion::Exclusion;
-pub use mark::Birth;
 #[cfg(feature = "sidecar")]
 pub(crate) use endpoint::uses_tls;
 use endpoint::{build_client, lock_target};
+pub use exclusion::Exclusion;
 pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_BREAKER_TRIAL_INTERVAL};
+pub use mark::Birth;
 pub use node::{Admission, CallError, Node};
+pub use quarantine::Loss;
 pub use quarantine::DEFAULT_QUARANTINE;
 pub use tls::TlsOptions;
 
@@ -363,7 +364,8 @@ impl Fleet {
 
     /// The quarantine in force: the born fleet's, else the one this process would give it.
     pub fn quarantine(&self) -> Duration {
-        self.birth().map_or(self.options.quarantine, |b| b.quarantine)
+        self.birth()
+            .map_or(self.options.quarantine, |b| b.quarantine)
     }
 
     pub(crate) fn set_history(&self, history: History) {
@@ -402,7 +404,10 @@ impl Fleet {
             return Some(birth);
         }
         let timeout = self.options.connect_timeout;
-        let reads = self.nodes.iter().map(|n| n.inspect(self.keyspace(), timeout));
+        let reads = self
+            .nodes
+            .iter()
+            .map(|n| n.inspect(self.keyspace(), timeout));
         let reads = futures_util::future::join_all(reads).await;
         let mut survey = startup::Survey::new(self.len(), self.quorum());
         survey.answers = reads.into_iter().map(startup::Answer::from).collect();

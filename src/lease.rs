@@ -271,9 +271,9 @@ impl LeaseManager {
         let nodes = fleet.nodes();
         let up = nodes.iter().filter(|n| n.is_up()).count() as u64;
         let quarantined = nodes.iter().filter(|n| n.is_quarantined(now)).count() as u64;
-        let refused = nodes.iter().filter(|n| {
-            n.exclusion().is_some_and(|e| e.needs_operator())
-        });
+        let refused = nodes
+            .iter()
+            .filter(|n| n.exclusion().is_some_and(|e| e.needs_operator()));
         let refused = refused.count() as u64;
         METRICS.active_leases.record(self.active() as u64, &[]);
         METRICS

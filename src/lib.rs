@@ -102,9 +102,11 @@ pub mod server;
 mod shutdown;
 
 pub use error::Error;
+pub use fleet::mark::{FleetMark, Membership};
+pub use fleet::quarantine::Loss;
 pub use fleet::{
-    CallError, Credentials, Fleet, FleetOptions, Password, ProbeGuard, TlsOptions,
-    DEFAULT_PROBE_PERIOD,
+    Birth, BirthRule, CallError, Credentials, Exclusion, Fleet, FleetOptions, Password, ProbeGuard,
+    TlsOptions, DEFAULT_LONGEST_TTL, DEFAULT_PROBE_PERIOD,
 };
 pub use keys::Keyspace;
 pub use lease_id::LeaseId;

@@ -68,6 +68,8 @@ async fn init(args: InitArgs) -> Result<u8, Error> {
     let fleet = Fleet::connect(args.fleet.masters(), &options).await?;
     // Connect births the fleet or errs; the birth is known here.
     let birth = fleet.birth();
+    let _ = tokio::time::timeout(Duration::from_secs(1), settled(&fleet)).await;
+    fleet.settle_preparations(Duration::from_secs(2)).await;
     let masters: Vec<_> = fleet.nodes().iter().map(|n| master_json(n)).collect();
     print_json(&json!({
         "born": birth.is_some(),
@@ -75,7 +77,6 @@ async fn init(args: InitArgs) -> Result<u8, Error> {
         "quarantine_ms": birth.as_ref().map(|b| b.quarantine.as_millis() as u64),
         "masters": masters,
     }));
-    fleet.settle_preparations(Duration::from_secs(2)).await;
     fleet.quit(Duration::from_millis(20)).await;
     Ok(if birth.is_some() { EXIT_OK } else { EXIT_USAGE })
 }
@@ -99,12 +100,20 @@ async fn status(args: StatusArgs) -> Result<u8, Error> {
     }));
     fleet.settle_preparations(Duration::from_secs(1)).await;
     fleet.quit(Duration::from_millis(20)).await;
-    Ok(if up >= fleet.quorum() { EXIT_OK } else { EXIT_NO_QUORUM })
+    Ok(if up >= fleet.quorum() {
+        EXIT_OK
+    } else {
+        EXIT_NO_QUORUM
+    })
 }
 
 /// Until every master takes writes or says why not.
 async fn settled(fleet: &Fleet) {
-    while !fleet.nodes().iter().all(|n| n.is_up() || n.exclusion().is_some()) {
+    while !fleet
+        .nodes()
+        .iter()
+        .all(|n| n.is_up() || n.exclusion().is_some())
+    {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -47,7 +47,10 @@ impl Exclusion {
     pub fn needs_operator(&self) -> bool {
         matches!(
             self,
-            Self::Evicting(_) | Self::OtherFleet { .. } | Self::UnreadableMarker(_) | Self::Twin { .. }
+            Self::Evicting(_)
+                | Self::OtherFleet { .. }
+                | Self::UnreadableMarker(_)
+                | Self::Twin { .. }
         )
     }
 }

@@ -69,7 +69,8 @@ async fn prepare(weak: &Weak<Fleet>, node: &Node) -> Again {
             let marker = FleetMark::quarantined(&birth, run_id).to_string();
             let left = until.saturating_duration_since(Instant::now());
             let keyspace = fleet.keyspace();
-            let recorded = node.record_quarantine(keyspace, (run_id, left), &marker, PREPARE_STEP_TIMEOUT);
+            let recorded =
+                node.record_quarantine(keyspace, (run_id, left), &marker, PREPARE_STEP_TIMEOUT);
             if !recorded.await {
                 return Again::No;
             }
@@ -105,7 +106,11 @@ async fn examine(fleet: &Fleet, node: &Node) -> Option<(Birth, Inspection, Optio
     match &read.evicting {
         Ok(Some(evicting)) => return exclude(node, Exclusion::Evicting(evicting.clone())),
         Ok(None) => {}
-        Err(why) => tracing::warn!(node = node.index(), why, "cannot tell whether the master evicts keys"),
+        Err(why) => tracing::warn!(
+            node = node.index(),
+            why,
+            "cannot tell whether the master evicts keys"
+        ),
     }
     let Some(birth) = born else {
         return exclude(node, Exclusion::Unborn);
@@ -131,9 +136,19 @@ async fn examine(fleet: &Fleet, node: &Node) -> Option<(Birth, Inspection, Optio
 fn exclude<T>(node: &Node, why: Exclusion) -> Option<T> {
     let changed = node.exclusion().map(|e| e.reason()) != Some(why.reason());
     if changed && why.needs_operator() {
-        tracing::error!(node = node.index(), url = node.url(), reason = why.reason(), "master refused: {why}");
+        tracing::error!(
+            node = node.index(),
+            url = node.url(),
+            reason = why.reason(),
+            "master refused: {why}"
+        );
     } else if changed {
-        tracing::warn!(node = node.index(), url = node.url(), reason = why.reason(), "master takes no votes: {why}");
+        tracing::warn!(
+            node = node.index(),
+            url = node.url(),
+            reason = why.reason(),
+            "master takes no votes: {why}"
+        );
     }
     node.set_exclusion(Some(why));
     None
@@ -153,7 +168,10 @@ fn decide(
     node.raise_fence_seen(read.fence);
     let marker = read.marker.as_deref().and_then(FleetMark::parse);
     let marker = marker.filter(|m| m.fleet == birth.fleet);
-    let record = read.record.as_ref().map(|(run_id, left)| (run_id.as_str(), *left));
+    let record = read
+        .record
+        .as_ref()
+        .map(|(run_id, left)| (run_id.as_str(), *left));
     let evidence = Evidence {
         previous_run_id: previous.as_deref(),
         identity: &read.identity,
@@ -168,7 +186,9 @@ fn decide(
     let standing = assess(&evidence, period, now);
     let (quarantine, exclusion) = match standing {
         Standing::Member => (None, None),
-        Standing::Quarantined { until, why } => (Some(until), Some(Exclusion::Quarantined { until, why })),
+        Standing::Quarantined { until, why } => {
+            (Some(until), Some(Exclusion::Quarantined { until, why }))
+        }
         Standing::Rejoining { why } => (Some(now), Some(Exclusion::Rejoining { why })),
     };
     node.set_quarantine(quarantine);
@@ -208,7 +228,10 @@ async fn finish(
         match fence_from_members(&fleet, node).await {
             Some(target) => target,
             None => {
-                tracing::warn!(node = node.index(), "fence sync failed: fewer than a quorum of members answered; master stays out");
+                tracing::warn!(
+                    node = node.index(),
+                    "fence sync failed: fewer than a quorum of members answered; master stays out"
+                );
                 return Again::No;
             }
         }
@@ -218,7 +241,13 @@ async fn finish(
     let target = target.max(node.fence_seen()).max(1);
     let marker = FleetMark::member(birth, &read.identity.run_id).to_string();
     let keyspace = fleet.keyspace();
-    let mark = node.mark(keyspace, (expected.as_deref(), read.fence), target, &marker, PREPARE_STEP_TIMEOUT);
+    let mark = node.mark(
+        keyspace,
+        (expected.as_deref(), read.fence),
+        target,
+        &marker,
+        PREPARE_STEP_TIMEOUT,
+    );
     match mark.await {
         Some(Marked::Done(counter)) => node.raise_fence_seen(counter),
         // The master changed under the preparation: read it again.
@@ -230,7 +259,11 @@ async fn finish(
     if !node.set_ready_unless_asked_again(requests) {
         return Again::Yes;
     }
-    tracing::info!(node = node.index(), url = node.url(), "master takes lock writes");
+    tracing::info!(
+        node = node.index(),
+        url = node.url(),
+        "master takes lock writes"
+    );
     Again::No
 }
 
@@ -248,7 +281,9 @@ async fn fence_from_members(fleet: &Fleet, node: &Node) -> Option<u64> {
             .filter(|n| n.index() != node.index() && n.is_member())
             .collect();
         if members.len() >= needed {
-            let reads = members.iter().map(|n| n.get_counter(&fence, PREPARE_STEP_TIMEOUT));
+            let reads = members
+                .iter()
+                .map(|n| n.get_counter(&fence, PREPARE_STEP_TIMEOUT));
             let counters = futures_util::future::join_all(reads).await;
             let counters: Vec<u64> = counters.into_iter().flatten().collect();
             if counters.len() >= needed {

@@ -13,7 +13,9 @@
 //!   server process: a restart, dated from its uptime;
 //! - it lacks the marker of a born fleet (unreachable at the birth, or its data went), or
 //!   lacks its fence counter, or the counter is below one this process saw from it (here or at
-//!   an acquisition's `INCR`): a loss nobody can date, so from now;
+//!   an acquisition's `INCR`): a loss nobody can date, so from now (a master whose marker says
+//!   it serves a quarantine keeps the counter its loss left until the end: that is the loss
+//!   being served, not a new one);
 //! - `<prefix>quarantined` names this server process: a quarantine some process began, served
 //!   out to its end; naming another process, a restart since, dated from the uptime.
 //!
@@ -114,7 +116,10 @@ pub fn assess(evidence: &Evidence<'_>, period: Duration, now: Instant) -> Standi
         let uptime = evidence.identity.uptime.saturating_sub(UPTIME_RESOLUTION);
         now.checked_sub(uptime).unwrap_or(now)
     };
-    if evidence.previous_run_id.is_some_and(|previous| previous != run_id) {
+    if evidence
+        .previous_run_id
+        .is_some_and(|previous| previous != run_id)
+    {
         losses.note(restarted_at + period, Loss::Restarted);
     }
     match evidence.marker.map(|m| m.membership.run_id()) {
@@ -124,9 +129,15 @@ pub fn assess(evidence: &Evidence<'_>, period: Duration, now: Instant) -> Standi
         }
         Some(_) => {}
     }
-    if evidence.fence == 0 {
+    let serving = matches!(
+        evidence.marker.map(|m| &m.membership),
+        Some(Membership::Quarantined(named)) if named == run_id
+    );
+    // A master serving a quarantine keeps the counter its loss left until the quarantine's
+    // end: a missing or low counter there is that loss, already being served.
+    if evidence.fence == 0 && !serving {
         losses.note(now + period, Loss::NoFenceCounter);
-    } else if evidence.fence < evidence.floor || evidence.counter_went_back {
+    } else if (evidence.fence < evidence.floor && !serving) || evidence.counter_went_back {
         losses.note(now + period, Loss::CounterWentBack);
     }
     match evidence.record {
@@ -137,10 +148,6 @@ pub fn assess(evidence: &Evidence<'_>, period: Duration, now: Instant) -> Standi
     if let Some(until) = evidence.decided {
         losses.note(until, Loss::Recorded);
     }
-    let serving = matches!(
-        evidence.marker.map(|m| &m.membership),
-        Some(Membership::Quarantined(named)) if named == run_id
-    );
     losses.standing(serving, now)
 }
 

@@ -128,14 +128,26 @@ impl Survey {
     /// Why an operator's `fleet init` may not birth the fleet: a master shows history, too
     /// few answered, or some did not answer and missing ones are not allowed.
     pub(super) fn init_refusal(&self, rule: BirthRule) -> Option<String> {
-        let allow_missing = matches!(rule, BirthRule::Init { allow_missing: true });
-        let with_history = self.answers.iter().position(|a| a.heard().is_some_and(Inspection::has_history));
+        let allow_missing = matches!(
+            rule,
+            BirthRule::Init {
+                allow_missing: true
+            }
+        );
+        let with_history = self
+            .answers
+            .iter()
+            .position(|a| a.heard().is_some_and(Inspection::has_history));
         if let Some(index) = with_history {
             return Some(format!("master {index} already carries fleet history (a marker, a fence counter or a quarantine record)"));
         }
         let heard = self.answers.iter().filter(|a| a.heard().is_some()).count();
         if heard < self.quorum {
-            return Some(format!("only {heard} of {} masters answered; a birth needs a quorum ({})", self.answers.len(), self.quorum));
+            return Some(format!(
+                "only {heard} of {} masters answered; a birth needs a quorum ({})",
+                self.answers.len(),
+                self.quorum
+            ));
         }
         let silent: Vec<String> = (self.answers.iter().enumerate())
             .filter(|(_, a)| a.heard().is_none())
@@ -157,13 +169,16 @@ impl Survey {
 
     /// Two heard masters carrying the markers of two fleets.
     pub(super) fn conflict(&self) -> Option<Conflict> {
-        let marks: Vec<(usize, FleetMark)> = (self.marks()).filter_map(|(i, m)| Some((i, m.ok()?))).collect();
+        let marks: Vec<(usize, FleetMark)> = (self.marks())
+            .filter_map(|(i, m)| Some((i, m.ok()?)))
+            .collect();
         agreed(marks.iter().map(|(i, m)| (*i, m))).err()
     }
 
     /// A heard master whose marker nobody can read, and its text.
     pub(super) fn unreadable(&self) -> Option<(usize, String)> {
-        self.marks().find_map(|(i, m)| Some((i, m.err()?.to_string())))
+        self.marks()
+            .find_map(|(i, m)| Some((i, m.err()?.to_string())))
     }
 
     /// The first master that refused something, and what.
@@ -240,7 +255,14 @@ pub(super) async fn start(fleet: &Fleet) -> Result<(), Error> {
         }
     }
     if !decided {
-        settle_birth(fleet, &survey, Decision::Unborn).await?;
+        // Whoever has not answered by the deadline is silent.
+        for answer in &mut survey.answers {
+            if matches!(answer, Answer::Pending) {
+                *answer = Answer::Silent;
+            }
+        }
+        let decision = survey.decision(options.birth).unwrap_or(Decision::Unborn);
+        settle_birth(fleet, &survey, decision).await?;
     }
     Ok(())
 }
@@ -269,7 +291,10 @@ fn refuse(fleet: &Fleet, survey: &Survey) -> Result<(), Error> {
     }
     if let Some((i, text)) = survey.unreadable() {
         let reason = Exclusion::UnreadableMarker(text).to_string();
-        return Err(Error::InvalidMaster { url: url(i), reason });
+        return Err(Error::InvalidMaster {
+            url: url(i),
+            reason,
+        });
     }
     Ok(())
 }
@@ -342,7 +367,11 @@ fn settled(node: &Node, answer: &Answer, now: Instant) -> bool {
         Answer::Pending => false,
         Answer::Silent | Answer::Refused(_) => true,
         Answer::Heard(..) => {
-            node.is_up() || node.is_quarantined(now) || node.exclusion().is_some_and(|e| e.needs_operator() || e == Exclusion::Unborn)
+            node.is_up()
+                || node.is_quarantined(now)
+                || node
+                    .exclusion()
+                    .is_some_and(|e| e.needs_operator() || e == Exclusion::Unborn)
         }
     }
 }

@@ -119,14 +119,18 @@ async fn frozen_masters_cost_at_most_the_node_timeout() {
     );
 }
 
-/// Masters restarted with empty memory, one after another, are quarantined and rejoin with
-/// their fence raised; tokens keep increasing across every restart.
+/// Masters restarted with empty memory, one after another (each once the one before has
+/// rejoined: with three masters, a second loss during a quarantine leaves no quorum of members
+/// to raise a fence from), are quarantined and rejoin with their fence raised; tokens keep
+/// increasing across every restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_masters_rejoin_and_tokens_keep_increasing() {
     let mut fleet = TestFleet::start(3);
     let engine = fleet.engine_with(short_leases()).await;
     let mut last = 0;
     for round in 0..6 {
+        let all_up = || engine.fleet().nodes().iter().all(|n| n.is_up());
+        assert_eventually!(all_up(), 5, "round {round}: a master never rejoined");
         fleet.servers[round % 3].restart();
         let outcome = engine
             .acquire_with_wait("job", "a", SHORT_TTL, Duration::from_secs(5))

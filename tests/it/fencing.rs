@@ -64,6 +64,7 @@ async fn tokens_strictly_increase_while_masters_restart_empty() {
     };
     let fleet_options = FleetOptions {
         quarantine,
+        longest_ttl: quarantine,
         ..test_fleet_options()
     };
     let engine = fleet.engine_custom(options, fleet_options).await;

@@ -3,6 +3,7 @@
 mod support;
 
 mod auth;
+mod birth;
 mod cli;
 mod client;
 mod deploy;

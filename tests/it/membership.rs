@@ -6,6 +6,7 @@ use std::time::Duration;
 use redlease::FleetOptions;
 use redlease::{EngineOptions, NodeVote};
 use redlease::{Error, Fleet, Redlock};
+use redlease::{FleetMark, Membership};
 use tokio::time::Instant;
 
 use crate::assert_eventually;
@@ -178,14 +179,15 @@ async fn a_master_found_later_to_be_another_takes_no_votes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quarantine_begun_by_one_process_is_served_out_by_the_next() {
     let fleet = TestFleet::start(3);
-    // A marked fleet whose master 2 lacks the marker: its data went at an unknown time.
-    for i in 0..2 {
-        fleet.command(i, &["SET", "redlease:fleet", &fleet.run_id(i)]);
-    }
     let options = FleetOptions {
         quarantine: Duration::from_secs(3),
         ..test_fleet_options()
     };
+    // A born fleet whose master 2 then lost its data, at a time nobody can tell.
+    let parent = Fleet::connect(&fleet.urls(), &options).await.unwrap();
+    parent.quit(Duration::from_millis(100)).await;
+    drop(parent);
+    fleet.command(2, &["FLUSHALL"]);
     let start = Instant::now();
     let first = Fleet::connect(&fleet.urls(), &options).await.unwrap();
     let _probe = first.spawn_probe(Duration::from_millis(50));
@@ -199,9 +201,14 @@ async fn a_quarantine_begun_by_one_process_is_served_out_by_the_next() {
         2,
         "the quarantine is not recorded on master 2"
     );
+    let mark = |i| {
+        let text = fleet.command(i, &["GET", "redlease:fleet"]).bulk();
+        text.and_then(|t| FleetMark::parse(&t))
+            .map(|m| m.membership)
+    };
     assert_eq!(
-        fleet.command(2, &["GET", "redlease:fleet"]).bulk(),
-        Some(format!("quarantined:{}", fleet.run_id(2))),
+        mark(2),
+        Some(Membership::Quarantined(fleet.run_id(2))),
         "marked as in quarantine, not yet a member"
     );
     first.quit(Duration::from_millis(100)).await;
@@ -223,8 +230,8 @@ async fn a_quarantine_begun_by_one_process_is_served_out_by_the_next() {
         "master 2 still out: the second process began a quarantine of its own"
     );
     assert_eq!(
-        fleet.command(2, &["GET", "redlease:fleet"]).bulk(),
-        Some(fleet.run_id(2)),
+        mark(2),
+        Some(Membership::Member(fleet.run_id(2))),
         "a member once the quarantine is served and the fence raised"
     );
     let third = Fleet::connect(&fleet.urls(), &options).await.unwrap();

@@ -105,7 +105,9 @@ impl Node {
         timeout: Duration,
     ) -> Option<bool> {
         let keys = vec![keyspace.marker(), keyspace.fence(), keyspace.quarantined()];
-        let birth = SCRIPTS.birth.evalsha_with_reload(&self.client, keys, marker);
+        let birth = SCRIPTS
+            .birth
+            .evalsha_with_reload(&self.client, keys, marker);
         let born: i64 = tokio::time::timeout(timeout, birth).await.ok()?.ok()?;
         Some(born == 1)
     }
@@ -150,7 +152,9 @@ impl Node {
         let keys = vec![keyspace.quarantined(), keyspace.marker()];
         let left_ms = left.as_millis().max(1).to_string();
         let args = vec![run_id.to_string(), left_ms, marker.to_string()];
-        let record = SCRIPTS.quarantine.evalsha_with_reload(&self.client, keys, args);
+        let record = SCRIPTS
+            .quarantine
+            .evalsha_with_reload(&self.client, keys, args);
         matches!(tokio::time::timeout(timeout, record).await, Ok(Ok(1i64)))
     }
 

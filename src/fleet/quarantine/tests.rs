@@ -41,7 +41,10 @@ fn later() -> Instant {
 #[tokio::test(start_paused = true)]
 async fn same_server_stays_a_member() {
     let (id, mark) = (identity("a", 5), FleetMark::member(&birth(), "a"));
-    assert_eq!(assess(&clean(&id, &mark), PERIOD, later()), Standing::Member);
+    assert_eq!(
+        assess(&clean(&id, &mark), PERIOD, later()),
+        Standing::Member
+    );
     let first = Evidence {
         previous_run_id: None,
         floor: 0,
@@ -161,10 +164,19 @@ async fn a_recorded_quarantine_is_served_out() {
         fence: 0,
         ..recorded.clone()
     };
-    let until = now + PERIOD;
-    let why = Loss::NoFenceCounter;
+    let why = Loss::Recorded;
     assert_eq!(
         assess(&and_no_fence, PERIOD, now),
+        Standing::Quarantined { until, why },
+        "the counter its loss left is that loss, already served"
+    );
+    let went_back = Evidence {
+        counter_went_back: true,
+        ..recorded.clone()
+    };
+    let (until, why) = (now + PERIOD, Loss::CounterWentBack);
+    assert_eq!(
+        assess(&went_back, PERIOD, now),
         Standing::Quarantined { until, why }
     );
     let served = Evidence {

@@ -41,7 +41,11 @@ fn a_fleet_is_fresh_only_when_every_master_answers_blank() {
     survey.answers[4] = read("e", None, 0);
     assert_eq!(survey.decision(rule), Some(Decision::Fresh));
     survey.answers[4] = read("e", None, 7);
-    assert_eq!(survey.decision(rule), Some(Decision::Unborn), "a counter is history");
+    assert_eq!(
+        survey.decision(rule),
+        Some(Decision::Unborn),
+        "a counter is history"
+    );
     let text = marker("f1", "e");
     survey.answers[4] = read("e", Some(&text), 7);
     let Some(Decision::Born(birth)) = survey.decision(rule) else {
