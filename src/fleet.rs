@@ -50,7 +50,6 @@ pub use exclusion::Exclusion;
 pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_BREAKER_TRIAL_INTERVAL};
 pub use mark::Birth;
 pub use node::{Admission, CallError, Node};
-pub use quarantine::Loss;
 pub use quarantine::DEFAULT_QUARANTINE;
 pub use tls::TlsOptions;
 
