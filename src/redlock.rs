@@ -84,7 +84,7 @@ pub struct Redlock {
     /// Counts every fan-out in flight and runs the per-master calls a caller left behind, so
     /// `settle` can wait for writes and releases still in flight.
     tasks: TaskTracker,
-    /// Releases a master missed, sent again until it answers.
+    /// Releases a master did not answer with a result, sent again until it does.
     retries: Arc<ReleaseRetries>,
     /// Release messages for blocking acquisitions, when the engine has them.
     wakeups: Option<Arc<Wakeups>>,
@@ -124,7 +124,8 @@ impl Redlock {
 
     /// Waits (at most `timeout`) until no per-master call of this engine is in flight: the
     /// writes that went out after a quorum answered, the releases of abandoned grants, and the
-    /// releases being sent again to masters that missed them and have a connection now, and
+    /// releases being sent again to masters that have a connection now and did not answer them
+    /// with a result yet (one answering error replies keeps it waiting up to `timeout`), and
     /// the preparations still writing a master's marker or quarantine record (so a process
     /// that exits early leaves no master that answered unmarked). Call it before closing the
     /// connections or exiting the process.

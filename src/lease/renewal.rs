@@ -234,8 +234,8 @@ fn settle(
 }
 
 /// Marks the lease lost (once) and releases whatever keys it still has, in the background:
-/// after the renewal or shadow in flight, on every master, sent again to any master that
-/// misses it.
+/// after the renewal or shadow in flight, on every master, sent again to any master that does
+/// not answer it with a result.
 pub fn lose(engine: &Arc<Redlock>, tracked: &Arc<Tracked>, reason: &'static str) {
     if !tracked.finish(LeaseState::Lost, reason) {
         return;

@@ -72,7 +72,7 @@ pub(super) async fn acquire_on(
         let own = Deadline::After(timeout);
         let call = release.call();
         let result = Box::pin(node.eval::<i64>(&call, &own, Admission::Always)).await;
-        release.retries.push_if_missed(&node, call, &result);
+        release.retries.push_unless_answered(&node, call, &result);
         reply.send(AcquireEvent::Released);
     }
 }
@@ -109,8 +109,9 @@ pub(super) async fn eval_values_on(
     reply.send(result);
 }
 
-/// One master's part of a release: a release this master may have missed (down,
-/// reconnecting, timed out) is handed to `retries`, which sends it again until it answers.
+/// One master's part of a release: a release this master did not answer with a result (down,
+/// reconnecting, timed out, an error reply) is handed to `retries`, which sends it again until
+/// it does.
 pub(super) async fn release_on(
     node: Arc<Node>,
     call: Arc<ScriptCall>,
@@ -119,7 +120,7 @@ pub(super) async fn release_on(
     reply: Reply<Result<i64, CallError>>,
 ) {
     let result = node.eval(&call, &deadline, Admission::Always).await;
-    retries.push_if_missed(&node, call, &result);
+    retries.push_unless_answered(&node, call, &result);
     reply.send(result);
 }
 
@@ -188,7 +189,8 @@ pub(super) struct ChainedRelease {
     channel: String,
     id: LeaseId,
     call: OnceLock<Arc<ScriptCall>>,
-    /// Where a master that missed the release is queued to be sent it again.
+    /// Where a master that did not answer the release with a result is queued to be sent it
+    /// again.
     retries: Arc<ReleaseRetries>,
 }
 

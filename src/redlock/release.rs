@@ -1,5 +1,5 @@
 //! Release: compare-and-delete on every master, answered once a quorum confirmed it; the
-//! masters it missed get it again ([`super::retry`]).
+//! masters that did not answer it with a result get it again ([`super::retry`]).
 
 use tokio::time::Instant;
 
@@ -18,8 +18,9 @@ impl Redlock {
     /// any more: [`ReleaseOutcome::confirmed`]), or once every master that is up answered or
     /// timed out. The slower masters' releases are already enqueued on their connections, ahead
     /// of any later write there, and finish in the background ([`Redlock::settle`] waits for
-    /// them); a master the release could not reach (down, reconnecting, timed out) is sent it
-    /// again until it answers or every key the lease could have left there has expired.
+    /// them); a master that did not answer the release with a result (down, reconnecting, timed
+    /// out, an error reply such as `-LOADING` or `-BUSY`) is sent it again until it does or
+    /// every key the lease could have left there has expired.
     #[tracing::instrument(skip(self), fields(lease = %id))]
     pub async fn release(&self, resource: &str, id: LeaseId) -> Result<ReleaseOutcome, Error> {
         validate_resource(resource)?;

@@ -1,10 +1,12 @@
-//! Releases a master missed: sent again until the master answers, or until every key the
-//! lease could have left there has expired.
+//! Releases a master did not answer with a result: sent again until it does, or until every
+//! key the lease could have left there has expired.
 //!
-//! A release that finds a master down, reconnecting, or too slow to answer in time would
-//! otherwise leave the lease's key there until its TTL ran out — up to the shadow TTL for a
-//! degraded lease, and on a majority when the release met a reset connection. Sending a
-//! release again is harmless: it deletes the key only while it holds this very lease.
+//! A release that finds a master down, reconnecting or too slow to answer in time, or that the
+//! master answers with an error reply (`-LOADING` while it replays its dump, `-BUSY` while a
+//! script runs too long, `-READONLY`, ...), would otherwise leave the lease's key there until
+//! its TTL ran out — up to the shadow TTL for a degraded lease, and on a majority when the
+//! release met a reset connection. Sending a release again is harmless: it deletes the key
+//! only while it holds this very lease.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,14 +19,14 @@ use tokio::time::Instant;
 use crate::fleet::{Admission, CallError, Deadline, Node};
 use crate::scripts::ScriptCall;
 
-/// How often the masters that missed a release are tried again.
+/// How often the masters that owe a release its result are tried again.
 pub const RETRY_INTERVAL: Duration = Duration::from_millis(100);
 /// Bound on one retried release's wait for its answer.
 const RETRY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Releases kept for retrying at most; past it the oldest are dropped (their keys expire).
 pub const MAX_PENDING: usize = 100_000;
 
-/// One release a master still has to answer.
+/// One release a master still has to answer with a result.
 struct Pending {
     node: Arc<Node>,
     call: Arc<ScriptCall>,
@@ -32,9 +34,17 @@ struct Pending {
     give_up_at: Instant,
 }
 
+/// The releases still owed a result: those waiting for the next round, and how many the round
+/// under way is sending (taken out of `waiting`, the ones that get no result are put back).
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Pending>,
+    sending: usize,
+}
+
 /// The releases waiting to be sent again, and the task that sends them.
 pub(crate) struct ReleaseRetries {
-    pending: Mutex<VecDeque<Pending>>,
+    pending: Mutex<Queue>,
     /// Releases dropped because `MAX_PENDING` were already waiting (warned about once per
     /// thousand).
     dropped: AtomicU64,
@@ -55,7 +65,7 @@ impl ReleaseRetries {
     /// bounds the shadow TTL and the max TTL).
     pub(crate) fn new(key_lifetime: Duration) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
-            pending: Mutex::new(VecDeque::new()),
+            pending: Mutex::new(Queue::default()),
             dropped: AtomicU64::new(0),
             key_lifetime,
             queued: Arc::new(Notify::new()),
@@ -65,31 +75,24 @@ impl ReleaseRetries {
         })
     }
 
-    /// Whether a release that ended with `error` may not have reached the master.
-    fn missed(error: &CallError) -> bool {
-        matches!(
-            error,
-            CallError::Down | CallError::Connection(_) | CallError::Timeout
-        )
-    }
-
-    /// Queues `call` for `node` again when `result` says the master may have missed it.
-    pub(crate) fn push_if_missed<T>(
+    /// Queues `call` for `node` again unless `result` is the master's result: whatever the
+    /// error (no connection, a timeout, an error reply), the release may not have run there.
+    pub(crate) fn push_unless_answered<T>(
         &self,
         node: &Arc<Node>,
         call: Arc<ScriptCall>,
         result: &Result<T, CallError>,
     ) {
-        if result.as_ref().is_err_and(Self::missed) {
+        if result.is_err() {
             self.push(Arc::clone(node), call);
         }
     }
 
-    /// Queues `call` for `node` to be sent again until it answers.
+    /// Queues `call` for `node` to be sent again until it answers with a result.
     pub(crate) fn push(&self, node: Arc<Node>, call: Arc<ScriptCall>) {
         let give_up_at = Instant::now() + self.key_lifetime;
         {
-            let mut pending = lock(&self.pending);
+            let pending = &mut lock(&self.pending).waiting;
             if pending.len() >= MAX_PENDING {
                 pending.pop_front();
                 let dropped = self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -111,22 +114,32 @@ impl ReleaseRetries {
         self.queued.notify_one();
     }
 
-    /// Releases still waiting for their masters.
+    /// Releases still waiting for their masters' results, those being sent included.
     pub(crate) fn len(&self) -> usize {
-        lock(&self.pending).len()
+        let queue = lock(&self.pending);
+        queue.waiting.len() + queue.sending
     }
 
-    /// Waits until no release waits for a master it could reach now: releases to masters
-    /// without a connection cannot make progress meanwhile (they are still sent later).
+    /// Waits until no release is being sent or waits for a master it could reach now:
+    /// releases to masters without a connection cannot make progress meanwhile (they are still
+    /// sent later). A connected master that keeps answering with an error reply keeps this
+    /// waiting (looking again after every round, at least every `RETRY_INTERVAL`) until it
+    /// answers or the release gives up: callers bound the wait.
     pub(crate) async fn wait_until_settled(&self) {
         loop {
             let round_done = self.emptied.notified();
-            let reachable = |p: &Pending| p.node.wire().is_connected();
-            if !lock(&self.pending).iter().any(reachable) {
+            if self.settled() {
                 return;
             }
             let _ = tokio::time::timeout(RETRY_INTERVAL, round_done).await;
         }
+    }
+
+    /// No release is being sent, and none waits for a master with a connection.
+    fn settled(&self) -> bool {
+        let queue = lock(&self.pending);
+        let reachable = |p: &Pending| p.node.wire().is_connected();
+        queue.sending == 0 && !queue.waiting.iter().any(reachable)
     }
 
     /// Starts the retry task unless it runs (it ends with the engine).
@@ -139,32 +152,35 @@ impl ReleaseRetries {
         tokio::spawn(retry_forever(self.me.clone()));
     }
 
-    /// Sends every pending release whose master has a connection; keeps those it missed again.
+    /// Sends every pending release whose master has a connection; keeps those that got no
+    /// result again.
     async fn round(&self) {
         let now = Instant::now();
         let due: Vec<Pending> = {
-            let mut pending = lock(&self.pending);
-            pending.retain(|p| p.give_up_at > now);
-            let (due, later): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut *pending)
+            let mut queue = lock(&self.pending);
+            queue.waiting.retain(|p| p.give_up_at > now);
+            let (due, later): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut queue.waiting)
                 .into_iter()
                 .partition(|p| p.node.wire().is_connected());
-            *pending = later.into();
+            queue.waiting = later.into();
+            queue.sending = due.len();
             due
         };
         let sends = due.into_iter().map(|p| async move {
             let deadline = Deadline::After(RETRY_TIMEOUT);
             let result = p.node.eval::<i64>(&p.call, &deadline, Admission::Always);
-            match result.await {
-                Err(error) if Self::missed(&error) => Some(p),
-                _ => None,
-            }
+            result.await.is_err().then_some(p)
         });
-        let missed: Vec<Pending> = futures_util::future::join_all(sends)
+        let unanswered: Vec<Pending> = futures_util::future::join_all(sends)
             .await
             .into_iter()
             .flatten()
             .collect();
-        lock(&self.pending).extend(missed);
+        {
+            let mut queue = lock(&self.pending);
+            queue.waiting.extend(unanswered);
+            queue.sending = 0;
+        }
         self.emptied.notify_waiters();
     }
 }

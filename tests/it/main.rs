@@ -20,6 +20,7 @@ mod membership;
 mod metrics;
 mod prometheus;
 mod proxy;
+mod release_retry;
 mod safety;
 mod scripts;
 mod sidecar;
