@@ -227,9 +227,7 @@ async fn force_release_is_refused_without_actor_and_reason_and_audited_with_them
 async fn cli_force_release_reports_the_masters_it_reached() {
     let mut fleet = TestFleet::start(3);
     let masters = fleet.urls().join(",");
-    // Every master a member (a CLI process alone may leave one it reached late unmarked, and
-    // the next process would quarantine it).
-    fleet.engine().await.all_up().await;
+    // The first acquire gives birth to the fleet: every master answers with no history.
     let (code, lease) = redlease(
         &[
             "lock", "acquire", "nightly", "--owner", "cron", "--ttl-ms", "20000",
