@@ -107,9 +107,7 @@ impl Survey {
     /// history (or, for an operator's `fleet init`, once every master answered or went silent,
     /// see [`Survey::init_refusal`]); unborn once every master is done and neither holds.
     pub(super) fn decision(&self, rule: BirthRule) -> Option<Decision> {
-        let marks = self.marks().filter_map(|(i, m)| Some((i, m.ok()?)));
-        let marks: Vec<(usize, FleetMark)> = marks.collect();
-        if let Ok(Some(birth)) = agreed(marks.iter().map(|(i, m)| (*i, m))) {
+        if let Ok(Some(birth)) = self.agreement() {
             return Some(Decision::Born(birth));
         }
         let pending = self.answers.iter().any(|a| matches!(a, Answer::Pending));
@@ -167,12 +165,16 @@ impl Survey {
         })
     }
 
+    /// The fleet the readable heard markers agree on ([`agreed`]).
+    fn agreement(&self) -> Result<Option<Birth>, Conflict> {
+        let marks = self.marks().filter_map(|(i, m)| Some((i, m.ok()?)));
+        let marks: Vec<(usize, FleetMark)> = marks.collect();
+        agreed(marks.iter().map(|(i, m)| (*i, m)))
+    }
+
     /// Two heard masters carrying the markers of two fleets.
     pub(super) fn conflict(&self) -> Option<Conflict> {
-        let marks: Vec<(usize, FleetMark)> = (self.marks())
-            .filter_map(|(i, m)| Some((i, m.ok()?)))
-            .collect();
-        agreed(marks.iter().map(|(i, m)| (*i, m))).err()
+        self.agreement().err()
     }
 
     /// A heard master whose marker nobody can read, and its text.
