@@ -35,8 +35,17 @@ pub(super) async fn supervise(fleet: Weak<Fleet>, mut requests: mpsc::UnboundedR
         if node.begin_prepare() {
             let fleet = fleet.clone();
             tokio::spawn(async move {
-                while prepare(&fleet, &node).await == Again::Yes {}
-                node.end_prepare();
+                loop {
+                    let asked = node.prepare_requests();
+                    if prepare(&fleet, &node).await == Again::Yes {
+                        continue;
+                    }
+                    node.end_prepare();
+                    // A request that came while it ran found the slot taken: run again for it.
+                    if node.prepare_requests() == asked || !node.begin_prepare() {
+                        return;
+                    }
+                }
             });
         }
     }

@@ -294,8 +294,15 @@ impl Node {
 
     /// A new connection may lead to a restarted master: no writes until it is prepared again.
     pub(super) fn set_ready_false_and_prepare(&self) {
-        self.set_ready(false);
-        self.request_prepare();
+        {
+            // Under the lock `set_ready_unless_asked_again` checks the requests with: a
+            // preparation ending now either sees this request, or set the master ready before
+            // it is taken back here.
+            let _state = self.state();
+            self.ready.store(false, Ordering::Release);
+            self.prepare_requests.fetch_add(1, Ordering::AcqRel);
+        }
+        let _ = self.prepare_tx.send(self.index);
     }
 
     pub(super) fn request_prepare(&self) {
@@ -327,12 +334,12 @@ impl Node {
     /// Lets lock writes through unless a preparation was requested since `requests` (counted
     /// when the preparation began), which then runs again instead. `false` when it must.
     pub(super) fn set_ready_unless_asked_again(&self, requests: u64) -> bool {
-        let state = self.state();
+        // See `set_ready_false_and_prepare`.
+        let _state = self.state();
         if self.prepare_requests.load(Ordering::Acquire) != requests {
             return false;
         }
         self.ready.store(true, Ordering::Release);
-        drop(state);
         true
     }
 
