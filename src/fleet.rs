@@ -398,7 +398,11 @@ impl Fleet {
     }
 
     async fn survey_again(&self) -> Option<Birth> {
-        let _one_at_a_time = self.birth_lock.lock().await;
+        // The masters' preparations ask together (every probe): one survey answers them all.
+        let Ok(_one_at_a_time) = self.birth_lock.try_lock() else {
+            let _ = self.birth_lock.lock().await;
+            return self.birth();
+        };
         if let Some(birth) = self.birth() {
             return Some(birth);
         }
