@@ -65,46 +65,42 @@ async fn init(args: InitArgs) -> Result<u8, Error> {
     options.quarantine = Duration::from_millis(args.quarantine_ms);
     options.longest_ttl = Duration::ZERO;
     options.straggler_grace = None;
+    // Connect gives birth to the fleet, or errs saying why it may not.
     let fleet = Fleet::connect(args.fleet.masters(), &options).await?;
-    // Connect births the fleet or errs; the birth is known here.
-    let birth = fleet.birth();
-    let _ = tokio::time::timeout(Duration::from_secs(1), settled(&fleet)).await;
-    fleet.settle_preparations(Duration::from_secs(2)).await;
-    let masters: Vec<_> = fleet.nodes().iter().map(|n| master_json(n)).collect();
-    print_json(&json!({
-        "born": birth.is_some(),
-        "fleet": birth.as_ref().map(|b| b.fleet.clone()),
-        "quarantine_ms": birth.as_ref().map(|b| b.quarantine.as_millis() as u64),
-        "masters": masters,
-    }));
-    fleet.quit(Duration::from_millis(20)).await;
-    Ok(if birth.is_some() { EXIT_OK } else { EXIT_USAGE })
+    report(&fleet, Duration::from_secs(1)).await;
+    Ok(EXIT_OK)
 }
 
 async fn status(args: StatusArgs) -> Result<u8, Error> {
     let mut options = args.fleet.options()?;
     options.longest_ttl = Duration::ZERO;
     let fleet = Fleet::connect(args.fleet.masters(), &options).await?;
-    let settle = Duration::from_millis(args.settle_ms);
-    let _ = tokio::time::timeout(settle, settled(&fleet)).await;
-    let birth = fleet.birth();
-    let masters: Vec<_> = fleet.nodes().iter().map(|n| master_json(n)).collect();
-    let up = fleet.nodes().iter().filter(|n| n.is_up()).count();
-    print_json(&json!({
-        "born": birth.is_some(),
-        "fleet": birth.as_ref().map(|b| b.fleet.clone()),
-        "quarantine_ms": fleet.quarantine().as_millis() as u64,
-        "quorum": fleet.quorum(),
-        "up": up,
-        "masters": masters,
-    }));
-    fleet.settle_preparations(Duration::from_secs(1)).await;
-    fleet.quit(Duration::from_millis(20)).await;
+    let up = report(&fleet, Duration::from_millis(args.settle_ms)).await;
     Ok(if up >= fleet.quorum() {
         EXIT_OK
     } else {
         EXIT_NO_QUORUM
     })
+}
+
+/// Lets the masters' preparations run (up to `settle`), prints the fleet and each master's
+/// standing, and closes the connections once no preparation is writing; the masters up.
+async fn report(fleet: &Fleet, settle: Duration) -> usize {
+    let _ = tokio::time::timeout(settle, settled(fleet)).await;
+    let birth = fleet.birth();
+    let masters: Vec<_> = fleet.nodes().iter().map(|n| master_json(n)).collect();
+    let up = fleet.nodes().iter().filter(|n| n.is_up()).count();
+    print_json(&json!({
+        "born": birth.is_some(),
+        "fleet": birth.map(|b| b.fleet),
+        "quarantine_ms": fleet.quarantine().as_millis() as u64,
+        "quorum": fleet.quorum(),
+        "up": up,
+        "masters": masters,
+    }));
+    fleet.settle_preparations(Duration::from_secs(2)).await;
+    fleet.quit(Duration::from_millis(20)).await;
+    up
 }
 
 /// Until every master takes writes or says why not.
