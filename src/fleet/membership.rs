@@ -67,10 +67,16 @@ async fn prepare(weak: &Weak<Fleet>, node: &Node) -> Again {
         return Again::No;
     };
     let writing = fleet.preparation_started();
-    let Some((birth, read, previous)) = examine(&fleet, node).await else {
+    let Some(Examined {
+        birth,
+        read,
+        mark,
+        previous,
+    }) = examine(&fleet, node).await
+    else {
         return Again::No;
     };
-    let standing = decide(node, &birth, &read, previous, birth.quarantine);
+    let standing = decide(node, &read, mark.as_ref(), previous, birth.quarantine);
     let expected = match standing {
         Standing::Member => read.marker.clone(),
         Standing::Quarantined { until, why } => {
@@ -102,10 +108,21 @@ async fn prepare(weak: &Weak<Fleet>, node: &Node) -> Again {
     finish(weak, node, &birth, (expected, read), requests).await
 }
 
+/// A master read by a preparation that may go on: of the born fleet, its marker (if any) of
+/// that fleet.
+struct Examined {
+    birth: Birth,
+    read: Inspection,
+    /// The marker, parsed.
+    mark: Option<FleetMark>,
+    /// The `run_id` this process saw before.
+    previous: Option<String>,
+}
+
 /// Loads the scripts and reads the master; `None` (the master left out) when a step failed,
 /// the fleet is not born, or the master must be refused: it may evict keys, it carries another
 /// fleet's marker or one nobody can read, or it is the server of another configured master.
-async fn examine(fleet: &Fleet, node: &Node) -> Option<(Birth, Inspection, Option<String>)> {
+async fn examine(fleet: &Fleet, node: &Node) -> Option<Examined> {
     if !node.load_scripts(PREPARE_STEP_TIMEOUT).await {
         return None;
     }
@@ -124,18 +141,26 @@ async fn examine(fleet: &Fleet, node: &Node) -> Option<(Birth, Inspection, Optio
     let Some(birth) = born else {
         return exclude(node, Exclusion::Unborn);
     };
-    if let Some(text) = &read.marker {
-        match FleetMark::parse(text) {
-            None => return exclude(node, Exclusion::UnreadableMarker(text.clone())),
-            Some(mark) if mark.fleet != birth.fleet => {
-                let (theirs, ours) = (mark.fleet, birth.fleet.clone());
-                return exclude(node, Exclusion::OtherFleet { theirs, ours });
-            }
-            Some(_) => {}
+    let mark = match read
+        .marker
+        .as_deref()
+        .map(|text| (text, FleetMark::parse(text)))
+    {
+        None => None,
+        Some((text, None)) => return exclude(node, Exclusion::UnreadableMarker(text.into())),
+        Some((_, Some(mark))) if mark.fleet != birth.fleet => {
+            let (theirs, ours) = (mark.fleet, birth.fleet.clone());
+            return exclude(node, Exclusion::OtherFleet { theirs, ours });
         }
-    }
+        Some((_, mark)) => mark,
+    };
     match fleet.claim_run_id(node, &read.identity.run_id) {
-        Ok(previous) => Some((birth, read, previous)),
+        Ok(previous) => Some(Examined {
+            birth,
+            read,
+            mark,
+            previous,
+        }),
         Err(of) => exclude(node, Exclusion::Twin { of }),
     }
 }
@@ -167,16 +192,14 @@ fn exclude<T>(node: &Node, why: Exclusion) -> Option<T> {
 /// the `run_id` it saw before); remembers a quarantine so a retry after a failed step keeps it.
 fn decide(
     node: &Node,
-    birth: &Birth,
     read: &Inspection,
+    marker: Option<&FleetMark>,
     previous: Option<String>,
     period: Duration,
 ) -> Standing {
     // Whatever happens next, this counter was seen here: the floor never goes down.
     let floor = node.fence_seen();
     node.raise_fence_seen(read.fence);
-    let marker = read.marker.as_deref().and_then(FleetMark::parse);
-    let marker = marker.filter(|m| m.fleet == birth.fleet);
     let record = read
         .record
         .as_ref()
@@ -184,7 +207,7 @@ fn decide(
     let evidence = Evidence {
         previous_run_id: previous.as_deref(),
         identity: &read.identity,
-        marker: marker.as_ref(),
+        marker,
         fence: read.fence,
         floor,
         counter_went_back: node.take_counter_went_back(),
