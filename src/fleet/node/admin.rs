@@ -47,6 +47,12 @@ pub(in crate::fleet) enum Marked {
     Recorded,
 }
 
+/// The marker, the fence counter and the quarantine record: `KEYS` of `inspect.lua`,
+/// `birth.lua` and `mark.lua`, in that order.
+fn bookkeeping_keys(keyspace: &Keyspace) -> Vec<String> {
+    vec![keyspace.marker(), keyspace.fence(), keyspace.quarantined()]
+}
+
 // === impl Node ===
 
 impl Node {
@@ -68,7 +74,7 @@ impl Node {
         keyspace: &Keyspace,
         timeout: Duration,
     ) -> Option<Inspection> {
-        let keys = vec![keyspace.marker(), keyspace.fence(), keyspace.quarantined()];
+        let keys = bookkeeping_keys(keyspace);
         let query = async {
             let server = self.info("server").await?;
             let memory = self.info("memory").await?;
@@ -104,7 +110,7 @@ impl Node {
         marker: &str,
         timeout: Duration,
     ) -> Option<bool> {
-        let keys = vec![keyspace.marker(), keyspace.fence(), keyspace.quarantined()];
+        let keys = bookkeeping_keys(keyspace);
         let birth = SCRIPTS
             .birth
             .evalsha_with_reload(&self.client, keys, marker);
@@ -122,7 +128,7 @@ impl Node {
         marker: &str,
         timeout: Duration,
     ) -> Option<Marked> {
-        let keys = vec![keyspace.marker(), keyspace.fence(), keyspace.quarantined()];
+        let keys = bookkeeping_keys(keyspace);
         let (read_marker, read_fence) = read;
         let args = vec![
             read_marker.unwrap_or("").to_string(),
