@@ -292,7 +292,8 @@ impl Fleet {
 
     /// PINGs every master every `interval` in the background, so RTT windows stay fresh, an
     /// open breaker closes as soon as its master answers again, and a master whose
-    /// preparation failed is prepared again. Stops when the returned guard is dropped.
+    /// preparation failed is prepared again; a voting master whose eviction settings now let
+    /// it drop keys is taken out. Stops when the returned guard is dropped.
     pub fn spawn_probe(self: &Arc<Self>, interval: Duration) -> ProbeGuard {
         let fleet = Arc::downgrade(self);
         let task = tokio::spawn(async move {
@@ -301,8 +302,11 @@ impl Fleet {
             loop {
                 ticks.tick().await;
                 let Some(fleet) = fleet.upgrade() else { return };
-                let pings = fleet.nodes.iter().map(|node| node.ping(interval));
-                futures_util::future::join_all(pings).await;
+                let probes = fleet.nodes.iter().map(|node| async move {
+                    node.ping(interval).await;
+                    node.recheck_eviction(interval).await;
+                });
+                futures_util::future::join_all(probes).await;
                 fleet.nodes.iter().for_each(|node| node.prepare_if_needed());
             }
         });

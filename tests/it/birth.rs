@@ -139,7 +139,8 @@ async fn a_deleted_fence_counter_quarantines_the_master() {
     assert_out_for_the_quarantine(&engine, 0, Loss::CounterWentBack).await;
 }
 
-/// A master that may evict keys takes no votes and says why; set to `noeviction`, it joins.
+/// A master that may evict keys takes no votes and says why; set to `noeviction`, it joins;
+/// set to evict again while it votes, it is taken out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_master_is_refused() {
     let mut fleet = TestFleet::start(3);
@@ -156,6 +157,14 @@ async fn an_evicting_master_is_refused() {
     assert!(!node.is_up());
     fleet.command(2, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     assert_eventually!(node.is_up(), 3, "master 2 never joined with noeviction");
+    // Set to evict while it votes: the probe takes it out.
+    fleet.command(2, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let evicting = || matches!(node.exclusion(), Some(Exclusion::Evicting(_)));
+    assert_eventually!(
+        evicting() && !node.is_up(),
+        3,
+        "master 2 votes while it may evict"
+    );
 }
 
 /// The last token landed on masters 0, 1 and 3 only; 0 and 1 then restart empty and 3

@@ -97,6 +97,27 @@ impl Node {
         })
     }
 
+    /// Whether this voting master's eviction settings now let it drop keys (a `CONFIG SET`
+    /// since it was prepared): it is then taken out, and its preparation refuses it until the
+    /// policy is `noeviction`. Nothing when it does not answer within `timeout`.
+    pub(in crate::fleet) async fn recheck_eviction(&self, timeout: Duration) {
+        if !self.is_member() {
+            return;
+        }
+        let memory = tokio::time::timeout(timeout, self.info("memory")).await;
+        let Ok(Ok(memory)) = memory else {
+            return;
+        };
+        if let Ok(Some(evicting)) = evicting(&memory) {
+            tracing::warn!(
+                node = self.index(),
+                policy = evicting.policy,
+                "master may evict keys now: taken out"
+            );
+            self.set_ready_false_and_prepare();
+        }
+    }
+
     async fn info(&self, section: &'static str) -> Result<String, fred::error::Error> {
         let info = CustomCommand::new_static("INFO", None, false);
         self.client.custom(info, vec![section]).await
