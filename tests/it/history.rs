@@ -1,7 +1,8 @@
 //! A history checker: two sidecars and two library clients contend for three resources on five
-//! masters behind fault proxies, while a schedule of faults runs (slow majority, blackholed
-//! minority, masters restarted empty and from a snapshot, FLUSHALL, a sidecar restarted, a
-//! frozen holder, connections reset). Every client records when it was told it holds what
+//! masters behind fault proxies, on a fleet born with two masters missing, while a schedule of
+//! faults runs (slow majority, blackholed minority, masters restarted empty and from a
+//! snapshot, FLUSHALL, an older dump reloaded, a fence counter deleted, keys evicted, a sidecar
+//! restarted, a frozen holder, connections reset). Every client records when it was told it holds what
 //! (its windows) and writes its fencing token to a fenced register while it believes so; at
 //! the end the checker judges everything clients were told.
 //!
@@ -30,12 +31,13 @@ use self::report::Report;
 use self::sidecar::{SidecarClient, SidecarSlot};
 use crate::support::proxy::{Fault, FaultProxy};
 use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
+use crate::support::{RedisServer, TestFleet};
+use redlease::{BirthRule, Fleet, FleetOptions};
 
 /// Restart quarantine of every client; no lease or shadow outlives it.
 const QUARANTINE: Duration = Duration::from_secs(3);
-/// The clients stop by then whatever happens (the schedule takes about 40 s).
-const HARD_STOP: Duration = Duration::from_secs(70);
+/// The clients stop by then whatever happens (the schedule takes about 60 s).
+const HARD_STOP: Duration = Duration::from_secs(85);
 /// How long the clients have to finish their last lease once told to stop.
 const FINISH: Duration = Duration::from_secs(15);
 
@@ -67,10 +69,16 @@ pub struct Lab {
 
 impl Lab {
     async fn start() -> Self {
-        let fleet = TestFleet::start(5);
+        let mut fleet = TestFleet::start(5);
+        // Master 1 reloads an older dump in the schedule.
+        fleet.servers[1] = RedisServer::start_with(|command| {
+            command.args(["--enable-debug-command", "local"]);
+        });
         let starts = fleet.servers.iter().map(|s| FaultProxy::start(s.port()));
         let proxies = futures_util::future::join_all(starts).await;
         let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+        let history = Arc::new(History::new());
+        born_without(&proxies, &urls, &history, [3, 4]).await;
         let mut sidecars = Vec::new();
         for _ in 0..2 {
             sidecars.push(TestSidecar::start_on(urls.clone(), &sidecar_env()).await);
@@ -89,7 +97,7 @@ impl Lab {
             sidecars,
             slots,
             libraries,
-            history: Arc::new(History::new()),
+            history,
             http: reqwest::Client::new(),
             stop: Arc::new(Stop::new(HARD_STOP)),
         }
@@ -167,8 +175,46 @@ impl Lab {
     }
 }
 
-/// Under slow and blackholed masters, masters restarted empty or from a snapshot or flushed,
-/// a sidecar restarted and a frozen holder, no two clients were ever told they held one
+/// The operator gives birth to the fleet (`fleet init --allow-missing`) while the masters
+/// behind `missing` are cut off: they carry no marker when they come, and every process
+/// quarantines them once.
+async fn born_without(
+    proxies: &[FaultProxy],
+    urls: &[String],
+    history: &History,
+    missing: [usize; 2],
+) {
+    let start = Instant::now();
+    missing
+        .iter()
+        .for_each(|&i| proxies[i].set_both(Fault::Blackhole));
+    let options = FleetOptions {
+        birth: BirthRule::Init {
+            allow_missing: true,
+        },
+        quarantine: QUARANTINE,
+        longest_ttl: QUARANTINE,
+        connect_timeout: Duration::from_secs(1),
+        ..FleetOptions::default()
+    };
+    let fleet = Fleet::connect(urls, &options).await.unwrap();
+    fleet.settle_preparations(Duration::from_secs(1)).await;
+    fleet.quit(Duration::from_millis(100)).await;
+    missing
+        .iter()
+        .for_each(|&i| proxies[i].set_both(Fault::Pass));
+    let detail = format!("masters {missing:?} cut off at the birth, quarantined after");
+    history.fault(
+        "fleet born with masters missing",
+        detail,
+        start,
+        Instant::now() + QUARANTINE,
+    );
+}
+
+/// On a fleet born with two masters missing, under slow and blackholed masters, masters
+/// restarted empty or from a snapshot, flushed, reloaded from an older dump, their fence
+/// counter deleted or their keys evicted, a sidecar restarted and a frozen holder, no two clients were ever told they held one
 /// resource at once, tokens grew with every grant, no holder within its validity was refused
 /// by the fenced register (the frozen one, past it, was), and no lock key was left behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

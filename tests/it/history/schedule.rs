@@ -3,9 +3,11 @@
 //! holder runs alongside the later steps). Every fault is logged in the history with the time
 //! it was in force, so a violation can be shown with the faults around it.
 //!
-//! Masters lose their memory (restart empty, restart from a snapshot, FLUSHALL) one at a
-//! time, more than the quarantine apart: the safety model's limits put losing a majority's history
-//! out of reach of any quorum algorithm.
+//! Masters lose their memory (restart empty, restart from a snapshot, FLUSHALL, a reload of an
+//! older dump that keeps the `run_id` and the marker, the fence counter deleted, keys evicted)
+//! one at a time, more than the quarantine apart: the safety model's limits put losing a
+//! majority's history out of reach of any quorum algorithm. (The fleet's birth with two
+//! masters missing is the lab's, before the schedule: see `Lab::start`.)
 
 use std::time::Duration;
 
@@ -45,11 +47,20 @@ pub enum Step {
     ResetConnections(usize),
     /// A holder frozen past its validity.
     Freeze,
+    /// `DEBUG RELOAD NOSAVE` on a master: back to its snapshot (older locks and fence counter),
+    /// same `run_id`, no reconnection (the master must run with `--enable-debug-command`).
+    ReloadOlderDump(usize),
+    /// The fence counter of a master deleted (as an eviction would), its marker kept.
+    DeleteFence(usize),
+    /// A master set to evict (`allkeys-lru`, `maxmemory` below what it uses: it drops keys at
+    /// once, fence counter and marker included) for a while, then set back to `noeviction`.
+    Evict { master: usize, for_ms: u64 },
 }
 
 /// (ms to wait after the previous step ended, step).
-pub const SCHEDULE: [(u64, Step); 14] = [
+pub const SCHEDULE: [(u64, Step); 18] = [
     (1_500, Step::Snapshot(4)),
+    (0, Step::Snapshot(1)),
     (
         1_500,
         Step::SlowMajority {
@@ -109,6 +120,15 @@ pub const SCHEDULE: [(u64, Step); 14] = [
             for_ms: 3_000,
         },
     ),
+    (1_500, Step::DeleteFence(3)),
+    (3_500, Step::ReloadOlderDump(1)),
+    (
+        3_500,
+        Step::Evict {
+            master: 0,
+            for_ms: 2_000,
+        },
+    ),
 ];
 
 /// Runs the schedule; hands back the frozen holder's task.
@@ -122,9 +142,12 @@ pub async fn run(lab: &mut Lab) -> Option<JoinHandle<Frozen>> {
         }
         let (kind, detail) = apply(lab, step).await;
         let end = match step {
-            Step::RestartEmpty(_) | Step::RestartFromSnapshot(_) | Step::Flush(_) => {
-                Instant::now() + QUARANTINE
-            }
+            Step::RestartEmpty(_)
+            | Step::RestartFromSnapshot(_)
+            | Step::Flush(_)
+            | Step::ReloadOlderDump(_)
+            | Step::DeleteFence(_)
+            | Step::Evict { .. } => Instant::now() + QUARANTINE,
             _ => Instant::now(),
         };
         lab.history.fault(kind, detail, start, end);
@@ -175,7 +198,46 @@ async fn apply(lab: &mut Lab, step: Step) -> (&'static str, String) {
             ("connections reset", format!("proxy {i}"))
         }
         Step::Freeze => ("frozen holder", "on r0, through sidecar 0".to_string()),
+        Step::ReloadOlderDump(i) => {
+            lab.fleet.command(i, &["DEBUG", "RELOAD", "NOSAVE"]);
+            let kind = "master reloaded an older dump";
+            (kind, format!("master {i}, quarantined after"))
+        }
+        Step::DeleteFence(i) => {
+            lab.fleet.command(i, &["DEL", "redlease:fence"]);
+            (
+                "fence counter deleted",
+                format!("master {i}, quarantined after"),
+            )
+        }
+        Step::Evict { master, for_ms } => evict(lab, master, for_ms).await,
     }
+}
+
+/// Sets master `i` to evict every key it can for `for_ms`, then back to `noeviction`.
+async fn evict(lab: &Lab, i: usize, for_ms: u64) -> (&'static str, String) {
+    let info = lab
+        .fleet
+        .command(i, &["INFO", "memory"])
+        .bulk()
+        .unwrap_or_default();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix("used_memory:"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 << 20);
+    let limit = (used / 2).to_string();
+    lab.fleet
+        .command(i, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    lab.fleet
+        .command(i, &["CONFIG", "SET", "maxmemory", &limit]);
+    tokio::time::sleep(Duration::from_millis(for_ms)).await;
+    lab.fleet.command(i, &["CONFIG", "SET", "maxmemory", "0"]);
+    lab.fleet
+        .command(i, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let detail =
+        format!("master {i} evicted with maxmemory {limit} for {for_ms} ms, quarantined after");
+    ("master evicting keys", detail)
 }
 
 async fn slow(lab: &Lab, proxies: &[usize], delay_ms: u64, for_ms: u64) -> (&'static str, String) {
