@@ -69,6 +69,7 @@ pub struct Lab {
 
 impl Lab {
     async fn start() -> Self {
+        crate::support::fleet::init_test_logs();
         let mut fleet = TestFleet::start(5);
         // Master 1 reloads an older dump in the schedule.
         fleet.servers[1] = RedisServer::start_with(|command| {

@@ -38,10 +38,7 @@ impl TestFleet {
     }
 
     pub async fn engine_custom(&self, options: EngineOptions, fleet: FleetOptions) -> TestEngine {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
+        init_test_logs();
         let fleet = Fleet::connect(&self.urls(), &fleet).await.unwrap();
         let probe = fleet.spawn_probe(Duration::from_millis(50));
         TestEngine {
@@ -118,6 +115,15 @@ impl Deref for TestEngine {
     fn deref(&self) -> &Redlock {
         &self.engine
     }
+}
+
+/// Logs of the code under test, filtered by `RUST_LOG`, into the test's captured output (once
+/// per test binary; later calls do nothing).
+pub fn init_test_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
 }
 
 /// Fleet settings for tests: a restarted master is quarantined for 1 s (tests that restart
