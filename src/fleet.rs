@@ -23,6 +23,7 @@ mod membership;
 pub mod node;
 mod permissions;
 pub mod quarantine;
+mod rejoin;
 pub mod rtt;
 mod startup;
 mod tls;

@@ -20,6 +20,20 @@ pub enum FleetCommand {
     /// What each master is to the fleet: member, quarantined (and why, until when), refused
     /// (and why). Exits 4 when fewer than a quorum take lock writes.
     Status(StatusArgs),
+    /// Bring back masters whose quarantine is over but that find fewer than a quorum of
+    /// members to raise their fence from (a majority lost its memory): their fence counters are
+    /// raised to the largest any master holds and to --fence-at, and they vote again.
+    Rejoin(RejoinArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RejoinArgs {
+    #[command(flatten)]
+    fleet: FleetArgs,
+    /// The smallest fence counter the masters brought back get: at least the largest fencing
+    /// token any protected resource has accepted, since no quorum remembers it.
+    #[arg(long)]
+    fence_at: u64,
 }
 
 #[derive(Debug, Args)]
@@ -50,6 +64,7 @@ pub async fn run(command: FleetCommand) -> u8 {
     let outcome = match command {
         FleetCommand::Init(args) => init(args).await,
         FleetCommand::Status(args) => status(args).await,
+        FleetCommand::Rejoin(args) => rejoin(args).await,
     };
     outcome.unwrap_or_else(|error| {
         eprintln!("redlease: {error}");
@@ -81,6 +96,34 @@ async fn status(args: StatusArgs) -> Result<u8, Error> {
     } else {
         EXIT_NO_QUORUM
     })
+}
+
+async fn rejoin(args: RejoinArgs) -> Result<u8, Error> {
+    let mut options = args.fleet.options()?;
+    options.longest_ttl = Duration::ZERO;
+    let fleet = Fleet::connect(args.fleet.masters(), &options).await?;
+    let _ = tokio::time::timeout(Duration::from_secs(1), settled(&fleet)).await;
+    let forced = fleet.force_rejoin(args.fence_at).await;
+    let refused = forced
+        .iter()
+        .filter(|(_, outcome)| outcome.is_err())
+        .count();
+    for (index, outcome) in &forced {
+        match outcome {
+            Ok(counter) => eprintln!("redlease: master {index} back, its fence at {counter}"),
+            Err(why) => eprintln!("redlease: master {index} not brought back: {why}"),
+        }
+    }
+    let settle = Duration::from_secs(1);
+    let up = |f: &Fleet| f.nodes().iter().filter(|n| n.is_up()).count();
+    let _ = tokio::time::timeout(settle, async {
+        while up(&fleet) < fleet.quorum() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    report(&fleet, Duration::ZERO).await;
+    Ok(if refused > 0 { EXIT_NO_QUORUM } else { EXIT_OK })
 }
 
 /// Lets the masters' preparations run (up to `settle`), prints the fleet and each master's

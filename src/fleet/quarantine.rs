@@ -103,8 +103,9 @@ pub struct Evidence<'a> {
     pub counter_went_back: bool,
     /// `<prefix>quarantined`: the `run_id` it names and what is left of it.
     pub record: Option<(&'a str, Duration)>,
-    /// A quarantine this process decided before, still to serve out (a retry after a step
-    /// failed).
+    /// A quarantine this process decided before (a retry after a step failed). It counts only
+    /// while it runs: once served, the marker says whether the fence was raised since (by this
+    /// process or another) or is still to raise (`quarantined=`).
     pub decided: Option<Instant>,
 }
 
@@ -145,7 +146,7 @@ pub fn assess(evidence: &Evidence<'_>, period: Duration, now: Instant) -> Standi
         Some(_) => losses.note(restarted_at + period, Loss::MarkerOfAnotherProcess),
         None => {}
     }
-    if let Some(until) = evidence.decided {
+    if let Some(until) = evidence.decided.filter(|until| *until > now) {
         losses.note(until, Loss::Recorded);
     }
     losses.standing(serving, now)

@@ -312,3 +312,40 @@ async fn assert_out_for_the_quarantine(engine: &Redlock, i: usize, why: Loss) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Two of three masters restart empty at once: when their quarantine ends, no quorum of
+/// members remembers the last token, so they wait rather than vote with counters that went
+/// back. The operator brings them back with `redlease fleet rejoin --fence-at`, and the next
+/// token is above that floor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masters_without_a_quorum_of_members_wait_for_the_operator() {
+    let mut fleet = TestFleet::start(3);
+    let engine = engine(&fleet, Duration::from_secs(1)).await;
+    engine.all_up().await;
+    cycle(&engine, 3).await;
+    fleet.servers[0].restart();
+    fleet.servers[1].restart();
+    let nodes = engine.fleet().nodes();
+    let rejoining = |i: usize| matches!(nodes[i].exclusion(), Some(Exclusion::Rejoining { .. }));
+    assert_eventually!(
+        rejoining(0) && rejoining(1),
+        5,
+        "{:?}",
+        nodes[0].exclusion()
+    );
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        assert!(
+            !nodes[0].is_up() && !nodes[1].is_up(),
+            "a master votes without its fence"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let masters = fleet.urls().join(",");
+    let (code, report) = cli(&["fleet", "rejoin", "--fence-at", "5000"], &masters);
+    assert_eq!(code, 0, "{report}");
+    engine.all_up().await;
+    let outcome = engine.acquire("job", "a", Duration::from_millis(500)).await;
+    let lease = outcome.unwrap().lease().cloned().expect("granted");
+    assert!(lease.fencing_token > 5000, "token {}", lease.fencing_token);
+}

@@ -187,6 +187,40 @@ async fn a_recorded_quarantine_is_served_out() {
     assert_eq!(assess(&served, PERIOD, now), Standing::Rejoining { why });
 }
 
+/// A quarantine this process decided keeps the master out while it runs; once served, a
+/// member marker (another process raised the fence) lets it vote, a quarantine marker sends it
+/// rejoining.
+#[tokio::test(start_paused = true)]
+async fn a_decided_quarantine_counts_while_it_runs() {
+    let now = later();
+    let id = identity("a", 5000);
+    let member = FleetMark::member(&birth(), "a");
+    let running = Evidence {
+        decided: Some(now + Duration::from_secs(5)),
+        ..clean(&id, &member)
+    };
+    let (until, why) = (now + Duration::from_secs(5), Loss::Recorded);
+    assert_eq!(
+        assess(&running, PERIOD, now),
+        Standing::Quarantined { until, why }
+    );
+    let served = Evidence {
+        decided: Some(now - Duration::from_secs(1)),
+        ..clean(&id, &member)
+    };
+    assert_eq!(assess(&served, PERIOD, now), Standing::Member);
+    let serving_marker = FleetMark::quarantined(&birth(), "a");
+    let not_raised = Evidence {
+        decided: Some(now - Duration::from_secs(1)),
+        ..clean(&id, &serving_marker)
+    };
+    let why = Loss::Served;
+    assert_eq!(
+        assess(&not_raised, PERIOD, now),
+        Standing::Rejoining { why }
+    );
+}
+
 /// `parse_info` reads the two fields wherever they are.
 #[test]
 fn info_fields_are_read() {
