@@ -15,6 +15,8 @@ use crate::support::fleet::test_fleet_options;
 use crate::support::resp::{Resp, RespConn};
 use crate::support::RedisServer;
 
+mod preparation;
+
 const LOCK: &str = "redlease:lock:r";
 const FENCE: &str = "redlease:fence";
 const CHANNEL: &str = "redlease:released:r";
