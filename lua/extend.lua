@@ -8,7 +8,8 @@
 -- Returns: an array with one code per lease:
 --           1 extended (the lock holds our lease);
 --           0 absent (nothing of ours is here: it expired or was force-released);
---          -1 held by another lease.
+--          -1 held by another lease;
+--          -2 revoked: a force release left the lease's tombstone here (force_release.lua).
 -- Every argument is checked before anything is written.
 local n = #KEYS
 if n < 1 or #ARGV ~= 2 * n then
@@ -29,6 +30,8 @@ for i = 1, n do
   local lock = redis.call('GET', KEYS[i])
   if not lock then
     codes[i] = 0
+  elseif lock == 'revoked:' .. lease_id then
+    codes[i] = -2
   elseif string.sub(lock, 1, 32) ~= lease_id then
     codes[i] = -1
   else

@@ -61,6 +61,11 @@ impl Keyspace {
         self.join("released:", resource)
     }
 
+    /// `<prefix>revocations`: the lease ids force releases revoke, for their holders.
+    pub fn revocations_channel(&self) -> String {
+        self.join("revocations", "")
+    }
+
     pub fn fence(&self) -> String {
         self.join("fence", "")
     }

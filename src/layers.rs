@@ -52,6 +52,10 @@ const ROOT_NAMES: &[(&str, &str)] = &[
     ("LockPage", "redlock"),
     ("ForceRelease", "redlock"),
     ("AuditRecord", "redlock"),
+    ("ForceOptions", "redlock"),
+    ("ForceVerdict", "redlock"),
+    ("ForcedMaster", "redlock"),
+    ("MasterAnswer", "redlock"),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -245,6 +245,9 @@ impl LeaseManager {
         });
         let summaries = logs::log_summaries(Arc::downgrade(&manager), SUMMARY_INTERVAL);
         tokio::spawn(summaries);
+        if let Some(revocations) = manager.engine.revocations() {
+            tokio::spawn(tell_revoked(Arc::downgrade(&manager), revocations));
+        }
         manager
     }
 
@@ -493,6 +496,26 @@ impl LeaseManager {
         self.table
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Marks each lease of this sidecar that a force release revokes lost (`revoked`) as soon as
+/// a master announces it, and acknowledges (see [`renewal::revoke`]). Announcements missed
+/// (a lagging receiver, a master's subscriber connection down) are caught by the lease's next
+/// renewal, which finds the tombstone.
+async fn tell_revoked(manager: Weak<LeaseManager>, mut revocations: broadcast::Receiver<LeaseId>) {
+    loop {
+        let id = match revocations.recv().await {
+            Ok(id) => id,
+            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let Some(manager) = manager.upgrade() else {
+            return;
+        };
+        if let Some(tracked) = manager.find(id) {
+            renewal::revoke(&manager.engine, &tracked);
+        }
     }
 }
 

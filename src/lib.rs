@@ -110,13 +110,14 @@ pub use fleet::{
 };
 pub use keys::Keyspace;
 pub use lease_id::LeaseId;
-pub use redlock::force::MAX_AUDIT_LIMIT;
+pub use redlock::force::audit::MAX_AUDIT_LIMIT;
 pub use redlock::inventory::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 pub use redlock::quorum::{DriftPolicy, NodeTimeoutPolicy};
 pub use redlock::{
-    AcquireOutcome, AuditRecord, EngineOptions, ExtendOutcome, Extension, ForceRelease, Holding,
-    Lease, LockPage, LockView, MasterView, NodeVote, QuorumHolder, Redlock, Refusal,
-    ReleaseOutcome, RemovedHolder, Renewal, Shortfall,
+    AcquireOutcome, AuditRecord, EngineOptions, ExtendOutcome, Extension, ForceOptions,
+    ForceRelease, ForceVerdict, ForcedMaster, Holding, Lease, LockPage, LockView, MasterAnswer,
+    MasterView, NodeVote, QuorumHolder, Redlock, Refusal, ReleaseOutcome, RemovedHolder, Renewal,
+    Shortfall,
 };
 pub use wakeup::Wakeups;
 

@@ -36,7 +36,9 @@ use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::wakeup::Wakeups;
 use crate::{Error, LeaseId};
 pub use extend::Extension;
-pub use force::{AuditRecord, ForceRelease, RemovedHolder};
+pub use force::audit::AuditRecord;
+pub use force::verdict::{MasterAnswer, Verdict as ForceVerdict};
+pub use force::{ForceOptions, ForceRelease, ForcedMaster, RemovedHolder};
 pub use inventory::{Holding, LockPage, LockView, MasterView, QuorumHolder};
 pub use outcome::{
     AcquireOutcome, ExtendOutcome, Lease, NodeVote, Refusal, ReleaseOutcome, Renewal, Shortfall,
@@ -120,6 +122,12 @@ impl Redlock {
     pub fn with_wakeups(mut self, wakeups: Arc<Wakeups>) -> Self {
         self.wakeups = Some(wakeups);
         self
+    }
+
+    /// The lease ids force releases revoke from now on (see [`Wakeups::revocations`]); `None`
+    /// without wake-ups, whose connections carry them.
+    pub fn revocations(&self) -> Option<tokio::sync::broadcast::Receiver<crate::LeaseId>> {
+        self.wakeups.as_ref().map(|wakeups| wakeups.revocations())
     }
 
     /// Waits (at most `timeout`) until no per-master call of this engine is in flight: the

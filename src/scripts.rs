@@ -19,6 +19,7 @@ pub struct Scripts {
     pub extend: Script,
     pub shadow: Script,
     pub force_release: Script,
+    pub acknowledge: Script,
     pub inspect: Script,
     pub birth: Script,
     pub mark: Script,
@@ -32,6 +33,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     extend: Script::from_lua(include_str!("../lua/extend.lua")),
     shadow: Script::from_lua(include_str!("../lua/shadow.lua")),
     force_release: Script::from_lua(include_str!("../lua/force_release.lua")),
+    acknowledge: Script::from_lua(include_str!("../lua/acknowledge.lua")),
     inspect: Script::from_lua(include_str!("../lua/inspect.lua")),
     birth: Script::from_lua(include_str!("../lua/birth.lua")),
     mark: Script::from_lua(include_str!("../lua/mark.lua")),
@@ -41,13 +43,14 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 // === impl Scripts ===
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 9] {
+    pub fn all(&self) -> [&Script; 10] {
         [
             &self.raise_fence,
             &self.release,
             &self.extend,
             &self.shadow,
             &self.force_release,
+            &self.acknowledge,
             &self.inspect,
             &self.birth,
             &self.mark,
@@ -166,6 +169,8 @@ pub enum ExtendReply {
     Absent,
     /// Another lease holds the lock.
     HeldByOther,
+    /// A force release revoked the lease: its tombstone holds the lock.
+    Revoked,
 }
 
 impl ExtendReply {
@@ -173,6 +178,7 @@ impl ExtendReply {
         match reply {
             1 => Self::Extended,
             0 => Self::Absent,
+            -2 => Self::Revoked,
             _ => Self::HeldByOther,
         }
     }

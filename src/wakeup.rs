@@ -6,6 +6,10 @@
 //! A resource's channel is subscribed to only while it has waiters here: an uncontended release
 //! then publishes to nobody, and no process wakes for it (a pattern subscription to every
 //! release would wake every process for every release).
+//!
+//! The same connections listen, always, to `<prefix>revocations`, where force releases publish
+//! the lease ids they revoke (rare): [`Wakeups::revocations`] hands them to the lease manager
+//! or `lock run`, which tell the holder and acknowledge.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,15 +20,17 @@ use fred::prelude::{ClientLike, EventInterface, PubsubInterface};
 use futures_util::future::{BoxFuture, Shared};
 use futures_util::FutureExt;
 use tokio::sync::futures::Notified;
-use tokio::sync::Notify;
+use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
 use crate::fleet::Fleet;
-use crate::Error;
+use crate::{Error, LeaseId};
 
 /// How long a new queue waits for its subscriptions to be confirmed before its first retry
 /// (a master that has not confirmed by then may miss that release; the fallback timer covers it).
 pub const SUBSCRIBE_TIMEOUT: Duration = Duration::from_millis(250);
+/// Revocations kept for a listener that is behind.
+const REVOCATION_BUFFER: usize = 256;
 
 /// The waiters of one resource.
 struct Queue {
@@ -44,6 +50,10 @@ pub struct Wakeups {
     clients: Vec<fred::clients::Client>,
     /// `<prefix>released:`
     channel_prefix: String,
+    /// `<prefix>revocations`
+    revocations_channel: String,
+    /// The lease ids force releases revoked, as each master announces them (so once per master).
+    revocations: broadcast::Sender<LeaseId>,
 }
 
 /// A place in a resource's queue; the queue (and its subscription) is dropped when its last
@@ -67,12 +77,28 @@ impl Wakeups {
             queues: Mutex::new(HashMap::new()),
             clients,
             channel_prefix: format!("{}released:", fleet.keyspace().prefix()),
+            revocations_channel: fleet.keyspace().revocations_channel(),
+            revocations: broadcast::channel(REVOCATION_BUFFER).0,
         });
         for client in &hub.clients {
             listen(client, Arc::downgrade(&hub));
             client.connect();
         }
+        let channel = hub.revocations_channel.clone();
+        let subscribed = hub.send_to_each(move |client| {
+            let channel = channel.clone();
+            async move { subscribe(&client, vec![channel]).await }
+        });
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(subscribed);
+        }
         Ok(hub)
+    }
+
+    /// The lease ids force releases revoke from now on, one message per master that announced
+    /// it. A receiver that lags misses some: the holder then learns at its next renewal.
+    pub fn revocations(&self) -> broadcast::Receiver<LeaseId> {
+        self.revocations.subscribe()
     }
 
     /// Joins the queue of `resource`, creating it (and subscribing to its channel) if needed.
@@ -233,9 +259,10 @@ fn listen(client: &fred::clients::Client, hub: Weak<Wakeups>) {
         // queue removed meanwhile is unsubscribed after this, not before.
         let resubscribed = on_reconnect.upgrade().and_then(|hub| {
             let queues = hub.queues();
-            let channels: Vec<String> = queues.keys().map(|r| hub.channel(r)).collect();
+            let mut channels: Vec<String> = queues.keys().map(|r| hub.channel(r)).collect();
+            channels.push(hub.revocations_channel.clone());
             let call = async move { subscribe(&subscriber, channels).await };
-            (!queues.is_empty()).then(|| sent_now(std::iter::once(call)))
+            Some(sent_now(std::iter::once(call)))
         });
         async move {
             if let Some(resubscribed) = resubscribed {
@@ -248,6 +275,12 @@ fn listen(client: &fred::clients::Client, hub: Weak<Wakeups>) {
         if let Some(hub) = hub.upgrade() {
             if let Some(resource) = message.channel.strip_prefix(hub.channel_prefix.as_str()) {
                 hub.wake(resource);
+            } else if message.channel == hub.revocations_channel {
+                let revoked = message.value.as_string().and_then(|id| id.parse().ok());
+                if let Some(id) = revoked {
+                    // No receiver: nobody here holds leases to tell.
+                    let _ = hub.revocations.send(id);
+                }
             }
         }
         async { Ok(()) }

@@ -4,15 +4,18 @@
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::body::JsonBody;
-use super::error::ApiError;
+use super::error::{problem, problem_body, ApiError};
 use super::AppState;
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
-use crate::{AuditRecord, ForceRelease, LockPage, LockView, MasterView};
+use crate::{AuditRecord, ForceOptions, ForceRelease, ForceVerdict, LeaseId, LockPage, LockView};
+use crate::{MasterAnswer, MasterView};
 
 /// Query of `GET /v1/locks`.
 #[derive(Debug, Deserialize)]
@@ -29,6 +32,11 @@ pub struct ListQuery {
 pub struct ForceReleaseBody {
     actor: Option<String>,
     reason: Option<String>,
+    /// Revoke only this lease (32 hex digits): a compare-and-revoke.
+    lease_id: Option<String>,
+    /// The holder is gone: delete the lock at once instead of waiting for it to be told.
+    #[serde(default)]
+    holder_gone: bool,
 }
 
 pub async fn show(
@@ -60,15 +68,48 @@ pub async fn force_release(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
     body: Result<JsonBody<ForceReleaseBody>, ApiError>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let Path(resource) =
         resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
     let JsonBody(body) = body?;
     let actor = body.actor.unwrap_or_default();
     let reason = body.reason.unwrap_or_default();
+    let lease_id = match body.lease_id.as_deref().map(str::parse::<LeaseId>) {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(_)) => {
+            let detail = "lease_id must be 32 lowercase hex digits";
+            return Err(ApiError::bad_request("invalid_lease_id", detail));
+        }
+    };
+    let options = ForceOptions {
+        lease_id,
+        holder_gone: body.holder_gone,
+    };
     let engine = &state.engine;
-    let forced = engine.force_release(&resource, &actor, &reason).await?;
-    Ok(Json(force_release_json(&forced)))
+    let forced = engine
+        .force_release(&resource, &actor, &reason, &options)
+        .await?;
+    let answer = force_release_json(&forced);
+    let (status, reason, detail) = match forced.verdict {
+        ForceVerdict::Confirmed => return Ok(Json(answer).into_response()),
+        ForceVerdict::Mismatch => (
+            StatusCode::CONFLICT,
+            "lease_mismatch",
+            "another lease holds the lock; nothing was revoked",
+        ),
+        ForceVerdict::NoQuorum => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_quorum",
+            "too few masters confirmed the force release; the holder may keep its quorum",
+        ),
+    };
+    // The problem's members, then what the force release did (RFC 9457 extension members).
+    let mut body = problem_body(status, reason, detail);
+    if let (Some(problem), Value::Object(fields)) = (body.as_object_mut(), answer) {
+        problem.extend(fields);
+    }
+    Ok(problem(status, body))
 }
 
 /// The fencing token of the quorum holder when this sidecar holds that lease (held or
@@ -171,8 +212,24 @@ pub fn force_release_json(forced: &ForceRelease) -> Value {
             })
         })
         .collect();
+    let masters: Vec<Value> = forced
+        .masters
+        .iter()
+        .map(|master| {
+            let mut value = json!({"url": master.url, "answer": master.answer.label()});
+            if let MasterAnswer::NoAnswer { error } = &master.answer {
+                value["error"] = error.clone().into();
+            }
+            value
+        })
+        .collect();
+    let confirmed = forced.verdict == ForceVerdict::Confirmed;
     json!({
         "resource": forced.resource,
+        "confirmed": confirmed,
+        "holder_told": forced.holder_told,
+        "free_at_ms": forced.free_at_ms,
+        "masters": masters,
         "masters_answered": forced.masters_answered,
         "masters_removed": forced.masters_removed,
         "audits_recorded": forced.audits_recorded,

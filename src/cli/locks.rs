@@ -9,10 +9,10 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::lock::{connect, finish, print_json, FleetArgs};
-use super::{EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
+use super::{EXIT_HELD, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
 use crate::api::inventory::{audit_json, force_release_json, lock_json, page_json};
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
-use crate::{Error, LockView};
+use crate::{Error, ForceOptions, ForceRelease, ForceVerdict, LeaseId, LockView};
 
 #[derive(Debug, Subcommand)]
 pub enum LocksCommand {
@@ -40,7 +40,8 @@ pub enum LocksCommand {
         #[command(flatten)]
         fleet: FleetArgs,
     },
-    /// Delete a lock whatever lease holds it, recorded in every master's audit stream.
+    /// Revoke the lease holding a lock (its holder is told at once), recorded in every
+    /// master's audit stream.
     ForceRelease {
         resource: String,
         /// Who releases (recorded and logged).
@@ -49,6 +50,14 @@ pub enum LocksCommand {
         /// Why (recorded and logged).
         #[arg(long)]
         reason: Option<String>,
+        /// Revoke only this lease (32 hex digits, as `locks show` prints it): a lease that
+        /// took the lock since is left alone (exit 3).
+        #[arg(long)]
+        lease_id: Option<String>,
+        /// The holder is gone (its host died): delete the lock at once instead of waiting for
+        /// its holder to be told or its lease to expire.
+        #[arg(long)]
+        holder_gone: bool,
         #[command(flatten)]
         fleet: FleetArgs,
     },
@@ -151,22 +160,58 @@ async fn execute(command: LocksCommand) -> Result<u8, Error> {
             resource,
             actor,
             reason,
+            lease_id,
+            holder_gone,
             fleet,
         } => {
             let (actor, reason) = (actor.unwrap_or_default(), reason.unwrap_or_default());
             crate::keys::validate_actor(&actor)?;
             crate::keys::validate_reason(&reason)?;
+            let lease_id = lease_id.as_deref().map(str::parse::<LeaseId>).transpose()?;
+            let options = ForceOptions {
+                lease_id,
+                holder_gone,
+            };
             let engine = connect(&fleet).await?;
-            let forced = engine.force_release(&resource, &actor, &reason).await;
+            let forced = engine
+                .force_release(&resource, &actor, &reason, &options)
+                .await;
             let code = forced.map(|forced| {
                 print_json(&force_release_json(&forced));
-                if forced.masters_answered == 0 {
-                    EXIT_UNAVAILABLE
-                } else {
-                    EXIT_OK
-                }
+                force_release_code(&forced)
             });
             finish(&engine, code).await
+        }
+    }
+}
+
+/// The exit code of a force release, with a word on stderr when it is not plain success.
+fn force_release_code(forced: &ForceRelease) -> u8 {
+    let resource = &forced.resource;
+    match forced.verdict {
+        ForceVerdict::Confirmed => {
+            if forced.holder_told == Some(false) {
+                eprintln!(
+                    "redlease: {resource} is revoked, but its holder did not acknowledge: \
+                     nobody can take it until its keys expire (free_at_ms {}), unless \
+                     --holder-gone",
+                    forced.free_at_ms
+                );
+            }
+            EXIT_OK
+        }
+        ForceVerdict::Mismatch => {
+            eprintln!("redlease: another lease holds {resource}; nothing was revoked");
+            EXIT_HELD
+        }
+        ForceVerdict::NoQuorum => {
+            eprintln!(
+                "redlease: only {} of {} masters confirmed the force release of {resource}; \
+                 its holder may keep its quorum",
+                forced.masters_answered,
+                forced.masters.len()
+            );
+            EXIT_NO_QUORUM
         }
     }
 }

@@ -90,6 +90,10 @@ pub async fn renew(
     }
     match outcome {
         ExtendOutcome::Extended(renewal) => Ok(take(renewals, policy, tracked, &renewal, false)),
+        ExtendOutcome::Lost(refusal) if refusal.revoked() => {
+            revoke(renewals.engine(), tracked);
+            Ok(None)
+        }
         ExtendOutcome::Lost(_) => {
             lose(renewals.engine(), tracked, "not_ours");
             Ok(None)
@@ -247,6 +251,19 @@ pub fn lose(engine: &Arc<Redlock>, tracked: &Arc<Tracked>, reason: &'static str)
         if let Err(error) = engine.release(&resource, id).await {
             tracing::error!(%error, lease = %id, "release of a lost lease refused");
         }
+    });
+}
+
+/// A force release revoked the lease: lost (`revoked`) at once, watchers told, then the
+/// revocation acknowledged (the tombstone deleted and the release published), which lets
+/// others take the resource. Acknowledged again for every announcement of it, even once ended:
+/// a master the force release reached late still gets its tombstone deleted.
+pub fn revoke(engine: &Arc<Redlock>, tracked: &Arc<Tracked>) {
+    lose(engine, tracked, "revoked");
+    let (engine, tracked) = (Arc::clone(engine), Arc::clone(tracked));
+    tokio::spawn(async move {
+        let (resource, id) = tracked.key();
+        engine.acknowledge_revocation(&resource, id).await;
     });
 }
 

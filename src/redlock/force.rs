@@ -1,12 +1,19 @@
-//! Force release, for operators: the lock deleted on every master that answers whatever lease
-//! it holds, the release announced, and an audit record appended to the capped stream
-//! `<prefix>audit` on every master; and the audit read back, merged across masters.
+//! Force release, for operators: the lease that holds a lock revoked on every master that
+//! answers (a tombstone in its place until its holder acknowledges, or the lock deleted at
+//! once when the operator says the holder is gone), re-sent to masters that miss it until a
+//! quorum confirmed it, and an audit record appended on every master (see [`audit`]).
+
+pub mod audit;
+pub mod verdict;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use fred::types::Value;
+use tokio::time::Instant;
 
+use self::audit::{audit_command, unix_ms, AuditRecord};
+use self::verdict::{MasterAnswer, Verdict, TOMBSTONE_PREFIX};
 use super::inventory::{text, INSPECT_TIMEOUT};
 use super::Redlock;
 use crate::fleet::{Admission, Deadline};
@@ -17,10 +24,25 @@ use crate::resp::Commands;
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
-/// Entries the audit stream of each master keeps, about (`XADD … MAXLEN ~`).
-pub const AUDIT_MAXLEN: &[u8] = b"10000";
-/// Most audit records one read returns.
-pub const MAX_AUDIT_LIMIT: usize = 10_000;
+/// How long a force release keeps re-sending to masters that did not answer.
+pub const FORCE_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a force release waits for the holder to acknowledge the revocation.
+pub const HOLDER_WAIT: Duration = Duration::from_secs(1);
+/// First pause between two sends to masters that did not answer (doubled after each).
+const FIRST_RESEND: Duration = Duration::from_millis(100);
+const MAX_RESEND: Duration = Duration::from_secs(1);
+/// Pause between two looks for the holder's acknowledgement.
+const HOLDER_POLL: Duration = Duration::from_millis(10);
+
+/// How a force release goes about it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ForceOptions {
+    /// Revoke only this lease: a compare-and-revoke that leaves any other holder alone.
+    pub lease_id: Option<LeaseId>,
+    /// The operator says the holder is gone: delete the lock at once rather than waiting for
+    /// the holder to acknowledge (or for the lease's validity to end).
+    pub holder_gone: bool,
+}
 
 /// A value a force release removed, and from how many masters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +56,14 @@ pub struct RemovedHolder {
     pub masters: usize,
 }
 
+/// One master's part in a force release.
+#[derive(Clone, Debug)]
+pub struct ForcedMaster {
+    /// Its URL, credentials masked.
+    pub url: String,
+    pub answer: MasterAnswer,
+}
+
 /// What a force release did.
 #[derive(Clone, Debug)]
 pub struct ForceRelease {
@@ -42,172 +72,279 @@ pub struct ForceRelease {
     pub audit_id: String,
     /// When it ran, in ms since the Unix epoch.
     pub time_ms: u64,
-    /// Masters that answered the delete.
+    pub verdict: Verdict,
+    /// Each master's answer, in the configured order.
+    pub masters: Vec<ForcedMaster>,
+    /// Masters that answered.
     pub masters_answered: usize,
-    /// Masters on which a lock was deleted.
+    /// Masters on which a lock was revoked or deleted.
     pub masters_removed: usize,
     /// Masters that recorded the audit record.
     pub audits_recorded: usize,
     /// What was removed.
     pub removed: Vec<RemovedHolder>,
-}
-
-/// One force release as the audit streams record it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AuditRecord {
-    pub audit_id: String,
-    pub resource: String,
-    pub actor: String,
-    pub reason: String,
-    /// When it ran, in ms since the Unix epoch.
-    pub time_ms: u64,
-    /// The values it removed (`<lease id>|<owner>` for redlease's own).
-    pub holders: Vec<String>,
-    /// How many masters' streams carry the record.
-    pub masters: usize,
+    /// Whether the holder acknowledged the revocation within [`HOLDER_WAIT`] (its sidecar
+    /// marked the lease lost, or `lock run` stopped its command): `None` when no lease was
+    /// left revoked (nothing held, or deleted at once).
+    pub holder_told: Option<bool>,
+    /// When the resource is free for others at the latest, in ms since the Unix epoch: now
+    /// when the holder acknowledged; else when the revoked lease's keys expire.
+    pub free_at_ms: u64,
 }
 
 // === impl Redlock ===
 
 impl Redlock {
-    /// Deletes `resource`'s lock on every master that answers, whatever lease holds it, and
-    /// records who (`actor`) did it and why (`reason`) in every master's audit stream, in the
-    /// log (warn) and in `lock_force_releases_total`. A sidecar that held the lease finds it
-    /// lost (`not_ours`) at its next renewal.
+    /// Revokes the lease holding `resource` (only `options.lease_id`, when given) on every
+    /// master that answers, re-sent to those that miss it until a quorum answered or
+    /// [`FORCE_DEADLINE`] passed, and records who (`actor`) did it and why (`reason`) in every
+    /// master's audit stream, in the log (warn) and in `lock_force_releases_total`.
+    ///
+    /// The holder learns at once: its sidecar (or `lock run`) hears the revocation, marks the
+    /// lease lost (`revoked`) and deletes the tombstone left in the lease's place, which frees
+    /// the resource; a holder that does not acknowledge keeps others out until the lease's
+    /// keys expire, unless `options.holder_gone`.
     pub async fn force_release(
         &self,
         resource: &str,
         actor: &str,
         reason: &str,
+        options: &ForceOptions,
     ) -> Result<ForceRelease, Error> {
         validate_resource(resource)?;
         validate_actor(actor)?;
         validate_reason(reason)?;
-        let keyspace = self.fleet.keyspace();
-        let lock = keyspace.lock(resource);
-        let channel = keyspace.released_channel(resource);
-        // Longer than any shadow of the lease can still run: shadows go out only while the
-        // lease is valid, and a shadow keeps it valid for at most the quarantine.
-        let revoked_for = self.fleet.options().quarantine + self.options.max_ttl;
-        let revoked_ms = revoked_for.as_millis().to_string();
-        let revoked_prefix = keyspace.revoked_prefix();
-        let call = ScriptCall::new(
-            &SCRIPTS.force_release,
-            &[lock.as_bytes()],
-            &[
-                channel.as_bytes(),
-                revoked_prefix.as_bytes(),
-                revoked_ms.as_bytes(),
-            ],
-        );
         self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
-        let deadline = Deadline::After(INSPECT_TIMEOUT);
-        let nodes = self.fleet.nodes();
-        let deletes = nodes
+        let answers = self.revoke_until_confirmed(resource, options).await;
+        let verdict = verdict::verdict(&answers, self.fleet.quorum(), options.lease_id);
+        let values: Vec<String> = answers
             .iter()
-            .map(|node| node.eval::<Value>(&call, &deadline, Admission::Always));
-        let answers = futures_util::future::join_all(deletes).await;
-        let masters_answered = answers.iter().filter(|a| a.is_ok()).count();
-        let unanswered: Vec<String> = nodes
-            .iter()
-            .zip(&answers)
-            .filter_map(|(node, a)| Some(format!("{}: {}", node.url(), a.as_ref().err()?)))
+            .filter_map(|a| a.removed().map(String::from))
             .collect();
-        let values: Vec<String> = answers.iter().flatten().filter_map(text).collect();
         let removed = removed_holders(&values);
-        let audit_id = LeaseId::random().to_string();
-        let time_ms = unix_ms(SystemTime::now());
-        let record = AuditRecord {
-            audit_id: audit_id.clone(),
-            resource: resource.to_string(),
-            actor: actor.to_string(),
-            reason: reason.to_string(),
-            time_ms,
-            holders: removed.iter().map(|h| h.value.clone()).collect(),
-            masters: 0,
-        };
-        let xadd = audit_command(&keyspace.audit(), &record);
-        let appends = nodes.iter().map(|node| node.query(&xadd, &deadline));
-        let appended = futures_util::future::join_all(appends).await;
-        let audits_recorded = appended
+        let audits_recorded = self.record_audit(resource, actor, reason, &removed).await;
+        let (audit_id, time_ms) = audits_recorded.1;
+        let tombstones: Vec<(usize, LeaseId)> = answers
             .iter()
-            .filter(|a| matches!(a.as_deref(), Ok([Ok(_)])))
-            .count();
+            .enumerate()
+            .filter_map(|(i, a)| Some((i, a.tombstone()?.0)))
+            .collect();
+        let holder_told = match tombstones.is_empty() {
+            true => None,
+            false => Some(self.wait_for_holder(resource, &tombstones).await),
+        };
+        let now_ms = unix_ms(SystemTime::now());
+        let free_at_ms = match holder_told {
+            Some(false) => verdict::free_at_ms(time_ms, &answers),
+            _ => now_ms,
+        };
+        let masters_answered = answers.iter().filter(|a| a.answered()).count();
         METRICS.force_releases.add(1, &[]);
+        let labels: Vec<&str> = answers.iter().map(MasterAnswer::label).collect();
         tracing::warn!(
             resource,
             actor,
             reason,
-            removed = ?record.holders,
-            masters_removed = values.len(),
-            masters_answered,
-            ?unanswered,
-            audits_recorded,
+            removed = ?values,
+            answers = ?labels,
+            ?verdict,
+            ?holder_told,
+            audits_recorded = audits_recorded.0,
             audit_id,
             "force release"
         );
+        let masters = self.fleet.nodes().iter().zip(answers);
+        let masters = masters.map(|(node, answer)| ForcedMaster {
+            url: node.url().to_string(),
+            answer,
+        });
         Ok(ForceRelease {
             resource: resource.to_string(),
             audit_id,
             time_ms,
+            verdict,
+            masters: masters.collect(),
             masters_answered,
             masters_removed: values.len(),
-            audits_recorded,
+            audits_recorded: audits_recorded.0,
             removed,
+            holder_told,
+            free_at_ms,
         })
     }
 
-    /// The force releases recorded since `since_ms` (ms since the Unix epoch; all when
-    /// `None`), newest first, at most `limit` (1 to [`MAX_AUDIT_LIMIT`]): every master's
-    /// stream read, each record once.
-    pub async fn audit(
+    /// Sends `force_release.lua` to every master, then again to those that did not answer,
+    /// until the answers reach a verdict or the deadline passes. After the first answers, the
+    /// sends name the lease they revoked, so a newer holder is never revoked by a retry.
+    async fn revoke_until_confirmed(
         &self,
-        since_ms: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<AuditRecord>, Error> {
-        if !(1..=MAX_AUDIT_LIMIT).contains(&limit) {
-            return Err(Error::InvalidLimit(format!(
-                "limit must be between 1 and {MAX_AUDIT_LIMIT}"
-            )));
-        }
-        let start = since_ms.map_or("-".to_string(), |ms| ms.to_string());
-        let count = limit.to_string();
-        let key = self.fleet.keyspace().audit();
-        let mut read = Commands::with_capacity(128);
-        read.push(&[
-            b"XREVRANGE",
-            key.as_bytes(),
-            b"+",
-            start.as_bytes(),
-            b"COUNT",
-            count.as_bytes(),
-        ]);
-        self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
-        let deadline = Deadline::After(INSPECT_TIMEOUT);
-        let reads = self
-            .fleet
-            .nodes()
-            .iter()
-            .map(|node| node.query(&read, &deadline));
-        let mut merged: BTreeMap<String, AuditRecord> = BTreeMap::new();
-        for replies in futures_util::future::join_all(reads).await {
-            let Some(Ok(Value::Array(entries))) = replies.ok().and_then(|mut r| r.pop()) else {
-                continue;
+        resource: &str,
+        options: &ForceOptions,
+    ) -> Vec<MasterAnswer> {
+        let keyspace = self.fleet.keyspace();
+        let lock = keyspace.lock(resource);
+        let released = keyspace.released_channel(resource);
+        let revocations = keyspace.revocations_channel();
+        let revoked_prefix = keyspace.revoked_prefix();
+        // Longer than any shadow of the lease can still run: shadows go out only while the
+        // lease is valid, and a shadow keeps it valid for at most the quarantine.
+        let revoked_for = self.fleet.options().quarantine + self.options.max_ttl;
+        let revoked_ms = revoked_for.as_millis().to_string();
+        let outright: &[u8] = if options.holder_gone { b"1" } else { b"0" };
+        let nodes = self.fleet.nodes();
+        let quorum = self.fleet.quorum();
+        let mut answers = vec![
+            MasterAnswer::NoAnswer {
+                error: "not sent".into()
             };
-            for record in entries.iter().filter_map(parse_entry) {
-                merged
-                    .entry(record.audit_id.clone())
-                    .and_modify(|seen| seen.masters += 1)
-                    .or_insert(AuditRecord {
-                        masters: 1,
-                        ..record
-                    });
+            nodes.len()
+        ];
+        let mut named = options.lease_id;
+        let give_up = Instant::now() + FORCE_DEADLINE;
+        let mut pause = FIRST_RESEND;
+        loop {
+            let named_text = named.map(|id| id.to_string()).unwrap_or_default();
+            let call = ScriptCall::new(
+                &SCRIPTS.force_release,
+                &[lock.as_bytes()],
+                &[
+                    released.as_bytes(),
+                    revoked_prefix.as_bytes(),
+                    revoked_ms.as_bytes(),
+                    revocations.as_bytes(),
+                    named_text.as_bytes(),
+                    outright,
+                ],
+            );
+            let left = give_up.saturating_duration_since(Instant::now());
+            let deadline = Deadline::After(INSPECT_TIMEOUT.min(left));
+            let pending: Vec<usize> = (0..nodes.len())
+                .filter(|&i| !answers[i].answered())
+                .collect();
+            let sends = pending
+                .iter()
+                .map(|&i| nodes[i].eval::<Value>(&call, &deadline, Admission::Always));
+            let replies = futures_util::future::join_all(sends).await;
+            for (&i, reply) in pending.iter().zip(replies) {
+                answers[i] = match reply {
+                    Ok(reply) => MasterAnswer::from_reply(&reply),
+                    Err(error) => MasterAnswer::NoAnswer {
+                        error: error.to_string(),
+                    },
+                };
             }
+            named = named.or_else(|| verdict::pinned_lease(&answers));
+            let settled = verdict::verdict(&answers, quorum, options.lease_id) != Verdict::NoQuorum;
+            if settled || Instant::now() + pause >= give_up {
+                return answers;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_RESEND);
         }
-        let mut records: Vec<AuditRecord> = merged.into_values().collect();
-        records.sort_by(|a, b| (b.time_ms, &b.audit_id).cmp(&(a.time_ms, &a.audit_id)));
-        records.truncate(limit);
-        Ok(records)
+    }
+
+    /// Appends the audit record on every master; returns how many recorded it, with its id
+    /// and time.
+    async fn record_audit(
+        &self,
+        resource: &str,
+        actor: &str,
+        reason: &str,
+        removed: &[RemovedHolder],
+    ) -> (usize, (String, u64)) {
+        let record = AuditRecord {
+            audit_id: LeaseId::random().to_string(),
+            resource: resource.to_string(),
+            actor: actor.to_string(),
+            reason: reason.to_string(),
+            time_ms: unix_ms(SystemTime::now()),
+            holders: removed.iter().map(|h| h.value.clone()).collect(),
+            masters: 0,
+        };
+        let xadd = audit_command(&self.fleet.keyspace().audit(), &record);
+        let deadline = Deadline::After(INSPECT_TIMEOUT);
+        let nodes = self.fleet.nodes();
+        let appends = nodes.iter().map(|node| node.query(&xadd, &deadline));
+        let appended = futures_util::future::join_all(appends).await;
+        let recorded = appended
+            .iter()
+            .filter(|a| matches!(a.as_deref(), Ok([Ok(_)])))
+            .count();
+        (recorded, (record.audit_id, record.time_ms))
+    }
+
+    /// Waits up to [`HOLDER_WAIT`] for every tombstone of `tombstones` (master index, lease)
+    /// to be gone: deleted by the holder's acknowledgement, or expired. `false` when one is
+    /// still there (or its master stopped answering).
+    async fn wait_for_holder(&self, resource: &str, tombstones: &[(usize, LeaseId)]) -> bool {
+        let lock = self.fleet.keyspace().lock(resource);
+        let mut get = Commands::with_capacity(64);
+        get.push(&[b"GET", lock.as_bytes()]);
+        let nodes = self.fleet.nodes();
+        let give_up = Instant::now() + HOLDER_WAIT;
+        loop {
+            let deadline = Deadline::After(HOLDER_WAIT);
+            let reads = tombstones.iter().map(|&(i, id)| {
+                let get = &get;
+                let deadline = &deadline;
+                async move {
+                    let tombstone = format!("{TOMBSTONE_PREFIX}{id}");
+                    let replies = nodes[i].query(get, deadline).await;
+                    let value = replies.ok().and_then(|mut r| r.pop()?.ok());
+                    match value {
+                        Some(value) => text(&value).is_some_and(|v| v == tombstone),
+                        // No answer: the tombstone may still be there.
+                        None => true,
+                    }
+                }
+            });
+            let left = futures_util::future::join_all(reads).await;
+            if !left.into_iter().any(|still| still) {
+                return true;
+            }
+            if Instant::now() >= give_up {
+                return false;
+            }
+            tokio::time::sleep(HOLDER_POLL).await;
+        }
+    }
+
+    /// The holder of revoked lease `id` was told: deletes its tombstone on every master (one
+    /// try each) and publishes the release, so waiters wake. Returns how many masters held it.
+    pub async fn acknowledge_revocation(&self, resource: &str, id: LeaseId) -> usize {
+        let keyspace = self.fleet.keyspace();
+        let lock = keyspace.lock(resource);
+        let released = keyspace.released_channel(resource);
+        let id_text = id.to_string();
+        let call = ScriptCall::new(
+            &SCRIPTS.acknowledge,
+            &[lock.as_bytes()],
+            &[id_text.as_bytes(), released.as_bytes()],
+        );
+        let deadline = Deadline::After(INSPECT_TIMEOUT);
+        let nodes = self.fleet.nodes();
+        let sends = nodes
+            .iter()
+            .map(|node| node.eval::<i64>(&call, &deadline, Admission::Always));
+        let answers = futures_util::future::join_all(sends).await;
+        answers.into_iter().filter(|a| matches!(a, Ok(1))).count()
+    }
+
+    /// Whether lease `id` was revoked by a force release: its record `<prefix>revoked:<id>`
+    /// on any master that answers within [`INSPECT_TIMEOUT`]. Asked once a renewal found the
+    /// lease is no longer its own, to say why.
+    pub async fn was_revoked(&self, id: LeaseId) -> bool {
+        let record = format!("{}{id}", self.fleet.keyspace().revoked_prefix());
+        let mut exists = Commands::with_capacity(96);
+        exists.push(&[b"EXISTS", record.as_bytes()]);
+        let deadline = Deadline::After(INSPECT_TIMEOUT);
+        let nodes = self.fleet.nodes();
+        let reads = nodes.iter().map(|node| node.query(&exists, &deadline));
+        let answers = futures_util::future::join_all(reads).await;
+        answers.into_iter().any(|replies| {
+            let reply = replies.ok().and_then(|mut r| r.pop()?.ok());
+            matches!(reply, Some(Value::Integer(1)))
+        })
     }
 }
 
@@ -232,78 +369,6 @@ fn removed_holders(values: &[String]) -> Vec<RemovedHolder> {
         .collect()
 }
 
-/// `XADD <audit> MAXLEN ~ 10000 * audit_id … holders N holder.0 … holder.N-1`.
-fn audit_command(key: &str, record: &AuditRecord) -> Commands {
-    let time = record.time_ms.to_string();
-    let count = record.holders.len().to_string();
-    let names: Vec<String> = (0..record.holders.len())
-        .map(|i| format!("holder.{i}"))
-        .collect();
-    let mut parts: Vec<&[u8]> = vec![
-        b"XADD",
-        key.as_bytes(),
-        b"MAXLEN",
-        b"~",
-        AUDIT_MAXLEN,
-        b"*",
-        b"audit_id",
-        record.audit_id.as_bytes(),
-        b"resource",
-        record.resource.as_bytes(),
-        b"actor",
-        record.actor.as_bytes(),
-        b"reason",
-        record.reason.as_bytes(),
-        b"time_ms",
-        time.as_bytes(),
-        b"holders",
-        count.as_bytes(),
-    ];
-    for (name, holder) in names.iter().zip(&record.holders) {
-        parts.push(name.as_bytes());
-        parts.push(holder.as_bytes());
-    }
-    let mut commands = Commands::with_capacity(256);
-    commands.push(&parts);
-    commands
-}
-
-/// An audit record from one `XREVRANGE` entry (`[id, [field, value, …]]`); `None` for an
-/// entry redlease did not write.
-fn parse_entry(entry: &Value) -> Option<AuditRecord> {
-    let Value::Array(parts) = entry else {
-        return None;
-    };
-    let Some(Value::Array(fields)) = parts.get(1) else {
-        return None;
-    };
-    let texts: Vec<String> = fields.iter().filter_map(text).collect();
-    let field = |name: &str| {
-        let mut pairs = texts.chunks_exact(2);
-        pairs
-            .find(|pair| pair[0] == name)
-            .map(|pair| pair[1].clone())
-    };
-    let holders = field("holders")?.parse::<usize>().ok()?;
-    Some(AuditRecord {
-        audit_id: field("audit_id")?,
-        resource: field("resource")?,
-        actor: field("actor")?,
-        reason: field("reason")?,
-        time_ms: field("time_ms")?.parse().ok()?,
-        holders: (0..holders)
-            .filter_map(|i| field(&format!("holder.{i}")))
-            .collect(),
-        masters: 1,
-    })
-}
-
-/// Milliseconds since the Unix epoch (0 for a clock set before it).
-fn unix_ms(time: SystemTime) -> u64 {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-    since.as_millis() as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,30 +389,5 @@ mod tests {
         assert_eq!(mine.masters, 2);
         let other = removed.iter().find(|h| h.value == "foreign").unwrap();
         assert_eq!((other.lease_id, other.masters), (None, 1));
-    }
-
-    /// An audit entry reads back as it was written.
-    #[test]
-    fn an_audit_entry_round_trips() {
-        let record = AuditRecord {
-            audit_id: LeaseId::random().to_string(),
-            resource: "billing".into(),
-            actor: "alice".into(),
-            reason: "job died".into(),
-            time_ms: 1_795_000_000_000,
-            holders: vec!["a|b".into(), "c|d".into()],
-            masters: 1,
-        };
-        let commands = audit_command("redlease:audit", &record);
-        let text = String::from_utf8_lossy(commands.encoded()).into_owned();
-        let bulk: Vec<&str> = text.split("\r\n").collect();
-        // RESP: *N, then $len / value pairs; the fields start after XADD key MAXLEN ~ N *.
-        let values: Vec<Value> = bulk[1..]
-            .chunks(2)
-            .skip(6)
-            .filter_map(|pair| pair.get(1).map(|v| Value::String((*v).into())))
-            .collect();
-        let entry = Value::Array(vec![Value::String("1-0".into()), Value::Array(values)]);
-        assert_eq!(parse_entry(&entry), Some(record));
     }
 }

@@ -132,6 +132,12 @@ impl Refusal {
         }
     }
 
+    /// Whether a master answered that a force release revoked the lease (its tombstone).
+    pub fn revoked(&self) -> bool {
+        let revoked = NodeVote::Extend(ExtendReply::Revoked);
+        self.votes.contains(&revoked)
+    }
+
     /// The soonest a refusing holder's key expires on some master, when any said.
     pub fn holder_remaining(&self) -> Option<Duration> {
         self.votes

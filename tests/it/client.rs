@@ -93,8 +93,8 @@ async fn dropping_the_guard_releases_the_lock() {
     assert!(took < Duration::from_secs(2), "waited {took:?}");
 }
 
-/// A force-released lease is reported lost (`not_ours`) at the sidecar's next renewal;
-/// releasing it then answers `false`.
+/// A force-released lease is reported lost (`revoked`) as soon as the sidecar hears the
+/// revocation; releasing it then answers `false`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_fires_after_a_force_release() {
     let fleet = TestFleet::start(3);
@@ -111,11 +111,11 @@ async fn lost_fires_after_a_force_release() {
     let (status, forced) = sidecar.post_json("/v1/locks/job/force-release", body).await;
     assert_eq!(status, 200, "{forced}");
     let end = timeout(Duration::from_secs(3), lost).await.unwrap();
-    let not_ours = LeaseEnd::Lost {
-        reason: "not_ours".into(),
+    let revoked = LeaseEnd::Lost {
+        reason: "revoked".into(),
     };
-    assert_eq!(end, not_ours);
-    assert_eq!(guard.ended(), Some(not_ours));
+    assert_eq!(end, revoked);
+    assert_eq!(guard.ended(), Some(revoked));
     assert!(!guard.release().await.unwrap());
 }
 

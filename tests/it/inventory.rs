@@ -176,10 +176,13 @@ async fn force_release_is_refused_without_actor_and_reason_and_audited_with_them
     let body = json!({"actor": "alice", "reason": "job-7 died"});
     let (status, forced) = operator.post_json(path, body).await;
     assert_eq!(status, 200, "{forced}");
+    assert_eq!(forced["confirmed"], true);
     assert_eq!(forced["masters_removed"], 3);
     assert_eq!(forced["audits_recorded"], 3);
     assert_eq!(forced["removed"][0]["lease_id"], id.as_str());
     assert_eq!(forced["removed"][0]["owner"], "job-7");
+    // The holder's sidecar heard the revocation and acknowledged it before the answer.
+    assert_eq!(forced["holder_told"], true, "{forced}");
     for i in 0..3 {
         assert!(fleet.lock_keys(i).is_empty(), "master {i}");
         assert_eq!(fleet.command(i, &["XLEN", "redlease:audit"]).int(), 1);
@@ -189,14 +192,14 @@ async fn force_release_is_refused_without_actor_and_reason_and_audited_with_them
     assert_eq!(status, 200, "{next}");
     assert!(next["fencing_token"].as_u64() > lease["fencing_token"].as_u64());
 
-    // The holder learns at its next renewal that the lease is not its own any more.
+    // The holder was told: its lease is lost, revoked.
     let lost = loop {
         let (event, data) = events.next(Duration::from_secs(3)).await.expect("no event");
         if event == "lost" {
             break data;
         }
     };
-    assert_eq!(lost["reason"], "not_ours");
+    assert_eq!(lost["reason"], "revoked");
 
     let (code, audit) = redlease(&["audit", "--json"], &masters);
     assert_eq!(code, 0, "{audit}");
@@ -221,8 +224,9 @@ async fn force_release_is_refused_without_actor_and_reason_and_audited_with_them
     assert!(count >= 1.0, "{metrics}");
 }
 
-/// The CLI's force release frees the lock; with a master stopped it still deletes and
-/// records on the others, and says how many answered, removed and recorded.
+/// The CLI's force release of a lock whose holder is gone (`--holder-gone`: nobody listens
+/// for the revocation) frees it at once; with a master stopped it still deletes and records
+/// on the others, and says how many answered, removed and recorded.
 #[tokio::test]
 async fn cli_force_release_reports_the_masters_it_reached() {
     let mut fleet = TestFleet::start(3);
@@ -246,6 +250,7 @@ async fn cli_force_release_reports_the_masters_it_reached() {
         "bob",
         "--reason",
         "test",
+        "--holder-gone",
     ];
     let (code, forced, log) = redlease_with_log(&args, &masters);
     assert_eq!(code, 0, "{forced}");
@@ -265,7 +270,8 @@ async fn cli_force_release_reports_the_masters_it_reached() {
 }
 
 /// A force-released lease cannot be brought back by its holder's shadow reservation, which
-/// would otherwise set it again wherever the lock is free.
+/// would otherwise set it again wherever the lock is free (deleted at once with
+/// `holder_gone`), nor renewed over its tombstone (revoked, the holder not listening).
 #[tokio::test]
 async fn a_force_released_lease_stays_released_despite_its_shadows() {
     let fleet = TestFleet::start(3);
@@ -275,8 +281,14 @@ async fn a_force_released_lease_stays_released_despite_its_shadows() {
         redlease::AcquireOutcome::Acquired(lease) => lease,
         other => panic!("{other:?}"),
     };
-    let forced = engine.force_release("report", "ops", "test").await.unwrap();
+    let gone = redlease::ForceOptions {
+        holder_gone: true,
+        ..Default::default()
+    };
+    let forced = engine.force_release("report", "ops", "test", &gone);
+    let forced = forced.await.unwrap();
     assert_eq!(forced.masters_removed, 3);
+    assert_eq!(forced.holder_told, None);
     let shadow = engine
         .reserve_shadow(
             "report",
@@ -292,4 +304,24 @@ async fn a_force_released_lease_stays_released_despite_its_shadows() {
         "{shadow:?}"
     );
     assert!(fleet.lock_keys_on(&[0, 1, 2]).is_empty());
+
+    let lease = match engine.acquire("report-2", "job", ttl).await.unwrap() {
+        redlease::AcquireOutcome::Acquired(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    let revoke = redlease::ForceOptions::default();
+    let forced = engine.force_release("report-2", "ops", "test", &revoke);
+    let forced = forced.await.unwrap();
+    // Nobody listens for this engine's leases: the tombstones stay until the keys expire.
+    assert_eq!(forced.holder_told, Some(false));
+    assert!(forced.free_at_ms > forced.time_ms + 8_000, "{forced:?}");
+    for i in 0..3 {
+        let value = fleet.command(i, &["GET", "redlease:lock:report-2"]).bulk();
+        assert_eq!(value, Some(format!("revoked:{}", lease.id)), "master {i}");
+    }
+    let renewed = engine.extend("report-2", lease.id, ttl).await.unwrap();
+    match renewed {
+        redlease::ExtendOutcome::Lost(refusal) => assert!(refusal.revoked(), "{refusal:?}"),
+        other => panic!("{other:?}"),
+    }
 }

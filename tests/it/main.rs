@@ -21,6 +21,7 @@ mod metrics;
 mod prometheus;
 mod proxy;
 mod release_retry;
+mod revocation;
 mod safety;
 mod scripts;
 mod sidecar;
