@@ -257,12 +257,12 @@ fn listen(client: &fred::clients::Client, hub: Weak<Wakeups>) {
         let subscriber = subscriber.clone();
         // Sent while the queue map is locked, like every subscribe and unsubscribe, so a
         // queue removed meanwhile is unsubscribed after this, not before.
-        let resubscribed = on_reconnect.upgrade().and_then(|hub| {
+        let resubscribed = on_reconnect.upgrade().map(|hub| {
             let queues = hub.queues();
             let mut channels: Vec<String> = queues.keys().map(|r| hub.channel(r)).collect();
             channels.push(hub.revocations_channel.clone());
             let call = async move { subscribe(&subscriber, channels).await };
-            Some(sent_now(std::iter::once(call)))
+            sent_now(std::iter::once(call))
         });
         async move {
             if let Some(resubscribed) = resubscribed {
