@@ -340,9 +340,10 @@ impl LockRequest<'_> {
         };
         let url = client.url(&["v1", "locks", &self.resource, "acquire"]);
         let request = client.http.post(url).json(&body);
+        let sent_at = Instant::now();
         let response = request.timeout(self.wait + REQUEST_MARGIN).send().await?;
         let lease: LeaseInfo = error::read(response).await?;
-        let valid_until = Instant::now() + Duration::from_millis(lease.validity_ms);
+        let valid_until = deadline_of(&lease, sent_at, self.wait, Instant::now());
         let lease_url = client.url(&["v1", "leases", &lease.lease_id]);
         let ended = Arc::new(watch::Sender::new(None));
         let watcher = self.events.then(|| {
@@ -368,6 +369,27 @@ impl LockRequest<'_> {
             released: false,
         })
     }
+}
+
+/// When the validity of a granted `lease` ends here, never later than it does: counted from
+/// `sent_at`, before the request left (the sidecar measured it after that); for a request that
+/// waited for the lock, when the grant came is unknown here, so it is the earlier of the
+/// answer's `expires_at` (the sidecar's clock, this host's on loopback) and the validity
+/// counted from `received_at`.
+fn deadline_of(
+    lease: &LeaseInfo,
+    sent_at: Instant,
+    wait: Duration,
+    received_at: Instant,
+) -> Instant {
+    let validity = Duration::from_millis(lease.validity_ms);
+    if wait.is_zero() {
+        return sent_at + validity;
+    }
+    let now = std::time::SystemTime::now();
+    let expires = std::time::UNIX_EPOCH + Duration::from_millis(lease.expires_at);
+    let left = expires.duration_since(now).unwrap_or(Duration::ZERO);
+    (received_at + validity).min(Instant::now() + left)
 }
 
 // === impl LockGuard ===

@@ -132,7 +132,8 @@ pub async fn release(
             json!({"released": false, "state": answer.view.state}),
         ));
     }
-    let body = json!({"released": answer.released, "state": answer.view.state});
+    let view = &answer.view;
+    let body = json!({"released": answer.released, "state": view.state, "reason": view.reason});
     Ok(Json(body).into_response())
 }
 

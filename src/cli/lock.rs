@@ -1,13 +1,14 @@
 //! `redlease lock acquire|extend|release`: one operation straight against the masters,
 //! answered as one JSON object on stdout; `lock run` lives in [`super::run`].
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
+use tokio::time::Instant;
 
 use super::access::AccessArgs;
-use super::{EXIT_HELD, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
+use super::{EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
 use crate::keys::Keyspace;
 use crate::redlock::{AcquireOutcome, EngineOptions, ExtendOutcome, Redlock};
 use crate::{Error, Fleet, FleetOptions, LeaseId};
@@ -91,7 +92,10 @@ struct AcquiredJson<'a> {
     owner: &'a str,
     fencing_token: u64,
     ttl_ms: u64,
+    /// Validity left when this line is printed (after the command's settling).
     validity_ms: u64,
+    /// When that validity ends, in Unix milliseconds (this host's clock, for humans).
+    expires_at: u64,
 }
 
 #[derive(Serialize)]
@@ -101,6 +105,7 @@ struct ExtendedJson<'a> {
     resource: &'a str,
     ttl_ms: u64,
     validity_ms: u64,
+    expires_at: u64,
 }
 
 /// Runs one lock command and returns the exit code.
@@ -128,7 +133,9 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
             let ttl = Duration::from_millis(ttl_ms);
             let wait = Duration::from_millis(wait_ms);
             let outcome = engine.acquire_with_wait(&resource, &owner, ttl, wait).await;
-            finish(&engine, outcome.map(|o| print_acquire(&o))).await
+            // Printed last, after settling: the validity it shows is what is left then.
+            let outcome = finish(&engine, outcome).await;
+            outcome.map(|o| print_acquire(&o, Instant::now()))
         }
         LockCommand::Extend {
             resource,
@@ -141,7 +148,8 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
             let outcome = engine
                 .extend(&resource, id, Duration::from_millis(ttl_ms))
                 .await;
-            finish(&engine, outcome.map(|o| print_extend(&o, id, &resource))).await
+            let outcome = finish(&engine, outcome).await;
+            outcome.map(|o| print_extend(&o, id, &resource, Instant::now()))
         }
         LockCommand::Release {
             resource,
@@ -200,15 +208,28 @@ const SETTLE_BEFORE_EXIT: Duration = Duration::from_secs(2);
 const QUIT_TIMEOUT: Duration = Duration::from_millis(20);
 
 /// Closes the connections once every write and release in flight has been answered.
-pub(super) async fn finish(engine: &Redlock, code: Result<u8, Error>) -> Result<u8, Error> {
+pub(super) async fn finish<T>(engine: &Redlock, outcome: Result<T, Error>) -> Result<T, Error> {
     engine.settle(SETTLE_BEFORE_EXIT).await;
     engine.fleet().quit(QUIT_TIMEOUT).await;
-    code
+    outcome
 }
 
-fn print_acquire(outcome: &AcquireOutcome) -> u8 {
+/// The validity left at `now` of a lease valid until `valid_until`, and when it ends in Unix
+/// milliseconds; says so on stderr when nothing is left.
+fn validity_at(valid_until: Instant, now: Instant) -> (u64, u64) {
+    let left = valid_until.saturating_duration_since(now);
+    if left.is_zero() {
+        eprintln!("redlease: the lease's validity ran out before it could be printed");
+    }
+    let ends = SystemTime::now() + left;
+    let expires_at = ends.duration_since(UNIX_EPOCH).unwrap_or_default();
+    (left.as_millis() as u64, expires_at.as_millis() as u64)
+}
+
+fn print_acquire(outcome: &AcquireOutcome, now: Instant) -> u8 {
     match outcome {
         AcquireOutcome::Acquired(lease) => {
+            let (validity_ms, expires_at) = validity_at(lease.valid_until, now);
             print_json(&AcquiredJson {
                 acquired: true,
                 lease_id: lease.id.to_string(),
@@ -216,8 +237,12 @@ fn print_acquire(outcome: &AcquireOutcome) -> u8 {
                 owner: &lease.owner,
                 fencing_token: lease.fencing_token,
                 ttl_ms: lease.ttl.as_millis() as u64,
-                validity_ms: lease.validity.as_millis() as u64,
+                validity_ms,
+                expires_at,
             });
+            if validity_ms == 0 {
+                return EXIT_LEASE_LOST;
+            }
             EXIT_OK
         }
         AcquireOutcome::Contended(_) => {
@@ -231,16 +256,21 @@ fn print_acquire(outcome: &AcquireOutcome) -> u8 {
     }
 }
 
-fn print_extend(outcome: &ExtendOutcome, id: LeaseId, resource: &str) -> u8 {
+fn print_extend(outcome: &ExtendOutcome, id: LeaseId, resource: &str, now: Instant) -> u8 {
     match outcome {
         ExtendOutcome::Extended(renewal) => {
+            let (validity_ms, expires_at) = validity_at(renewal.valid_until, now);
             print_json(&ExtendedJson {
                 extended: true,
                 lease_id: id.to_string(),
                 resource,
                 ttl_ms: renewal.ttl.as_millis() as u64,
-                validity_ms: renewal.validity.as_millis() as u64,
+                validity_ms,
+                expires_at,
             });
+            if validity_ms == 0 {
+                return EXIT_LEASE_LOST;
+            }
             EXIT_OK
         }
         ExtendOutcome::Lost(_) => {
@@ -250,7 +280,6 @@ fn print_extend(outcome: &ExtendOutcome, id: LeaseId, resource: &str) -> u8 {
         ExtendOutcome::NoQuorum(refusal) => {
             // The extension may have run on some masters and shortened the key there: the
             // lease is valid at most this much longer, whatever it had before.
-            let now = tokio::time::Instant::now();
             let cap = refusal
                 .valid_until_cap
                 .map(|cap| cap.saturating_duration_since(now));
@@ -286,4 +315,23 @@ pub(super) fn print_json(value: &impl Serialize) {
 /// `cli:<pid>@<host>`, so inspection can tell which cron run holds a lock.
 pub(super) fn default_owner() -> String {
     crate::keys::default_owner("cli")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The validity printed is what is left at the instant of printing, and none once it ran
+    /// out.
+    #[test]
+    fn validity_is_counted_to_the_instant_it_is_printed() {
+        let now = Instant::now();
+        let valid_until = now + Duration::from_millis(5_000);
+        let (left, _) = validity_at(valid_until, now + Duration::from_millis(2_000));
+        assert_eq!(left, 3_000);
+        let (left, expires_at) = validity_at(valid_until, now + Duration::from_millis(6_000));
+        assert_eq!(left, 0);
+        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        assert!(expires_at <= wall.as_millis() as u64);
+    }
 }

@@ -316,7 +316,12 @@ async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked, key_lifeti
         };
         let over = confirmed || Instant::now() >= give_up_at;
         if over {
-            let reason = tracked.record().reason.unwrap_or("released");
+            // Given up: no quorum confirmed it, every key the lease could have left has
+            // expired. That is what happened, not a release.
+            let reason = match confirmed {
+                true => tracked.record().reason.unwrap_or("released"),
+                false => "expired",
+            };
             tracked.finish(LeaseState::Released, reason);
         }
         tracked

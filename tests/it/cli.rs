@@ -44,6 +44,7 @@ fn acquire_release_contract() {
         "fencing_token",
         "ttl_ms",
         "validity_ms",
+        "expires_at",
     ];
     expected.sort_unstable();
     let mut sorted = keys.clone();
@@ -140,6 +141,38 @@ fn frozen_masters_do_not_hold_the_cli_up() {
     for i in 0..3 {
         fleet.servers[i].resume();
     }
+}
+
+/// The validity `lock acquire` prints is what is left when it prints (last, after the command
+/// settled): never more than the keys' own time to live read right after it exits, and
+/// `expires_at` is the same instant on the wall clock.
+#[test]
+fn printed_validity_is_what_is_left_when_printed() {
+    let fleet = TestFleet::start(3);
+    let masters = fleet.urls().join(",");
+    let wall_ms = || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.unwrap().as_millis() as u64
+    };
+    let args = ["lock", "acquire", "printed", "--ttl-ms", "5000"];
+    let (code, out) = redlease(&args, &masters);
+    let exited = wall_ms();
+    let pttl = (0..3)
+        .map(|i| fleet.command(i, &["PTTL", "redlease:lock:printed"]).int())
+        .max()
+        .unwrap();
+    assert_eq!(code, 0, "{out}");
+    let lease = json(&out);
+    let validity = lease["validity_ms"].as_i64().unwrap();
+    let expires_at = lease["expires_at"].as_u64().unwrap();
+    assert!(
+        validity <= pttl,
+        "validity {validity} ms, keys live {pttl} ms"
+    );
+    assert!(
+        expires_at <= exited + validity as u64,
+        "{expires_at} {exited} {validity}"
+    );
 }
 
 /// One server listed as three masters (two databases, two names for one address) is refused:

@@ -67,6 +67,46 @@ async fn a_release_a_majority_did_not_confirm_is_not_reported_released() {
     assert_eq!((status, &again["released"]), (200, &json!(false)));
 }
 
+/// A release no quorum confirmed before every key the lease could have left expired ends
+/// `released` with reason `expired`: a later DELETE is told `released: false`, `expired`, not
+/// `released: true` (true only because the TTL ran out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_given_up_on_answers_expired() {
+    let mut fleet = TestFleet::start(3);
+    let short = [
+        ("REDLEASE__FLEET__QUARANTINE_MS", "1500"),
+        ("REDLEASE__LEASE__MAX_TTL_MS", "1500"),
+    ];
+    let sidecar = TestSidecar::start(&fleet, &short).await;
+    let lease = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 1000})).await;
+    let path = format!("/v1/leases/{}", id_of(&lease));
+    fleet.servers[0].pause();
+    fleet.servers[1].pause();
+    let (status, body) = sidecar.delete(&path).await;
+    assert_eq!(
+        (status, &body["state"]),
+        (503, &json!("releasing")),
+        "{body}"
+    );
+    assert_eventually!(
+        sidecar.get(&path).await.1["state"] == "released",
+        6,
+        "the release was never given up"
+    );
+    let (status, view) = sidecar.get(&path).await;
+    assert_eq!(
+        (status, &view["reason"]),
+        (200, &json!("expired")),
+        "{view}"
+    );
+    let (status, answer) = sidecar.delete(&path).await;
+    fleet.servers[0].resume();
+    fleet.servers[1].resume();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["released"], false, "{answer}");
+    assert_eq!(answer["reason"], "expired", "{answer}");
+}
+
 /// Ten concurrent DELETEs of one lease: exactly one answers `released: true`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_releases_of_one_lease_report_released_exactly_once() {
