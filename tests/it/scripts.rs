@@ -334,29 +334,104 @@ async fn shadow_is_set_only_where_the_lock_is_ours_or_free() {
     assert_eq!(m.get(LOCK), Some(a.value_for("owner")));
 }
 
-/// force_release.lua deletes whatever lease holds the lock, marks that lease revoked, and
-/// shadow.lua then refuses it even where the lock is free.
+/// force_release.lua revokes whatever lease holds the lock: a tombstone with the lock's TTL in
+/// its place (renewals then answer `revoked`, -2), the lease marked revoked so shadow.lua
+/// refuses it even where the lock is free; acknowledge.lua deletes only that tombstone. With a
+/// lease id it revokes only that lease; told the holder is gone, it deletes at once.
 #[tokio::test]
-async fn a_force_released_lease_cannot_come_back_through_a_shadow() {
+async fn a_force_released_lease_is_revoked_and_cannot_come_back() {
     let m = Master::start().await;
+    let force = |expected: &str, outright: &str| {
+        [
+            "redlease:released:job".to_string(),
+            "redlease:revoked:".to_string(),
+            "60000".to_string(),
+            "redlease:revocations".to_string(),
+            expected.to_string(),
+            outright.to_string(),
+        ]
+    };
+    let run = |args: [String; 6], lock: &'static str| {
+        let m = &m;
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let reply: fred::types::Value = m
+                .eval_as(&SCRIPTS.force_release, &[lock], &args)
+                .await
+                .unwrap();
+            let parts = reply.into_array();
+            let code = parts[0].as_i64().unwrap();
+            (code, parts[1].as_string(), parts[2].as_i64().unwrap())
+        }
+    };
     let a = LeaseId::random();
     m.granted(a, 5000).await;
-    let args = ["redlease:released:job", "redlease:revoked:", "60000"];
-    let removed: Option<String> = m
-        .eval_as(&SCRIPTS.force_release, &[LOCK], &args)
-        .await
-        .unwrap();
-    assert_eq!(removed, Some(a.value_for("owner")));
-    assert_eq!(m.get(LOCK), None);
+    let other = LeaseId::random().to_string();
+    let (code, value, _) = run(force(&other, "0"), LOCK).await;
+    assert_eq!(
+        (code, value),
+        (-1, Some(a.value_for("owner"))),
+        "another lease named"
+    );
+    assert_eq!(m.get(LOCK), Some(a.value_for("owner")), "nothing written");
+
+    let (code, value, pttl) = run(force("", "0"), LOCK).await;
+    assert_eq!((code, value), (1, Some(a.value_for("owner"))));
+    assert!(
+        (4_000..=5_000).contains(&pttl),
+        "the lock's TTL kept: {pttl}"
+    );
+    let tombstone = format!("revoked:{a}");
+    assert_eq!(m.get(LOCK), Some(tombstone.clone()));
     let revoked = format!("redlease:revoked:{a}");
     assert!((59_000..=60_000).contains(&m.pttl(&revoked)));
-    assert_eq!(m.shadow(a).await, Ok(0), "revoked");
-    assert_eq!(m.get(LOCK), None);
+    assert_eq!(
+        m.extend(a, "9000").await,
+        Ok(-2),
+        "a renewal sees the revocation"
+    );
+    let (code, value, _) = run(force(&a.to_string(), "0"), LOCK).await;
+    assert_eq!(
+        (code, value),
+        (3, Some(tombstone.clone())),
+        "already revoked"
+    );
+    assert_eq!(
+        m.shadow(a).await,
+        Ok(0),
+        "a shadow cannot replace the tombstone"
+    );
+
     let b = LeaseId::random();
+    let ack = |id: LeaseId| {
+        let m = &m;
+        async move {
+            let id = id.to_string();
+            let args = [id.as_str(), "redlease:released:job"];
+            m.eval_as::<i64>(&SCRIPTS.acknowledge, &[LOCK], &args)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(ack(b).await, 0, "another lease's acknowledgement");
+    assert_eq!(m.get(LOCK), Some(tombstone));
+    assert_eq!(ack(a).await, 1);
+    assert_eq!(m.get(LOCK), None);
+    assert_eq!(
+        m.shadow(a).await,
+        Ok(0),
+        "revoked, even where the lock is free"
+    );
+    assert_eq!(m.get(LOCK), None);
     assert_eq!(m.shadow(b).await, Ok(1), "another lease is not revoked");
-    let nothing: Option<String> = m
-        .eval_as(&SCRIPTS.force_release, &["redlease:lock:none"], &args)
-        .await
-        .unwrap();
-    assert_eq!(nothing, None);
+
+    let (code, value, _) = run(force("", "1"), LOCK).await;
+    assert_eq!(
+        (code, value),
+        (2, Some(b.value_for("owner"))),
+        "deleted at once"
+    );
+    assert_eq!(m.get(LOCK), None);
+    let (code, value, _) = run(force("", "0"), "redlease:lock:none").await;
+    assert_eq!((code, value), (0, None));
 }
