@@ -131,7 +131,14 @@ impl Redlock {
             .collect();
         let holder_told = match tombstones.is_empty() {
             true => None,
-            false => Some(self.wait_for_holder(resource, &tombstones).await),
+            false => {
+                let read_at = Instant::now();
+                let gone = self.wait_for_holder(resource, &tombstones).await;
+                // Gone after the longest tombstone's TTL: it may have expired unacknowledged.
+                let longest = answers.iter().filter_map(|a| a.tombstone()?.1).max();
+                let expired_by_now = longest.is_some_and(|ttl| read_at.elapsed() >= ttl);
+                Some(gone && !expired_by_now)
+            }
         };
         let now_ms = unix_ms(SystemTime::now());
         let free_at_ms = match holder_told {
