@@ -74,6 +74,9 @@ enum Command {
     Dev(serve::DevArgs),
     /// Load-test a fleet (library engine) or a sidecar (HTTP) and report latencies.
     Load(load::LoadArgs),
+    /// `lock run`'s watchdog, started by `lock run` itself.
+    #[command(name = run::WATCHDOG_COMMAND, hide = true)]
+    Watchdog(run::WatchdogArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -89,17 +92,17 @@ pub fn main() -> ExitCode {
             });
         }
     };
-    init_tracing(
-        cli.log_format,
-        match cli.command {
-            Command::Lock(_)
-            | Command::Locks(_)
-            | Command::Audit(_)
-            | Command::Fleet(_)
-            | Command::Load(_) => "redlease=warn",
-            Command::Serve(_) | Command::Dev(_) => "redlease=info",
-        },
-    );
+    let default_filter = match &cli.command {
+        // Plain threads and blocking reads: no logs, no async runtime.
+        Command::Watchdog(args) => return ExitCode::from(run::serve_watchdog(args)),
+        Command::Lock(_)
+        | Command::Locks(_)
+        | Command::Audit(_)
+        | Command::Fleet(_)
+        | Command::Load(_) => "redlease=warn",
+        Command::Serve(_) | Command::Dev(_) => "redlease=info",
+    };
+    init_tracing(cli.log_format, default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -119,6 +122,7 @@ pub fn main() -> ExitCode {
             Command::Serve(args) => serve::serve(args).await,
             Command::Dev(args) => serve::dev(args).await,
             Command::Load(args) => load::run(args).await,
+            Command::Watchdog(_) => EXIT_OK, // served above, without a runtime
         }
     });
     ExitCode::from(code)

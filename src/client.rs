@@ -81,6 +81,8 @@ pub struct LockGuard {
     /// Without an event stream and without auto-renewal: when the validity the acquisition
     /// reported runs out.
     expiry: Option<Instant>,
+    /// When the validity last reported runs out (the acquisition's, then each event's).
+    valid_until: watch::Receiver<Instant>,
     /// The task that follows the event stream, when there is one.
     watcher: Option<JoinHandle<()>>,
     /// Set by `release`: dropping the guard then sends nothing more.
@@ -346,6 +348,7 @@ impl LockRequest<'_> {
         let valid_until = deadline_of(&lease, sent_at, self.wait, Instant::now());
         let lease_url = client.url(&["v1", "leases", &lease.lease_id]);
         let ended = Arc::new(watch::Sender::new(None));
+        let (validity, valid_until_rx) = watch::channel(valid_until);
         let watcher = self.events.then(|| {
             let mut events_url = lease_url.clone();
             if let Ok(mut path) = events_url.path_segments_mut() {
@@ -355,12 +358,13 @@ impl LockRequest<'_> {
                 client.http.clone(),
                 events_url,
                 Arc::clone(&ended),
-                valid_until,
+                validity,
             );
             tokio::spawn(watcher.run())
         });
         Ok(LockGuard {
             expiry: (!self.events && !lease.auto_renew).then_some(valid_until),
+            valid_until: valid_until_rx,
             lease,
             http: client.http.clone(),
             lease_url,
@@ -414,6 +418,12 @@ impl LockGuard {
     /// The lease as the acquisition answered it.
     pub fn info(&self) -> &LeaseInfo {
         &self.lease
+    }
+
+    /// When the lease's validity ends, as last reported (by the acquisition, then by each
+    /// event of the stream), on tokio's clock; it changes with every renewal reported.
+    pub fn valid_until(&self) -> watch::Receiver<Instant> {
+        self.valid_until.clone()
     }
 
     /// How the lease ended, if it has (as far as the guard has heard).

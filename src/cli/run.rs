@@ -3,14 +3,22 @@
 //! lease, releases it when the command exits and passes the command's exit code through.
 //!
 //! The command never runs without the lock: nothing is started unless the lease is held and
-//! still valid, and a lease lost while it runs stops it (see [`child`]).
+//! still valid; the command is stopped so that it has exited before the lease's validity ends
+//! unless a renewal extends it, and at once when the lease is lost ([`child`], [`deadline`]);
+//! a watchdog process kills it when `lock run` is stopped or killed ([`watchdog`]).
 
 mod child;
+mod deadline;
+mod group;
 mod renew;
+mod watchdog;
+
+pub use watchdog::{serve as serve_watchdog, WatchdogArgs, WATCHDOG_COMMAND};
 
 use std::time::Duration;
 
 use clap::Args;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::access::AccessArgs;
@@ -26,10 +34,6 @@ const MASTERS_ENV: &str = "REDLEASE__MASTERS";
 /// Why the command was not run, after the resource's name.
 const HELD: &str = "is held by another lease";
 const NO_QUORUM: &str = "cannot be taken: too few masters answered";
-
-/// Default `--kill-grace-ms`: how long a command whose lease was lost has between SIGTERM
-/// and SIGKILL.
-pub const DEFAULT_KILL_GRACE_MS: u64 = 5_000;
 
 /// `lock run`'s arguments.
 #[derive(Debug, Args)]
@@ -67,9 +71,12 @@ pub struct RunArgs {
     /// TLS and credentials for the masters (masters only).
     #[command(flatten)]
     access: AccessArgs,
-    /// After the lease is lost: how long the command has between SIGTERM and SIGKILL.
-    #[arg(long, default_value_t = DEFAULT_KILL_GRACE_MS)]
-    kill_grace_ms: u64,
+    /// How long the command has between SIGTERM and SIGKILL when it must stop, counted back
+    /// from the end of the lease's validity so that it has exited 100 ms before the lease can
+    /// pass to another holder. At most a quarter of the TTL less 100 ms (refused otherwise,
+    /// exit 64). Default: 2000, or that limit if lower.
+    #[arg(long)]
+    kill_grace_ms: Option<u64>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -78,6 +85,16 @@ pub struct RunArgs {
 /// Runs `lock run` and returns its exit code: the command's, or why it did not run or was
 /// stopped.
 pub async fn run(args: RunArgs) -> u8 {
+    // The grace is checked before anything is taken, unless the TTL is a sidecar's adaptive
+    // one (known once granted).
+    let ttl = match &args.sidecar {
+        Some(_) => args.ttl_ms,
+        None => Some(args.ttl_ms.unwrap_or(DEFAULT_CLI_TTL_MS)),
+    };
+    if let Some(Err(error)) = ttl.map(|ttl| grace(&args, ttl)) {
+        eprintln!("redlease: {error}");
+        return EXIT_USAGE;
+    }
     let owner = args.owner.clone().unwrap_or_else(default_owner);
     match &args.sidecar {
         Some(url) => through_sidecar(url, &args, &owner).await,
@@ -118,18 +135,33 @@ async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
 /// Runs the command while renewing `lease`, then releases it.
 async fn hold_on_masters(engine: &Redlock, mut lease: Lease, args: &RunArgs) -> u8 {
     let env = child::lease_env(lease.fencing_token, &lease.id.to_string(), &lease.resource);
-    let code = if lease.is_valid(Instant::now()) {
-        let lost = async {
-            let loss = renew::keep(engine, &mut lease).await;
-            format!("on {} was lost: {loss}", args.resource)
-        };
-        child::supervise(&args.command, &env, lost, grace(args)).await
-    } else {
-        eprintln!(
-            "redlease: the lease on {} ran out before the command could start",
-            args.resource
-        );
-        EXIT_LEASE_LOST
+    let code = match grace(args, lease.ttl.as_millis() as u64) {
+        // Checked against this TTL in `run`.
+        Err(error) => not_run(
+            &args.resource,
+            &format!("was taken, but {error}"),
+            EXIT_USAGE,
+        ),
+        Ok(_) if !lease.is_valid(Instant::now()) => {
+            eprintln!(
+                "redlease: the lease on {} ran out before the command could start",
+                args.resource
+            );
+            EXIT_LEASE_LOST
+        }
+        Ok(grace) => {
+            let (valid_until, followed) = watch::channel(lease.valid_until);
+            let lost = async {
+                let loss = renew::keep(engine, &mut lease, &valid_until).await;
+                format!("on {} was lost: {loss}", args.resource)
+            };
+            let held = child::Held {
+                valid_until: followed,
+                lost,
+                grace,
+            };
+            child::supervise(&args.command, &env, held).await
+        }
     };
     match engine.release(&lease.resource, lease.id).await {
         Ok(released) if released.confirmed() => {}
@@ -163,14 +195,25 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str) -> u8 {
         Err(error) => return refused(&args.resource, &error),
     };
     let env = child::lease_env(guard.fencing_token(), guard.lease_id(), guard.resource());
-    let code = match guard.ended() {
-        None => {
+    let code = match (guard.ended(), grace(args, guard.info().ttl_ms)) {
+        (_, Err(error)) => not_run(
+            &args.resource,
+            &format!("was taken, but {error}"),
+            EXIT_USAGE,
+        ),
+        (None, Ok(grace)) => {
             let lost = guard.lost();
             let resource = &args.resource;
             let lost = async move { format!("on {resource} {}", lost.await) };
-            child::supervise(&args.command, &env, lost, grace(args)).await
+            let valid_until = guard.valid_until();
+            let held = child::Held {
+                valid_until,
+                lost,
+                grace,
+            };
+            child::supervise(&args.command, &env, held).await
         }
-        Some(end) => {
+        (Some(end), Ok(_)) => {
             eprintln!(
                 "redlease: the lease on {} {end} before the command could start",
                 args.resource
@@ -214,6 +257,8 @@ fn masters_from_env() -> Vec<String> {
     urls.map(String::from).collect()
 }
 
-fn grace(args: &RunArgs) -> Duration {
-    Duration::from_millis(args.kill_grace_ms)
+/// The grace the command gets with a lease of `ttl_ms` (see [`deadline::grace_for`]).
+fn grace(args: &RunArgs, ttl_ms: u64) -> Result<Duration, deadline::GraceTooLong> {
+    let asked = args.kill_grace_ms.map(Duration::from_millis);
+    deadline::grace_for(Duration::from_millis(ttl_ms), asked)
 }

@@ -23,6 +23,8 @@ pub(super) struct Watcher {
     /// When the validity last reported runs out (as of when the report arrived): with no
     /// word from the sidecar by then, the lease is taken as ended.
     deadline: Instant,
+    /// The guard's view of `deadline`.
+    validity: watch::Sender<Instant>,
 }
 
 /// Records how the lease ended, unless that is already settled.
@@ -43,13 +45,15 @@ impl Watcher {
         http: reqwest::Client,
         url: reqwest::Url,
         ended: Arc<watch::Sender<Option<LeaseEnd>>>,
-        deadline: Instant,
+        validity: watch::Sender<Instant>,
     ) -> Self {
+        let deadline = *validity.borrow();
         Self {
             http,
             url,
             ended,
             deadline,
+            validity,
         }
     }
 
@@ -133,6 +137,7 @@ impl Watcher {
             }),
             _ => {
                 self.deadline = Instant::now() + Duration::from_millis(lease.validity_ms);
+                self.validity.send_replace(self.deadline);
                 None
             }
         }
@@ -253,10 +258,12 @@ mod tests {
         };
         let (tx, _rx) = watch::channel(None);
         let url = reqwest::Url::parse("http://127.0.0.1:1/").unwrap();
-        let mut watcher = Watcher::new(reqwest::Client::new(), url, Arc::new(tx), Instant::now());
+        let (validity, valid_until) = watch::channel(Instant::now());
+        let mut watcher = Watcher::new(reqwest::Client::new(), url, Arc::new(tx), validity);
         let renewed = event("renewed", &lease("held", ""));
         assert_eq!(watcher.take(&renewed), None);
         assert!(watcher.deadline > Instant::now() + Duration::from_millis(800));
+        assert_eq!(*valid_until.borrow(), watcher.deadline);
         let lost = event("lost", &lease("lost", r#","reason":"not_ours""#));
         let reason = "not_ours".to_string();
         assert_eq!(watcher.take(&lost), Some(LeaseEnd::Lost { reason }));

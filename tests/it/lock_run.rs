@@ -185,7 +185,7 @@ fn a_frozen_majority_stops_even_a_command_that_ignores_sigterm() {
         dir.path(),
     );
     let args = with(
-        &["job", "--ttl-ms", "1000", "--kill-grace-ms", "300"],
+        &["job", "--ttl-ms", "2000", "--kill-grace-ms", "300"],
         &command,
     );
     let mut run = Running::start(lock_run(&masters, &args));
@@ -201,6 +201,31 @@ fn a_frozen_majority_stops_even_a_command_that_ignores_sigterm() {
     assert!(stderr.contains("SIGKILL"), "{stderr}");
     assert!(!dir.path().join("finished").exists());
     eprintln!("frozen majority: lock run exited 75 after {took:?}");
+}
+
+/// A grace that would leave renewals no room in the TTL is refused (64) before anything is
+/// taken; without the flag the default grace shrinks to fit a short TTL.
+#[test]
+fn a_grace_too_long_for_the_ttl_is_refused() {
+    let fleet = TestFleet::start(3);
+    let masters = fleet.urls().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let touch = sh("touch ran", dir.path());
+    let args = with(
+        &["job", "--ttl-ms", "1000", "--kill-grace-ms", "151"],
+        &touch,
+    );
+    let (code, stderr) =
+        Running::start(lock_run(&masters, &args)).code_within(Duration::from_secs(5));
+    assert_eq!(code, 64, "{stderr}");
+    assert!(stderr.contains("--kill-grace-ms 151"), "{stderr}");
+    assert!(!dir.path().join("ran").exists());
+    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+    let args = with(&["job", "--ttl-ms", "1000"], &touch);
+    let (code, stderr) =
+        Running::start(lock_run(&masters, &args)).code_within(Duration::from_secs(5));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(dir.path().join("ran").exists());
 }
 
 /// A held lock with no wait exits 3, and without a quorum 4: the command never runs.

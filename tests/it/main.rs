@@ -16,6 +16,7 @@ mod http_limits;
 mod inventory;
 mod load;
 mod lock_run;
+mod lock_run_containment;
 mod membership;
 mod metrics;
 mod prometheus;

@@ -1,11 +1,13 @@
-//! `lock run` on the masters: keeps the lease renewed while the command runs and says when it
-//! is lost. Every extension's outcome is applied to the lease (a failed one may have shortened
-//! it on the masters it reached); the lease is lost when a majority says it is not ours, or
-//! when its validity runs out before a renewal succeeds.
+//! `lock run` on the masters: keeps the lease renewed while the command runs, publishes its
+//! validity after every renewal, and says when it is lost. Every extension's outcome is
+//! applied to the lease (a failed one may have shortened it on the masters it reached); the
+//! lease is lost when a majority says it is not ours, or when its validity runs out before a
+//! renewal succeeds.
 
 use std::fmt;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::redlock::{ExtendOutcome, Lease, Redlock};
@@ -26,7 +28,12 @@ pub enum Loss {
 }
 
 /// Renews `lease` until it is lost; returns how. Never returns while the lease is valid.
-pub async fn keep(engine: &Redlock, lease: &mut Lease) -> Loss {
+/// `valid_until` gets the lease's validity after every extension's outcome.
+pub async fn keep(
+    engine: &Redlock,
+    lease: &mut Lease,
+    valid_until: &watch::Sender<Instant>,
+) -> Loss {
     let mut failed = false;
     loop {
         let now = Instant::now();
@@ -47,6 +54,11 @@ pub async fn keep(engine: &Redlock, lease: &mut Lease) -> Loss {
             return Loss::Invalid;
         };
         let still_valid = lease.apply_extension(&outcome, Instant::now());
+        valid_until.send_if_modified(|at| {
+            let moved = *at != lease.valid_until;
+            *at = lease.valid_until;
+            moved
+        });
         match outcome {
             ExtendOutcome::Lost(_) => return Loss::NotOurs,
             _ if !still_valid => return Loss::Expired,
