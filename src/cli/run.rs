@@ -134,6 +134,7 @@ async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
 
 /// Runs the command while renewing `lease`, then releases it.
 async fn hold_on_masters(engine: &Redlock, mut lease: Lease, args: &RunArgs) -> u8 {
+    let mut revoked = false;
     let env = child::lease_env(lease.fencing_token, &lease.id.to_string(), &lease.resource);
     let code = match grace(args, lease.ttl.as_millis() as u64) {
         // Checked against this TTL in `run`.
@@ -153,6 +154,7 @@ async fn hold_on_masters(engine: &Redlock, mut lease: Lease, args: &RunArgs) -> 
             let (valid_until, followed) = watch::channel(lease.valid_until);
             let lost = async {
                 let loss = renew::keep(engine, &mut lease, &valid_until).await;
+                revoked = loss == renew::Loss::Revoked;
                 format!("on {} was lost: {loss}", args.resource)
             };
             let held = child::Held {
@@ -163,6 +165,12 @@ async fn hold_on_masters(engine: &Redlock, mut lease: Lease, args: &RunArgs) -> 
             child::supervise(&args.command, &env, held).await
         }
     };
+    if revoked {
+        // The command has stopped: now the resource may go to someone else.
+        engine
+            .acknowledge_revocation(&lease.resource, lease.id)
+            .await;
+    }
     match engine.release(&lease.resource, lease.id).await {
         Ok(released) if released.confirmed() => {}
         Ok(_) => eprintln!(

@@ -144,15 +144,20 @@ fn the_commands_exit_code_passes_through() {
     assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
 }
 
-/// A lease force-released by an operator is lost at its next renewal: the command is stopped
-/// before it finishes and `lock run` exits 75.
+/// A lease force-released by an operator is revoked at once: `lock run` hears it, stops the
+/// command, and only then acknowledges, so the force release answers `holder_told: true`
+/// after the command's last write and the next holder takes the lock at once; `lock run`
+/// exits 75 saying why.
 #[test]
-fn a_lost_lease_stops_the_command_and_exits_75() {
+fn a_revoked_lease_stops_the_command_before_the_next_holder_starts() {
     let fleet = TestFleet::start(3);
     let masters = fleet.urls().join(",");
     let dir = tempfile::tempdir().unwrap();
-    let command = sh("touch started; sleep 5; touch finished", dir.path());
-    let args = with(&["job", "--ttl-ms", "1000"], &command);
+    let command = sh(
+        "trap 'touch stopped; exit 143' TERM; touch started; sleep 5 & wait; touch finished",
+        dir.path(),
+    );
+    let args = with(&["job", "--ttl-ms", "10000"], &command);
     let mut run = Running::start(lock_run(&masters, &args));
     wait_for_file(&dir.path().join("started"), Duration::from_secs(5));
     let force = [
@@ -165,10 +170,19 @@ fn a_lost_lease_stops_the_command_and_exits_75() {
         "test",
     ];
     let forced = crate::support::run_redlease(&force, &masters);
+    let answered = std::time::SystemTime::now();
     assert!(forced.status.success(), "{forced:?}");
+    let answer: serde_json::Value = serde_json::from_slice(&forced.stdout).unwrap();
+    assert_eq!(answer["holder_told"], true, "{answer}");
+    let stopped = dir.path().join("stopped");
+    let stopped_at = std::fs::metadata(&stopped).and_then(|m| m.modified());
+    let stopped_at = stopped_at.expect("the command was not stopped before the answer");
+    assert!(stopped_at <= answered);
+    let next = crate::support::run_redlease(&["lock", "acquire", "job"], &masters);
+    assert!(next.status.success(), "{next:?}");
     let (code, stderr) = run.code_within(Duration::from_secs(4));
     assert_eq!(code, 75, "{stderr}");
-    assert!(stderr.contains("lost"), "{stderr}");
+    assert!(stderr.contains("revoked"), "{stderr}");
     std::thread::sleep(Duration::from_millis(200));
     assert!(!dir.path().join("finished").exists());
 }

@@ -1,16 +1,18 @@
 //! `lock run` on the masters: keeps the lease renewed while the command runs, publishes its
 //! validity after every renewal, and says when it is lost. Every extension's outcome is
 //! applied to the lease (a failed one may have shortened it on the masters it reached); the
-//! lease is lost when a majority says it is not ours, or when its validity runs out before a
-//! renewal succeeds.
+//! lease is lost when a majority says it is not ours, when an operator's force release revokes
+//! it (heard on the masters' revocations channel at once, or found at the next renewal), or
+//! when its validity runs out before a renewal succeeds.
 
 use std::fmt;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use crate::redlock::{ExtendOutcome, Lease, Redlock};
+use crate::LeaseId;
 
 /// After a renewal that failed, the next try comes within this (sooner near the end of the
 /// validity).
@@ -19,17 +21,47 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
 /// How the lease was lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Loss {
-    /// A majority of masters hold it no more (released by force, or expired there).
+    /// A majority of masters hold it no more (expired there, or taken over).
     NotOurs,
+    /// An operator's force release revoked it.
+    Revoked,
     /// Its validity ran out before a renewal succeeded.
     Expired,
     /// The engine refused to renew it as invalid input.
     Invalid,
 }
 
-/// Renews `lease` until it is lost; returns how. Never returns while the lease is valid.
-/// `valid_until` gets the lease's validity after every extension's outcome.
+/// Renews `lease` until it is lost; returns how. Never returns while the lease is valid,
+/// unless a force release revoked it. `valid_until` gets the lease's validity after every
+/// extension's outcome.
 pub async fn keep(
+    engine: &Redlock,
+    lease: &mut Lease,
+    valid_until: &watch::Sender<Instant>,
+) -> Loss {
+    let revoked = heard_revoked(engine.revocations(), lease.id);
+    tokio::select! {
+        loss = renew_until_lost(engine, lease, valid_until) => loss,
+        () = revoked => Loss::Revoked,
+    }
+}
+
+/// Completes when a master announces that a force release revoked lease `id`; never without
+/// announcements to listen to.
+async fn heard_revoked(revocations: Option<broadcast::Receiver<LeaseId>>, id: LeaseId) {
+    let Some(mut revocations) = revocations else {
+        return std::future::pending().await;
+    };
+    loop {
+        match revocations.recv().await {
+            Ok(revoked) if revoked == id => return,
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
+        }
+    }
+}
+
+async fn renew_until_lost(
     engine: &Redlock,
     lease: &mut Lease,
     valid_until: &watch::Sender<Instant>,
@@ -60,6 +92,7 @@ pub async fn keep(
             moved
         });
         match outcome {
+            ExtendOutcome::Lost(refusal) if refusal.revoked() => return Loss::Revoked,
             ExtendOutcome::Lost(_) => return Loss::NotOurs,
             _ if !still_valid => return Loss::Expired,
             ExtendOutcome::Extended(_) => failed = false,
@@ -85,6 +118,7 @@ impl fmt::Display for Loss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::NotOurs => "a majority of masters no longer hold it",
+            Self::Revoked => "a force release revoked it",
             Self::Expired => "its validity ran out before a renewal succeeded",
             Self::Invalid => "the engine refused to renew it",
         })
