@@ -29,6 +29,15 @@ async fn lost_event(events: &mut EventStream) -> (Value, Instant) {
     }
 }
 
+/// Each master's answer to a force release, in order.
+fn answers(forced: &Value) -> Vec<&str> {
+    let masters = forced["masters"].as_array().unwrap();
+    masters
+        .iter()
+        .map(|m| m["answer"].as_str().unwrap())
+        .collect()
+}
+
 fn force_body(extra: Value) -> Value {
     let mut body = json!({"actor": "alice@oncall", "reason": "test"});
     if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
@@ -109,12 +118,7 @@ async fn a_named_lease_is_revoked_only_if_it_still_holds_the_lock() {
     let (status, refused) = holder.post_json(path, named).await;
     assert_eq!(status, 409, "{refused}");
     assert_eq!(refused["reason"], "lease_mismatch");
-    let answers: Vec<&str> = refused["masters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["answer"].as_str().unwrap())
-        .collect();
+    let answers = answers(&refused);
     assert_eq!(answers, ["held_by_other"; 3], "{refused}");
     let args = [
         "locks",
@@ -186,12 +190,7 @@ async fn a_force_release_without_a_quorum_says_so() {
     assert_eq!(status, 503, "{refused}");
     assert_eq!(refused["reason"], "no_quorum");
     assert_eq!(refused["confirmed"], false);
-    let answers: Vec<&str> = refused["masters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["answer"].as_str().unwrap())
-        .collect();
+    let answers = answers(&refused);
     assert_eq!(answers[1..], ["no_answer", "no_answer"], "{refused}");
     let cli = cli.await.unwrap();
     let stderr = String::from_utf8_lossy(&cli.stderr);
