@@ -15,6 +15,7 @@
 pub mod auth;
 mod body;
 pub mod error;
+pub mod events;
 pub mod guard;
 mod handlers;
 pub mod inventory;
@@ -113,7 +114,7 @@ pub fn app(
             StatusCode::REQUEST_TIMEOUT,
             timeout,
         ));
-    let streams = Router::new().route("/v1/leases/{id}/events", get(handlers::events));
+    let streams = Router::new().route("/v1/leases/{id}/events", get(events::events));
     bounded
         .merge(streams)
         .method_not_allowed_fallback(handlers::method_not_allowed)

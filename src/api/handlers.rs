@@ -1,21 +1,15 @@
 //! One function per route: parse and check the request, call the lease manager, shape the
 //! answer. No lock logic lives here.
 
-use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, Method, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::Stream;
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::body::{JsonBody, Millis, OptionalJsonBody};
@@ -23,7 +17,7 @@ use super::error::{problem, problem_body, ApiError};
 use super::AppState;
 use crate::fleet::Exclusion;
 use crate::keys::validate_resource;
-use crate::lease::{AcquireRequest, Acquired, LeaseEvent, LeaseState, RenewError, Watch};
+use crate::lease::{AcquireRequest, Acquired, LeaseState, RenewError};
 use crate::LeaseId;
 
 /// Body of `POST /v1/locks/{resource}/acquire`.
@@ -152,26 +146,6 @@ fn renew_error(error: RenewError) -> ApiError {
     }
 }
 
-/// Server-Sent Events of one lease; ends after `lost` or `released`. Each open stream holds
-/// one of `http.max_event_streams` permits until it ends or its client goes.
-pub async fn events(
-    State(state): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let id = lease_id(id)?;
-    let permit = Arc::clone(&state.streams)
-        .try_acquire_owned()
-        .map_err(|_| {
-            let detail = "too many event streams are open; retry later";
-            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams", detail)
-        })?;
-    let watch = state
-        .manager
-        .watch(id)
-        .ok_or_else(ApiError::unknown_lease)?;
-    Ok(Sse::new(event_stream(watch, permit)).keep_alive(KeepAlive::default()))
-}
-
 pub async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
     let fleet = &state.fleet;
     let now = Instant::now();
@@ -283,7 +257,7 @@ fn acquire_request(
     })
 }
 
-fn lease_id(id: Result<Path<String>, PathRejection>) -> Result<LeaseId, ApiError> {
+pub(super) fn lease_id(id: Result<Path<String>, PathRejection>) -> Result<LeaseId, ApiError> {
     let Path(id) = id.map_err(|_| ApiError::unknown_lease())?;
     id.parse().map_err(|_| ApiError::unknown_lease())
 }
@@ -305,51 +279,4 @@ fn problem_with(
         body.extend(extra);
     }
     problem(status, body)
-}
-
-/// The lease's events as SSE; a lease that already ended gives its last state and closes.
-fn event_stream(
-    watch: Watch,
-    permit: OwnedSemaphorePermit,
-) -> impl Stream<Item = Result<Event, Infallible>> {
-    let Watch {
-        view,
-        events,
-        guard,
-    } = watch;
-    let ended = view.state.is_terminal().then(|| LeaseEvent {
-        event: if view.state == LeaseState::Lost {
-            "lost"
-        } else {
-            "released"
-        },
-        lease: view,
-    });
-    let guard = (guard, permit);
-    futures_util::stream::unfold(
-        (events, guard, ended, false),
-        |(mut events, guard, ended, done)| async move {
-            if done {
-                return None;
-            }
-            if let Some(event) = ended {
-                return Some((Ok(sse(&event)), (events, guard, None, true)));
-            }
-            loop {
-                match events.recv().await {
-                    Ok(event) => {
-                        let last = event.lease.state.is_terminal();
-                        return Some((Ok(sse(&event)), (events, guard, None, last)));
-                    }
-                    Err(RecvError::Lagged(_)) => continue,
-                    Err(RecvError::Closed) => return None,
-                }
-            }
-        },
-    )
-}
-
-fn sse(event: &LeaseEvent) -> Event {
-    let data = serde_json::to_string(&event.lease).unwrap_or_default();
-    Event::default().event(event.event).data(data)
 }
