@@ -100,6 +100,10 @@ pub struct Metrics {
     /// `lock_event_stream_checks_total`: checks of event-stream readers, by `outcome` (one of
     /// [`CHECK_OUTCOMES`]).
     pub stream_checks: Counter<u64>,
+    /// `lock_waiting_acquisitions`: blocking acquisitions in progress (read at scrape).
+    pub waiting_acquisitions: Gauge<u64>,
+    /// `lock_waiters_refused_total`: blocking acquisitions refused over `http.max_waiters`.
+    pub waiters_refused: Counter<u64>,
     /// `lock_acquisition_latency` and `lock_acquisition_attempts_total` bound to each of
     /// [`OUTCOMES`], and `lock_release_latency`: recorded on every acquisition and release,
     /// so bound once (OpenTelemetry's bound instruments skip the per-record label lookup,
@@ -171,6 +175,7 @@ impl Metrics {
             &self.shadow_recoveries,
             &self.fence_raises,
             &self.force_releases,
+            &self.waiters_refused,
         ] {
             counter.add(0, &[]);
         }
@@ -298,6 +303,14 @@ impl Metrics {
             stream_checks: counter(
                 "lock_event_stream_checks",
                 "Checks that an event stream's app reads what it is sent, by outcome",
+            ),
+            waiting_acquisitions: meter
+                .u64_gauge("lock_waiting_acquisitions")
+                .with_description("Blocking acquisitions (wait_ms > 0) in progress")
+                .build(),
+            waiters_refused: counter(
+                "lock_waiters_refused",
+                "Blocking acquisitions refused: http.max_waiters were waiting",
             ),
             _process_cpu: meter
                 .f64_observable_counter("process_cpu_seconds")

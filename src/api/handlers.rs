@@ -1,15 +1,17 @@
 //! One function per route: parse and check the request, call the lease manager, shape the
 //! answer. No lock logic lives here.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::body::{JsonBody, Millis, OptionalJsonBody};
@@ -18,7 +20,11 @@ use super::AppState;
 use crate::fleet::Exclusion;
 use crate::keys::validate_resource;
 use crate::lease::{AcquireRequest, Acquired, LeaseState, RenewError};
+use crate::metrics::METRICS;
 use crate::LeaseId;
+
+/// `Retry-After` (seconds) of a blocking acquisition refused over `http.max_waiters`.
+const RETRY_WAITERS: &str = "1";
 
 /// Body of `POST /v1/locks/{resource}/acquire`.
 #[derive(Debug, Deserialize)]
@@ -52,6 +58,10 @@ pub async fn acquire(
     validate_resource(&resource)?;
     let JsonBody(body) = body?;
     let request = acquire_request(&state, resource, body)?;
+    let _waiting = match waiting_permit(&state, &request) {
+        Ok(permit) => permit,
+        Err(TooManyWaiters) => return Ok(too_many_waiters(state.max_waiters)),
+    };
     Ok(match state.manager.acquire(request).await? {
         Acquired::Granted(view) => Json(view).into_response(),
         Acquired::Held => refused(
@@ -70,6 +80,35 @@ pub async fn acquire(
             "the sidecar is shutting down",
         ),
     })
+}
+
+/// `http.max_waiters` blocking acquisitions are in progress.
+struct TooManyWaiters;
+
+/// A blocking acquisition's place among `http.max_waiters` (none without a wait).
+fn waiting_permit(
+    state: &AppState,
+    request: &AcquireRequest,
+) -> Result<Option<OwnedSemaphorePermit>, TooManyWaiters> {
+    if request.wait.is_zero() {
+        return Ok(None);
+    }
+    let permit = Arc::clone(&state.waiters).try_acquire_owned();
+    permit.map(Some).map_err(|_| TooManyWaiters)
+}
+
+/// 429 `too_many_waiters` with `Retry-After`, closing the connection, so that refused waiters
+/// keep no connection the holders may need.
+fn too_many_waiters(max_waiters: usize) -> Response {
+    METRICS.waiters_refused.add(1, &[]);
+    let detail = format!(
+        "{max_waiters} blocking acquisitions are waiting already (http.max_waiters); retry later"
+    );
+    let mut answer = refused(StatusCode::TOO_MANY_REQUESTS, "too_many_waiters", &detail);
+    let headers = answer.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_WAITERS));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    answer
 }
 
 pub async fn get_lease(
@@ -180,6 +219,8 @@ pub async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
 /// Prometheus text exposition of every metric (see `crate::metrics`).
 pub async fn metrics(State(state): State<AppState>) -> Response {
     state.manager.record_gauges();
+    let waiting = state.max_waiters - state.waiters.available_permits();
+    METRICS.waiting_acquisitions.record(waiting as u64, &[]);
     let content_type = [(
         header::CONTENT_TYPE,
         "text/plain; version=0.0.4; charset=utf-8",

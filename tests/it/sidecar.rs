@@ -1,6 +1,7 @@
 //! The sidecar through real HTTP against real masters: grants, contention, auto-renewal while
 //! the app watches, idle release, loss, shutdown, input checks.
 
+mod crowd;
 mod frozen;
 mod waiters;
 
