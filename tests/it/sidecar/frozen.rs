@@ -1,9 +1,11 @@
 //! Frozen apps: an open event stream counts as a sign of life only while its app reads it. The
-//! reader is a process of its own (`curl -N`, over TCP or the sidecar's Unix socket), frozen
-//! with SIGSTOP while its kernel keeps the connection open: its auto-renewed lease is released
-//! as idle within the idle timeout and a blocked acquirer gets the resource. A reader that
-//! keeps reading keeps its lease past many idle timeouts.
+//! reader is a process of its own (this test binary, run as a child on one ignored test that
+//! reads a stream over TCP or the sidecar's Unix socket), frozen with SIGSTOP while its kernel
+//! keeps the connection open: its auto-renewed lease is released as idle within the idle
+//! timeout and a blocked acquirer gets the resource. A reader that keeps reading keeps its
+//! lease past many idle timeouts.
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -24,7 +26,13 @@ const IDLE: Duration = Duration::from_millis(1000);
 const TTL_MS: u64 = 1000;
 const RENEWAL_PERIOD: Duration = Duration::from_millis(TTL_MS / 2);
 
-/// Where the API is, reached with raw HTTP/1.1 (one connection per request) and by `curl`.
+/// Names what the reader process reads: `tcp <addr> <path>` or `unix <socket> <path>`.
+const READER_ENV: &str = "REDLEASE_TEST_STREAM_READER";
+/// The reader process gives up after this, whatever happens to the test that started it.
+const READER_LIFETIME: Duration = Duration::from_secs(60);
+
+/// Where the API is, reached with raw HTTP/1.1 (one connection per request) and by a reader
+/// process.
 enum Api {
     Tcp(SocketAddr),
     Unix(PathBuf),
@@ -53,18 +61,19 @@ impl Api {
         (answer.status, answer.json())
     }
 
-    /// `curl -N` reading `path` (its output dropped as it comes).
+    /// A process of its own reading `path` as it comes ([`event_stream_reader_process`]).
     fn reader(&self, path: &str) -> Reader {
-        let mut curl = Command::new("curl");
-        curl.args(["-sN", "--max-time", "60"]);
-        match self {
-            Api::Tcp(addr) => curl.arg(format!("http://{addr}{path}")),
-            Api::Unix(socket) => curl
-                .arg("--unix-socket")
-                .arg(socket)
-                .arg(format!("http://localhost{path}")),
+        let target = match self {
+            Api::Tcp(addr) => format!("tcp {addr} {path}"),
+            Api::Unix(socket) => format!("unix {} {path}", socket.display()),
         };
-        let child = curl.stdout(Stdio::null()).stderr(Stdio::null());
+        let test = "sidecar::frozen::event_stream_reader_process";
+        let mut child = Command::new(std::env::current_exe().unwrap());
+        child
+            .args(["--ignored", "--exact", test, "--test-threads=1", "--quiet"])
+            .env(READER_ENV, target)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         Reader(child.spawn().unwrap())
     }
 
@@ -206,3 +215,31 @@ async fn a_reading_stream_keeps_its_lease_past_many_idle_timeouts() {
     assert_eq!(still["state"], "held", "{still}");
     assert!(still["validity_ms"].as_u64().unwrap() > 0, "{still}");
 }
+
+/// Not a test of its own: the reader process of the tests above, which run this binary on it
+/// with `REDLEASE_TEST_STREAM_READER` set; without it, it does nothing. It asks for the stream
+/// and reads it as it comes until the sidecar closes it (or a minute passed).
+#[test]
+#[ignore = "the frozen-reader tests run it as a child process"]
+fn event_stream_reader_process() {
+    let Ok(target) = std::env::var(READER_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = target.split(' ').collect();
+    let request = format!("GET {} HTTP/1.1\r\nhost: localhost\r\n\r\n", parts[2]);
+    let mut stream: Box<dyn ReadWrite> = match parts[0] {
+        "tcp" => Box::new(std::net::TcpStream::connect(parts[1]).unwrap()),
+        _ => Box::new(std::os::unix::net::UnixStream::connect(parts[1]).unwrap()),
+    };
+    stream.write_all(request.as_bytes()).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < READER_LIFETIME {
+        if matches!(stream.read(&mut buf), Ok(0) | Err(_)) {
+            return;
+        }
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
