@@ -10,11 +10,13 @@
 //! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Before the
 //! router, the server puts every request through the [`guard`] (target length, `Host`,
 //! encodings, declared body size); JSON bodies are read by [`body`] (64 KiB, in time). Every
-//! route but the event stream has a request timeout (408); event streams are capped.
+//! route but the event stream has a request timeout (408); event streams are capped, and so
+//! are blocking acquisitions (`http.max_waiters`: their refusal closes the connection).
 
 pub mod auth;
 mod body;
 pub mod error;
+pub mod events;
 pub mod guard;
 mod handlers;
 pub mod inventory;
@@ -46,6 +48,8 @@ pub struct ApiOptions {
     pub allowed_hosts: Option<Arc<[String]>>,
     /// Event streams open at once.
     pub max_event_streams: usize,
+    /// Blocking acquisitions in progress at once.
+    pub max_waiters: usize,
     /// Time a request body has to arrive once its head was read.
     pub body_timeout: Duration,
 }
@@ -56,6 +60,7 @@ impl ApiOptions {
         Self {
             allowed_hosts: (!unix).then(|| http.allowed_hosts.clone().into()),
             max_event_streams: http.max_event_streams,
+            max_waiters: http.max_waiters,
             body_timeout: http.header_read_timeout,
         }
     }
@@ -72,6 +77,10 @@ pub struct AppState {
     pub fleet: Arc<Fleet>,
     /// Permits of open event streams (`http.max_event_streams`).
     pub streams: Arc<Semaphore>,
+    /// Permits of blocking acquisitions in progress (`http.max_waiters`).
+    pub waiters: Arc<Semaphore>,
+    /// `http.max_waiters`.
+    pub max_waiters: usize,
     /// Time a request body has to arrive.
     pub body_timeout: Duration,
 }
@@ -90,6 +99,8 @@ pub fn app(
         engine,
         fleet,
         streams: Arc::new(Semaphore::new(options.max_event_streams)),
+        waiters: Arc::new(Semaphore::new(options.max_waiters)),
+        max_waiters: options.max_waiters,
         body_timeout: options.body_timeout,
     };
     let bounded = Router::new()
@@ -113,7 +124,7 @@ pub fn app(
             StatusCode::REQUEST_TIMEOUT,
             timeout,
         ));
-    let streams = Router::new().route("/v1/leases/{id}/events", get(handlers::events));
+    let streams = Router::new().route("/v1/leases/{id}/events", get(events::events));
     bounded
         .merge(streams)
         .method_not_allowed_fallback(handlers::method_not_allowed)

@@ -313,8 +313,9 @@ impl LockRequest<'_> {
         self
     }
 
-    /// How long an auto-renewed lease may go without a sign of life (an open event stream is
-    /// one) before the sidecar releases it; defaults to the sidecar's `lease.idle_timeout_ms`.
+    /// How long an auto-renewed lease may go without a sign of life (its event stream, read by
+    /// the guard's task, is one) before the sidecar releases it; defaults to the sidecar's
+    /// `lease.idle_timeout_ms`.
     pub fn idle_timeout(mut self, idle_timeout: Duration) -> Self {
         self.idle_timeout = Some(idle_timeout);
         self

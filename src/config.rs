@@ -23,7 +23,7 @@ pub use self::server::{read_token, AuthSettings, HttpSettings, Listen, DEFAULT_L
 use self::server::{RawAuth, RawHttp};
 pub use self::server::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_HTTP_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_EVENT_STREAMS,
+    DEFAULT_MAX_EVENT_STREAMS, DEFAULT_WAITERS_SHARE, MAX_WAITERS_SHARE,
 };
 use crate::fleet::mask_credentials;
 pub use crate::fleet::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PROBE_PERIOD, DEFAULT_QUARANTINE};

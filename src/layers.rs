@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["fleet"],
     &["scripts"],
     &[
-        "resp", "metrics", "keys", "lease_id", "error", "dev", "client",
+        "resp", "metrics", "keys", "lease_id", "error", "sockdiag", "dev", "client",
     ],
 ];
 

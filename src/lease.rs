@@ -6,6 +6,7 @@
 mod logs;
 
 pub mod escalation;
+pub mod reading;
 pub mod renewal;
 pub mod state;
 pub mod ttl;
@@ -196,15 +197,27 @@ impl Tracked {
     }
 }
 
-/// Keeps the app counted as alive while an event stream is open.
+/// An open event stream's hold on its lease: the stream proves the app alive through it
+/// (see `reading`), and its closing counts as a sign of life.
 pub struct WatchGuard(Arc<Tracked>);
+
+impl WatchGuard {
+    /// The app was alive at `at` (its stream read what was sent after it). The task needs no
+    /// wake-up: it looks again at the idle deadline it had, and finds the later one.
+    pub fn alive_at(&self, at: Instant) {
+        let mut record = self.0.record();
+        record.last_seen = record.last_seen.max(at);
+    }
+
+    /// The lease's idle timeout, which sets how often its stream checks the app.
+    pub fn idle_timeout(&self) -> Duration {
+        self.0.record().idle_timeout
+    }
+}
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
-        let mut record = self.0.record();
-        record.watchers = record.watchers.saturating_sub(1);
-        record.last_seen = Instant::now();
-        drop(record);
+        self.0.record().last_seen = Instant::now();
         self.0.wake.notify_one();
     }
 }
@@ -413,12 +426,12 @@ impl LeaseManager {
         Some(ReleaseAnswer { released, view })
     }
 
-    /// Opens an event stream on the lease; the app counts as alive while it is open.
+    /// Opens an event stream on the lease (a sign of life; while open, the stream proves the
+    /// app alive as long as it reads, through its guard).
     pub fn watch(&self, id: LeaseId) -> Option<Watch> {
         let tracked = self.find(id)?;
         let events = tracked.events.subscribe();
-        tracked.record().watchers += 1;
-        tracked.wake.notify_one();
+        tracked.record().last_seen = Instant::now();
         Some(Watch {
             view: tracked.view(),
             events,
@@ -451,7 +464,6 @@ impl LeaseManager {
             auto_renew: request.auto_renew,
             idle_timeout: request.idle_timeout.unwrap_or(self.policy.idle_timeout),
             last_seen: now,
-            watchers: 0,
             ended_at: None,
         };
         let id = record.lease.id;

@@ -33,10 +33,11 @@
 //!    quorum size.
 //! 9. `scripts`: what each master is sent: the acquisition's plain commands and the Lua of `lua/`.
 //! 10. Leaves: `resp` (RESP2 encoding and parsing), `metrics` (every instrument), `keys` (key
-//!     names, resource and owner validation), `lease_id`, `error`; and, beside the rest, `dev`
-//!     (the one `redis-server` launcher and local fleets, for `redlease dev`, the tests and the
-//!     benches; feature `dev`) and `client` (a Rust client of the sidecar's HTTP API, which
-//!     uses nothing of the engine; feature `client`).
+//!     names, resource and owner validation), `lease_id`, `error`, `sockdiag` (how far a local
+//!     connection's peer has read, asked of the kernel; feature `sidecar`); and, beside the
+//!     rest, `dev` (the one `redis-server` launcher and local fleets, for `redlease dev`, the
+//!     tests and the benches; feature `dev`) and `client` (a Rust client of the sidecar's HTTP
+//!     API, which uses nothing of the engine; feature `client`).
 //!
 //! Items inside modules are `pub` where another module uses them; the crate's API is what this
 //! file exports. A unit test (`layers.rs`) holds every module to this order.
@@ -100,6 +101,8 @@ pub mod loadtest;
 pub mod server;
 #[cfg(feature = "cli")]
 mod shutdown;
+#[cfg(feature = "sidecar")]
+mod sockdiag;
 
 pub use error::Error;
 pub use fleet::mark::{FleetMark, Membership};

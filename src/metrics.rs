@@ -37,6 +37,10 @@ pub const OUTCOMES: [&str; 3] = ["acquired", "contended", "no_quorum"];
 /// Every value of the `reason` label of `lock_leases_lost_total`.
 pub const LOST_REASONS: [&str; 3] = ["expired", "not_ours", "invalid"];
 
+/// Outcomes of an event stream's check of its reader: it proved the app alive (`read`), the
+/// app had not read (`unread`), or the connection could not be checked (`unchecked`).
+pub const CHECK_OUTCOMES: [&str; 3] = ["read", "unread", "unchecked"];
+
 /// The instruments, created once per process.
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
@@ -93,6 +97,13 @@ pub struct Metrics {
     pub masters_quorum: Gauge<u64>,
     /// `lock_oldest_lease_age` (s): how long the oldest lease still held has been held.
     pub oldest_lease_age: Gauge<f64>,
+    /// `lock_event_stream_checks_total`: checks of event-stream readers, by `outcome` (one of
+    /// [`CHECK_OUTCOMES`]).
+    pub stream_checks: Counter<u64>,
+    /// `lock_waiting_acquisitions`: blocking acquisitions in progress (read at scrape).
+    pub waiting_acquisitions: Gauge<u64>,
+    /// `lock_waiters_refused_total`: blocking acquisitions refused over `http.max_waiters`.
+    pub waiters_refused: Counter<u64>,
     /// `lock_acquisition_latency` and `lock_acquisition_attempts_total` bound to each of
     /// [`OUTCOMES`], and `lock_release_latency`: recorded on every acquisition and release,
     /// so bound once (OpenTelemetry's bound instruments skip the per-record label lookup,
@@ -164,6 +175,7 @@ impl Metrics {
             &self.shadow_recoveries,
             &self.fence_raises,
             &self.force_releases,
+            &self.waiters_refused,
         ] {
             counter.add(0, &[]);
         }
@@ -172,6 +184,9 @@ impl Metrics {
         }
         for reason in LOST_REASONS {
             self.leases_lost.add(0, &label("reason", reason));
+        }
+        for outcome in CHECK_OUTCOMES {
+            self.stream_checks.add(0, &label("outcome", outcome));
         }
     }
 
@@ -285,6 +300,18 @@ impl Metrics {
                     "Age of the oldest lease held or degraded by this sidecar (seconds)",
                 )
                 .build(),
+            stream_checks: counter(
+                "lock_event_stream_checks",
+                "Checks that an event stream's app reads what it is sent, by outcome",
+            ),
+            waiting_acquisitions: meter
+                .u64_gauge("lock_waiting_acquisitions")
+                .with_description("Blocking acquisitions (wait_ms > 0) in progress")
+                .build(),
+            waiters_refused: counter(
+                "lock_waiters_refused",
+                "Blocking acquisitions refused: http.max_waiters were waiting",
+            ),
             _process_cpu: meter
                 .f64_observable_counter("process_cpu_seconds")
                 .with_unit("s")

@@ -1,20 +1,16 @@
 //! One function per route: parse and check the request, call the lease manager, shape the
 //! answer. No lock logic lives here.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{header, Method, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::Stream;
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -23,8 +19,12 @@ use super::error::{problem, problem_body, ApiError};
 use super::AppState;
 use crate::fleet::Exclusion;
 use crate::keys::validate_resource;
-use crate::lease::{AcquireRequest, Acquired, LeaseEvent, LeaseState, RenewError, Watch};
+use crate::lease::{AcquireRequest, Acquired, LeaseState, RenewError};
+use crate::metrics::METRICS;
 use crate::LeaseId;
+
+/// `Retry-After` (seconds) of a blocking acquisition refused over `http.max_waiters`.
+const RETRY_WAITERS: &str = "1";
 
 /// Body of `POST /v1/locks/{resource}/acquire`.
 #[derive(Debug, Deserialize)]
@@ -58,6 +58,10 @@ pub async fn acquire(
     validate_resource(&resource)?;
     let JsonBody(body) = body?;
     let request = acquire_request(&state, resource, body)?;
+    let _waiting = match waiting_permit(&state, &request) {
+        Ok(permit) => permit,
+        Err(TooManyWaiters) => return Ok(too_many_waiters(state.max_waiters)),
+    };
     Ok(match state.manager.acquire(request).await? {
         Acquired::Granted(view) => Json(view).into_response(),
         Acquired::Held => refused(
@@ -76,6 +80,35 @@ pub async fn acquire(
             "the sidecar is shutting down",
         ),
     })
+}
+
+/// `http.max_waiters` blocking acquisitions are in progress.
+struct TooManyWaiters;
+
+/// A blocking acquisition's place among `http.max_waiters` (none without a wait).
+fn waiting_permit(
+    state: &AppState,
+    request: &AcquireRequest,
+) -> Result<Option<OwnedSemaphorePermit>, TooManyWaiters> {
+    if request.wait.is_zero() {
+        return Ok(None);
+    }
+    let permit = Arc::clone(&state.waiters).try_acquire_owned();
+    permit.map(Some).map_err(|_| TooManyWaiters)
+}
+
+/// 429 `too_many_waiters` with `Retry-After`, closing the connection, so that refused waiters
+/// keep no connection the holders may need.
+fn too_many_waiters(max_waiters: usize) -> Response {
+    METRICS.waiters_refused.add(1, &[]);
+    let detail = format!(
+        "{max_waiters} blocking acquisitions are waiting already (http.max_waiters); retry later"
+    );
+    let mut answer = refused(StatusCode::TOO_MANY_REQUESTS, "too_many_waiters", &detail);
+    let headers = answer.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_WAITERS));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    answer
 }
 
 pub async fn get_lease(
@@ -153,26 +186,6 @@ fn renew_error(error: RenewError) -> ApiError {
     }
 }
 
-/// Server-Sent Events of one lease; ends after `lost` or `released`. Each open stream holds
-/// one of `http.max_event_streams` permits until it ends or its client goes.
-pub async fn events(
-    State(state): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let id = lease_id(id)?;
-    let permit = Arc::clone(&state.streams)
-        .try_acquire_owned()
-        .map_err(|_| {
-            let detail = "too many event streams are open; retry later";
-            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams", detail)
-        })?;
-    let watch = state
-        .manager
-        .watch(id)
-        .ok_or_else(ApiError::unknown_lease)?;
-    Ok(Sse::new(event_stream(watch, permit)).keep_alive(KeepAlive::default()))
-}
-
 pub async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
     let fleet = &state.fleet;
     let now = Instant::now();
@@ -207,6 +220,8 @@ pub async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
 /// Prometheus text exposition of every metric (see `crate::metrics`).
 pub async fn metrics(State(state): State<AppState>) -> Response {
     state.manager.record_gauges();
+    let waiting = state.max_waiters - state.waiters.available_permits();
+    METRICS.waiting_acquisitions.record(waiting as u64, &[]);
     let content_type = [(
         header::CONTENT_TYPE,
         "text/plain; version=0.0.4; charset=utf-8",
@@ -284,7 +299,7 @@ fn acquire_request(
     })
 }
 
-fn lease_id(id: Result<Path<String>, PathRejection>) -> Result<LeaseId, ApiError> {
+pub(super) fn lease_id(id: Result<Path<String>, PathRejection>) -> Result<LeaseId, ApiError> {
     let Path(id) = id.map_err(|_| ApiError::unknown_lease())?;
     id.parse().map_err(|_| ApiError::unknown_lease())
 }
@@ -306,51 +321,4 @@ fn problem_with(
         body.extend(extra);
     }
     problem(status, body)
-}
-
-/// The lease's events as SSE; a lease that already ended gives its last state and closes.
-fn event_stream(
-    watch: Watch,
-    permit: OwnedSemaphorePermit,
-) -> impl Stream<Item = Result<Event, Infallible>> {
-    let Watch {
-        view,
-        events,
-        guard,
-    } = watch;
-    let ended = view.state.is_terminal().then(|| LeaseEvent {
-        event: if view.state == LeaseState::Lost {
-            "lost"
-        } else {
-            "released"
-        },
-        lease: view,
-    });
-    let guard = (guard, permit);
-    futures_util::stream::unfold(
-        (events, guard, ended, false),
-        |(mut events, guard, ended, done)| async move {
-            if done {
-                return None;
-            }
-            if let Some(event) = ended {
-                return Some((Ok(sse(&event)), (events, guard, None, true)));
-            }
-            loop {
-                match events.recv().await {
-                    Ok(event) => {
-                        let last = event.lease.state.is_terminal();
-                        return Some((Ok(sse(&event)), (events, guard, None, last)));
-                    }
-                    Err(RecvError::Lagged(_)) => continue,
-                    Err(RecvError::Closed) => return None,
-                }
-            }
-        },
-    )
-}
-
-fn sse(event: &LeaseEvent) -> Event {
-    let data = serde_json::to_string(&event.lease).unwrap_or_default();
-    Event::default().event(event.event).data(data)
 }

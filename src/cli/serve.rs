@@ -80,6 +80,7 @@ pub async fn dev(args: DevArgs) -> u8 {
 }
 
 async fn run(settings: Settings) -> u8 {
+    raise_open_files(&settings);
     let listener = match Listener::bind(&settings.listen).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -102,6 +103,35 @@ async fn run(settings: Settings) -> u8 {
             eprintln!("redlease: serving failed: {error}");
             EXIT_UNAVAILABLE
         }
+    }
+}
+
+/// Descriptors the sidecar needs besides its API connections: connections to each master
+/// (lock, preparation, subscriptions), refusals in flight, files and netlink queries.
+fn own_descriptors(masters: usize) -> u64 {
+    128 + 4 * masters as u64
+}
+
+/// Raises the soft limit on open files to the hard one (as Go's runtime does at start), so
+/// that the connection caps decide what is refused, not descriptor exhaustion; warns when even
+/// the hard limit is below `http.max_connections` and the sidecar's own descriptors.
+fn raise_open_files(settings: &Settings) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let raised = soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok();
+    let limit = if raised { hard } else { soft };
+    let needed = settings.http.max_connections as u64 + own_descriptors(settings.masters.len());
+    if limit < needed {
+        tracing::warn!(
+            limit,
+            needed,
+            "the open-file limit is below http.max_connections and the sidecar's own \
+             descriptors: connections past it fail at accept instead of being answered 429"
+        );
+    } else {
+        tracing::debug!(limit, raised, "open-file limit");
     }
 }
 

@@ -1,5 +1,6 @@
 //! The `listen`, `http.*` and `auth.*` settings: where the API listens, how much a client may
-//! hold of it, and how callers prove who they are; their raw form, defaults and validation.
+//! hold of it (connections, event streams, blocking acquisitions), and how callers prove who
+//! they are; their raw form, defaults and validation.
 
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -19,6 +20,15 @@ pub const DEFAULT_LISTEN: SocketAddr =
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Event streams open at once; the next one is answered 429.
 pub const DEFAULT_MAX_EVENT_STREAMS: usize = 512;
+/// Blocking acquisitions in progress at once, when `http.max_waiters` is not given: this
+/// share of `http.max_connections` (a quarter; 256 of the default 1024).
+pub const DEFAULT_WAITERS_SHARE: usize = 4;
+/// `http.max_waiters` may be at most this share of `http.max_connections` (half), so that
+/// holders always find connections for their renewals, keepalives and releases.
+pub const MAX_WAITERS_SHARE: usize = 2;
+/// Largest count a connection, stream or waiter cap may take (the kernel's default ceiling on
+/// open files, `fs.nr_open`).
+const MAX_COUNT: u64 = 1 << 20;
 /// Time a client has to send a request's head once it began, and then its body.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection with no request in flight and nothing arriving for this long is closed.
@@ -49,6 +59,9 @@ pub struct HttpSettings {
     pub max_connections: usize,
     /// Key `http.max_event_streams`: event streams open at once (at least 1).
     pub max_event_streams: usize,
+    /// Key `http.max_waiters`: blocking acquisitions (`wait_ms` > 0) in progress at once; at
+    /// most half of `max_connections`, a quarter by default.
+    pub max_waiters: usize,
     /// Key `http.header_read_timeout_ms`: a request's head must arrive within this once its
     /// first byte came, and its body within this once the head was read.
     pub header_read_timeout: Duration,
@@ -65,6 +78,7 @@ impl Default for HttpSettings {
         Self {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
+            max_waiters: DEFAULT_MAX_CONNECTIONS / DEFAULT_WAITERS_SHARE,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_HTTP_IDLE_TIMEOUT,
             allowed_hosts: Vec::new(),
@@ -94,6 +108,8 @@ pub(super) struct RawAuth {
 pub(super) struct RawHttp {
     max_connections: u64,
     max_event_streams: u64,
+    /// `None`: a share of `max_connections`.
+    max_waiters: Option<u64>,
     header_read_timeout_ms: u64,
     idle_timeout_ms: u64,
     allowed_hosts: Vec<String>,
@@ -147,7 +163,10 @@ impl RawHttp {
             if value == 0 {
                 p.push(format!("{key}: must be at least 1"));
             }
-            usize::try_from(value).unwrap_or(usize::MAX)
+            if value > MAX_COUNT {
+                p.push(format!("{key}: must be at most {MAX_COUNT}"));
+            }
+            usize::try_from(value.min(MAX_COUNT)).unwrap_or(usize::MAX)
         };
         let mut allowed_hosts = Vec::new();
         for (i, name) in self.allowed_hosts.iter().enumerate() {
@@ -161,9 +180,11 @@ impl RawHttp {
             }
             allowed_hosts.push(name);
         }
+        let max_connections = count("http.max_connections", self.max_connections, p);
         HttpSettings {
-            max_connections: count("http.max_connections", self.max_connections, p),
+            max_connections,
             max_event_streams: count("http.max_event_streams", self.max_event_streams, p),
+            max_waiters: max_waiters(self.max_waiters, max_connections, p),
             header_read_timeout: positive(
                 "http.header_read_timeout_ms",
                 self.header_read_timeout_ms,
@@ -173,6 +194,22 @@ impl RawHttp {
             allowed_hosts,
         }
     }
+}
+
+/// `http.max_waiters`: given, at most half of `max_connections`; else a quarter of it.
+fn max_waiters(given: Option<u64>, max_connections: usize, p: &mut Vec<String>) -> usize {
+    let Some(given) = given else {
+        return max_connections / DEFAULT_WAITERS_SHARE;
+    };
+    let most = max_connections / MAX_WAITERS_SHARE;
+    if given > most as u64 {
+        let rule = format!(
+            "must be at most half of http.max_connections ({most}), so that holders always \
+             find connections for renewals, keepalives and releases; got {given}"
+        );
+        p.push(format!("http.max_waiters: {rule}"));
+    }
+    usize::try_from(given.min(most as u64)).unwrap_or(most)
 }
 
 /// Labels of letters, digits and '-', separated by dots, 253 bytes at most.

@@ -299,7 +299,16 @@ fn library_options_carry_the_settings() {
 #[test]
 fn http_defaults_are_the_documented_ones() {
     let http = HttpSettings::default();
-    assert_eq!((http.max_connections, http.max_event_streams), (1024, 512));
+    assert_eq!(
+        (
+            http.max_connections,
+            http.max_event_streams,
+            http.max_waiters
+        ),
+        (1024, 512, 256)
+    );
+    let loaded = load(ONE_MASTER).unwrap();
+    assert_eq!(loaded.http, http);
     assert_eq!(http.header_read_timeout, Duration::from_millis(5000));
     assert_eq!(http.idle_timeout, Duration::from_millis(60_000));
     assert!(http.allowed_hosts.is_empty());
@@ -349,6 +358,7 @@ fn http_settings_come_from_the_environment() {
     let http = HttpSettings {
         max_connections: 8,
         max_event_streams: 2,
+        max_waiters: 2,
         header_read_timeout: Duration::from_millis(300),
         idle_timeout: Duration::from_millis(700),
         allowed_hosts: vec!["sidecar.internal".into(), "api.example".into()],
@@ -358,6 +368,32 @@ fn http_settings_come_from_the_environment() {
     assert_eq!(one.http.allowed_hosts, ["box"]);
     let none = load(&[ONE_MASTER[0], ("REDLEASE__HTTP__ALLOWED_HOSTS", "")]).unwrap();
     assert!(none.http.allowed_hosts.is_empty());
+}
+
+/// `http.max_waiters` is a quarter of `http.max_connections` unless given, and may be at most
+/// half of it: holders always find connections left.
+#[test]
+fn max_waiters_leave_connections_for_holders() {
+    let given = |conns: &str, waiters: &str| {
+        load(&[
+            ONE_MASTER[0],
+            ("REDLEASE__HTTP__MAX_CONNECTIONS", conns),
+            ("REDLEASE__HTTP__MAX_WAITERS", waiters),
+        ])
+    };
+    let derived = load(&[ONE_MASTER[0], ("REDLEASE__HTTP__MAX_CONNECTIONS", "4096")]);
+    assert_eq!(derived.unwrap().http.max_waiters, 1024);
+    assert_eq!(given("4096", "2048").unwrap().http.max_waiters, 2048);
+    assert_eq!(given("4096", "0").unwrap().http.max_waiters, 0);
+    let lines = problems(given("4096", "2049"));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0]
+            .starts_with("http.max_waiters: must be at most half of http.max_connections (2048)"),
+        "{lines:?}"
+    );
+    let lines = problems(given("99999999999", "1"));
+    assert_eq!(lines, ["http.max_connections: must be at most 1048576"]);
 }
 
 /// Zero counts and timeouts and host entries that are not names are each reported.

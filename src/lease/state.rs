@@ -45,10 +45,9 @@ pub struct LeaseRecord {
     pub auto_renew: bool,
     /// With auto-renewal, the lease is released when the app shows no sign of life this long.
     pub idle_timeout: Duration,
-    /// Last sign of life from the app: acquire, keepalive, renew, an event stream closing.
+    /// Last sign of life from the app: acquire, keepalive, renew, an event stream opening or
+    /// closing, or the app reading its event stream (`reading`).
     pub last_seen: Instant,
-    /// Open event streams; while one is open the app counts as alive.
-    pub watchers: usize,
     /// When the next automatic renewal is due.
     pub renew_at: Instant,
     /// When the lease stopped being valid for the app (release began, or it was lost).
@@ -87,13 +86,11 @@ impl LeaseRecord {
         }
         let mut wake = self.lease.valid_until;
         if self.auto_renew {
-            if self.watchers == 0 {
-                let idle_at = self.last_seen + self.idle_timeout;
-                if now >= idle_at {
-                    return Step::IdleRelease;
-                }
-                wake = wake.min(idle_at);
+            let idle_at = self.last_seen + self.idle_timeout;
+            if now >= idle_at {
+                return Step::IdleRelease;
             }
+            wake = wake.min(idle_at);
             if now >= self.renew_at {
                 return Step::Renew;
             }

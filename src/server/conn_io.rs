@@ -3,18 +3,24 @@
 //! for [`Deadlines::idle`] with none in flight, a client that reads nothing of its answer for
 //! `idle` — and it holds back the error answers hyper writes itself when a request cannot be
 //! parsed (a 4xx head with no body and no `content-type`), which the server then replaces with
-//! problem+json (see `refusal`). Reads and writes otherwise pass through untouched.
+//! problem+json (see `refusal`). Reads and writes otherwise pass through untouched. When an
+//! event stream asks for it, it tells the stream which socket it is on (at its next write:
+//! ordinary requests cost no system call for it).
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+
+use super::listener::Identify;
+use crate::api::events::StreamSocket;
+use crate::sockdiag::SocketId;
 
 /// How much of a request head is kept to judge hyper's refusal: enough for a request line
 /// over the target limit and a head over the size limit.
@@ -29,6 +35,10 @@ pub(super) struct Activity {
     /// When the last one finished, in milliseconds since `epoch`.
     finished_at_ms: AtomicU64,
     epoch: Instant,
+    /// An event stream asked which socket the connection is on.
+    socket_wanted: AtomicBool,
+    /// The socket, told at the first write after it was asked for.
+    socket: OnceLock<Option<SocketId>>,
 }
 
 impl Default for Activity {
@@ -38,11 +48,24 @@ impl Default for Activity {
             finished: AtomicU64::new(0),
             finished_at_ms: AtomicU64::new(0),
             epoch: Instant::now(),
+            socket_wanted: AtomicBool::new(false),
+            socket: OnceLock::new(),
         }
     }
 }
 
+impl StreamSocket for Activity {
+    fn socket(&self) -> Option<SocketId> {
+        self.socket.get().copied().flatten()
+    }
+}
+
 impl Activity {
+    /// Asks the socket to tell which it is, at its next write (an event stream's answer).
+    pub(super) fn want_socket(&self) {
+        self.socket_wanted.store(true, Ordering::Release);
+    }
+
     pub(super) fn dispatch(&self) {
         self.dispatched.fetch_add(1, Ordering::Release);
     }
@@ -87,6 +110,8 @@ pub(super) struct GuardedIo<T> {
     armed: Instant,
     /// Status of an error answer hyper wrote and this wrapper did not send.
     withheld: Option<u16>,
+    /// Whether the socket was told to the service (once asked for).
+    identified: bool,
 }
 
 impl<T> GuardedIo<T> {
@@ -106,6 +131,7 @@ impl<T> GuardedIo<T> {
             timer: Box::pin(tokio::time::sleep_until(armed)),
             armed,
             withheld: None,
+            identified: false,
         }
     }
 
@@ -235,13 +261,24 @@ impl<T: AsyncRead + Unpin> AsyncRead for GuardedIo<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for GuardedIo<T> {
+impl<T: Identify> GuardedIo<T> {
+    /// Tells the service the socket once an event stream asked for it.
+    fn identify_if_asked(&mut self) {
+        if !self.identified && self.activity.socket_wanted.load(Ordering::Acquire) {
+            self.identified = true;
+            let _ = self.activity.socket.set(self.inner.identify());
+        }
+    }
+}
+
+impl<T: AsyncWrite + Identify + Unpin> AsyncWrite for GuardedIo<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        this.identify_if_asked();
         if this.withheld.is_some() {
             return Poll::Ready(Ok(buf.len())); // nothing follows hyper's error answer
         }

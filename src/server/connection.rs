@@ -21,7 +21,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::conn_io::{Activity, Deadlines, GuardedIo};
+use super::listener::Identify;
 use super::refusal;
+use crate::api::events::StreamConn;
 use crate::api::guard::{self, Guard, MAX_HEAD_BYTES};
 
 /// How long a closing connection keeps reading what its client still sends.
@@ -49,7 +51,7 @@ pub(super) struct Serving {
 /// Serves `stream` until the client leaves, a deadline passes or the server stops.
 pub(super) async fn serve<T>(stream: T, serving: Serving)
 where
-    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Identify + Unpin + Send + 'static,
 {
     let abort = serving.abort.clone();
     tokio::select! {
@@ -60,7 +62,7 @@ where
 
 async fn serve_until_done<T>(stream: T, serving: Serving)
 where
-    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Identify + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::default());
     let io = GuardedIo::new(stream, Arc::clone(&activity), serving.deadlines);
@@ -169,8 +171,13 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Error = Infallible;
     type Future = ServiceFuture;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         self.activity.dispatch();
+        if is_event_stream(&request) {
+            self.activity.want_socket();
+            let conn = StreamConn(Arc::clone(&self.activity) as _);
+            request.extensions_mut().insert(conn);
+        }
         let finished = Finished(Arc::clone(&self.activity));
         if let Err(refused) = self.guard.admit(request.uri(), request.headers()) {
             let response = TrackedBody::wrap(refused.into_response(), finished);
@@ -181,6 +188,11 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         let answer = tower_service::Service::call(&mut router, request);
         Box::pin(async move { Ok(TrackedBody::wrap(typed(answer.await?), finished)) })
     }
+}
+
+/// A request that may open an event stream (`GET …/events`): a suffix compare, no more.
+fn is_event_stream<B>(request: &Request<B>) -> bool {
+    request.method() == axum::http::Method::GET && request.uri().path().ends_with("/events")
 }
 
 /// A refusal without a content type (a layer's bare status, such as the request timeout's

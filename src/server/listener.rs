@@ -4,6 +4,7 @@
 //! never replaces a file that is not a socket, and is removed when the listener goes.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -11,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 use crate::config::Listen;
+use crate::sockdiag::{self, SocketId};
 
 /// Mode of the API's Unix socket: owner and group may connect.
 pub const UNIX_SOCKET_MODE: u32 = 0o660;
@@ -42,6 +44,34 @@ pub enum Listener {
 pub(super) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+}
+
+/// Which socket a connection is on, for the checks of an event stream (`sockdiag`); asked
+/// once per event stream, never for ordinary requests.
+pub(super) trait Identify {
+    fn identify(&self) -> Option<SocketId>;
+}
+
+impl Identify for TcpStream {
+    fn identify(&self) -> Option<SocketId> {
+        let (local, peer) = (self.local_addr().ok()?, self.peer_addr().ok()?);
+        Some(SocketId::Tcp { local, peer })
+    }
+}
+
+impl Identify for UnixStream {
+    fn identify(&self) -> Option<SocketId> {
+        let inode = sockdiag::inode_of(self.as_fd()).ok()?;
+        Some(SocketId::Unix { inode })
+    }
+}
+
+/// In-memory pipes (the unit tests' sockets) have no socket to check.
+#[cfg(test)]
+impl Identify for tokio::io::DuplexStream {
+    fn identify(&self) -> Option<SocketId> {
+        None
+    }
 }
 
 impl From<TcpListener> for Listener {

@@ -1,6 +1,8 @@
 //! The sidecar through real HTTP against real masters: grants, contention, auto-renewal while
 //! the app watches, idle release, loss, shutdown, input checks.
 
+mod crowd;
+mod frozen;
 mod waiters;
 
 use std::time::Duration;
@@ -88,14 +90,20 @@ async fn closing_the_stream_releases_the_lease_after_the_idle_timeout() {
     let env = [("REDLEASE__LEASE__IDLE_TIMEOUT_MS", "1000")];
     let sidecar = TestSidecar::start(&fleet, &env).await;
     let id = held(&sidecar, "job", json!({"owner": "a", "ttl_ms": 1000})).await;
-    let events = sidecar.events(&id).await;
+    let mut events = sidecar.events(&id).await;
+    // The app reads its stream: a stream nobody reads is no sign of life.
+    let reader =
+        tokio::spawn(
+            async move { while events.next_or_end(Duration::from_secs(10)).await.is_ok() {} },
+        );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (_, watched) = sidecar.get(&format!("/v1/leases/{id}")).await;
     assert_eq!(
         watched["state"], "held",
         "released while the stream was open"
     );
-    drop(events);
+    reader.abort();
+    let _ = reader.await; // the stream closes with its reader
     let closed = Instant::now();
     let path = format!("/v1/leases/{id}");
     assert_eventually!(

@@ -1,0 +1,245 @@
+//! Frozen apps: an open event stream counts as a sign of life only while its app reads it. The
+//! reader is a process of its own (this test binary, run as a child on one ignored test that
+//! reads a stream over TCP or the sidecar's Unix socket), frozen with SIGSTOP while its kernel
+//! keeps the connection open: its auto-renewed lease is released as idle within the idle
+//! timeout and a blocked acquirer gets the resource. A reader that keeps reading keeps its
+//! lease past many idle timeouts.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use redlease::config::{Overrides, Settings};
+use redlease::server::{Listener, Sidecar};
+use tokio::net::{TcpStream, UnixStream};
+use tokio::task::JoinHandle;
+
+use super::*;
+use crate::support::raw_http::Conn;
+
+/// The lease's idle timeout; its heartbeats are a quarter of it apart.
+const IDLE: Duration = Duration::from_millis(1000);
+/// The lease's TTL; renewed every half of it.
+const TTL_MS: u64 = 1000;
+const RENEWAL_PERIOD: Duration = Duration::from_millis(TTL_MS / 2);
+
+/// Names what the reader process reads: `tcp <addr> <path>` or `unix <socket> <path>`.
+const READER_ENV: &str = "REDLEASE_TEST_STREAM_READER";
+/// The reader process gives up after this, whatever happens to the test that started it.
+const READER_LIFETIME: Duration = Duration::from_secs(60);
+
+/// Where the API is, reached with raw HTTP/1.1 (one connection per request) and by a reader
+/// process.
+enum Api {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl Api {
+    async fn call(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
+        let typed = if body.is_empty() {
+            String::new()
+        } else {
+            let length = body.len();
+            format!("content-type: application/json\r\ncontent-length: {length}\r\n")
+        };
+        let request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\n{typed}\r\n{body}")
+            .into_bytes();
+        let answer = match self {
+            Api::Tcp(addr) => {
+                let stream = TcpStream::connect(addr).await.unwrap();
+                Conn::new(stream).exchange(&request).await
+            }
+            Api::Unix(path) => {
+                let stream = UnixStream::connect(path).await.unwrap();
+                Conn::new(stream).exchange(&request).await
+            }
+        };
+        (answer.status, answer.json())
+    }
+
+    /// A process of its own reading `path` as it comes ([`event_stream_reader_process`]).
+    fn reader(&self, path: &str) -> Reader {
+        let target = match self {
+            Api::Tcp(addr) => format!("tcp {addr} {path}"),
+            Api::Unix(socket) => format!("unix {} {path}", socket.display()),
+        };
+        let test = "sidecar::frozen::event_stream_reader_process";
+        let mut child = Command::new(std::env::current_exe().unwrap());
+        child
+            .args(["--ignored", "--exact", test, "--test-threads=1", "--quiet"])
+            .env(READER_ENV, target)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Reader(child.spawn().unwrap())
+    }
+
+    async fn acquire(&self, body: Value) -> (u16, Value) {
+        let body = body.to_string();
+        self.call("POST", "/v1/locks/job/acquire", &body).await
+    }
+}
+
+/// A reader process: frozen with SIGSTOP; on drop, thawed and killed (only this pid).
+struct Reader(Child);
+
+impl Reader {
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.0.id() as i32)
+    }
+
+    fn freeze(&self) {
+        kill(self.pid(), Signal::SIGSTOP).unwrap();
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let _ = kill(self.pid(), Signal::SIGCONT);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An in-process sidecar on a Unix socket in a temporary directory.
+struct UnixSidecar {
+    served: JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl UnixSidecar {
+    async fn start(fleet: &TestFleet) -> (Self, Api) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let overrides = Overrides {
+            masters: Some(fleet.urls()),
+            listen: Some(format!("unix:{}", path.display())),
+        };
+        let settings = Settings::load(None, Vec::new(), overrides).unwrap();
+        let listener = Listener::bind(&settings.listen).await.unwrap();
+        let sidecar = Sidecar::start(&settings).await.unwrap();
+        let served = tokio::spawn(sidecar.run(listener, std::future::pending()));
+        (Self { served, _dir: dir }, Api::Unix(path))
+    }
+}
+
+impl Drop for UnixSidecar {
+    fn drop(&mut self) {
+        self.served.abort();
+    }
+}
+
+/// Acquires `job` for an app whose lease needs signs of life every `IDLE`.
+async fn lease_for_reader(api: &Api) -> String {
+    let body =
+        json!({"owner": "app", "ttl_ms": TTL_MS, "idle_timeout_ms": IDLE.as_millis() as u64});
+    let (status, lease) = api.acquire(body).await;
+    assert_eq!(status, 200, "{lease}");
+    lease_id(&lease)
+}
+
+/// The scenario on `api`: a reader keeps its lease past several idle timeouts, then is frozen;
+/// a blocking acquisition from another owner gets the resource within the idle timeout and a
+/// renewal period of the freeze, and the frozen app's lease says it was released as idle.
+async fn a_frozen_reader_hands_the_resource_on(api: &Api, kind: &str) {
+    let id = lease_for_reader(api).await;
+    let lease = format!("/v1/leases/{id}");
+    let reader = api.reader(&format!("{lease}/events"));
+    tokio::time::sleep(3 * IDLE).await;
+    let (_, watched) = api.call("GET", &lease, "").await;
+    assert_eq!(
+        watched["state"], "held",
+        "the reading stream did not keep it"
+    );
+    reader.freeze();
+    let frozen = Instant::now();
+    let (status, next) = api.acquire(json!({"owner": "next", "wait_ms": 8000})).await;
+    let took = frozen.elapsed();
+    assert_eq!(
+        (status, next["owner"].as_str()),
+        (200, Some("next")),
+        "{next}"
+    );
+    let (_, old) = api.call("GET", &lease, "").await;
+    assert_eq!(
+        (old["state"].as_str(), old["reason"].as_str()),
+        (Some("released"), Some("idle")),
+        "{old}"
+    );
+    eprintln!("{kind}: the next acquirer got the resource {took:?} after the reader froze");
+    assert!(
+        took < IDLE + RENEWAL_PERIOD,
+        "granted {took:?} after the freeze"
+    );
+    drop(reader);
+    api.call("DELETE", &format!("/v1/leases/{}", lease_id(&next)), "")
+        .await;
+}
+
+/// Over loopback TCP: the peer socket's unread bytes (what `ss` shows as Recv-Q) tell the
+/// frozen reader; its lease goes to the next acquirer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_tcp_reader_loses_its_lease_to_the_next_acquirer() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    a_frozen_reader_hands_the_resource_on(&Api::Tcp(sidecar.addr), "tcp").await;
+}
+
+/// Over the sidecar's Unix socket: what the reader has not consumed of the sidecar's writes
+/// tells it; its lease goes to the next acquirer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_unix_socket_reader_loses_its_lease_to_the_next_acquirer() {
+    let fleet = TestFleet::start(3);
+    let (_sidecar, api) = UnixSidecar::start(&fleet).await;
+    a_frozen_reader_hands_the_resource_on(&api, "unix").await;
+}
+
+/// The control: a reader that keeps reading keeps its lease, renewed, past five idle
+/// timeouts with no other sign of life, and a blocking acquisition meanwhile waits in vain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reading_stream_keeps_its_lease_past_many_idle_timeouts() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let api = Api::Tcp(sidecar.addr);
+    let id = lease_for_reader(&api).await;
+    let lease = format!("/v1/leases/{id}");
+    let _reader = api.reader(&format!("{lease}/events"));
+    let (status, refused) = api
+        .acquire(json!({"owner": "next", "wait_ms": 5 * IDLE.as_millis() as u64}))
+        .await;
+    assert_eq!((status, refused["reason"].as_str()), (409, Some("held")));
+    let (_, still) = api.call("GET", &lease, "").await;
+    assert_eq!(still["state"], "held", "{still}");
+    assert!(still["validity_ms"].as_u64().unwrap() > 0, "{still}");
+}
+
+/// Not a test of its own: the reader process of the tests above, which run this binary on it
+/// with `REDLEASE_TEST_STREAM_READER` set; without it, it does nothing. It asks for the stream
+/// and reads it as it comes until the sidecar closes it (or a minute passed).
+#[test]
+#[ignore = "the frozen-reader tests run it as a child process"]
+fn event_stream_reader_process() {
+    let Ok(target) = std::env::var(READER_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = target.split(' ').collect();
+    let request = format!("GET {} HTTP/1.1\r\nhost: localhost\r\n\r\n", parts[2]);
+    let mut stream: Box<dyn ReadWrite> = match parts[0] {
+        "tcp" => Box::new(std::net::TcpStream::connect(parts[1]).unwrap()),
+        _ => Box::new(std::os::unix::net::UnixStream::connect(parts[1]).unwrap()),
+    };
+    stream.write_all(request.as_bytes()).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < READER_LIFETIME {
+        if matches!(stream.read(&mut buf), Ok(0) | Err(_)) {
+            return;
+        }
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
