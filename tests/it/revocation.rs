@@ -80,6 +80,7 @@ async fn the_holders_sidecar_is_told_at_once_and_waiters_only_after() {
     assert_eq!(lost["reason"], "revoked", "{lost}");
     assert_eq!(lost["validity_ms"], 0, "{lost}");
     let took = told_at - start;
+    eprintln!("the holder's sidecar was told {took:?} after the force release was sent");
     assert!(took < Duration::from_millis(100), "told after {took:?}");
 
     let (status, view) = holder.get(&format!("/v1/leases/{id}")).await;
