@@ -38,8 +38,8 @@ use common::{throughput_in_turns, ParallelCycle, COMPARE_AND_DELETE, PARALLEL_CL
 use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis_server::RedisServer;
-use redlease::internals::scripts::SCRIPTS;
-use redlease::internals::wire::{self, Wire};
+use redlease::fleet::wire::{self, Wire};
+use redlease::scripts::SCRIPTS;
 use redlease::{Fleet, FleetOptions, LeaseId};
 use tokio::time::Instant;
 
@@ -211,7 +211,7 @@ async fn acquire_on(
     let reply = match acquire {
         "set" => wire.command(&set).await,
         "two" => {
-            let mut two = redlease::internals::resp::Commands::with_capacity(128);
+            let mut two = redlease::resp::Commands::with_capacity(128);
             two.push(&set).push(&[b"INCR", b"fence"]);
             let replies = wire.send(&two).await;
             replies.map(|mut replies| replies.swap_remove(0))

@@ -34,9 +34,9 @@ use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis_server::RedisServer;
 use redlease::config::{Overrides, Settings};
-use redlease::internals::process;
 use redlease::server::Sidecar;
 use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
+use redlease_sidecar::process;
 use tokio::time::Instant;
 
 /// The allocator the `redlease` binary uses (src/main.rs), for both the engine and the

@@ -6,7 +6,5 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 cargo fmt --all -- --check
-cargo clippy --locked --all-targets -- -D warnings
-# The engine alone, as a library user with `default-features = false` builds it.
-cargo clippy --locked --lib --no-default-features -- -D warnings
-cargo test --locked "$@"
+cargo clippy --locked --workspace --all-targets -- -D warnings
+cargo test --locked --workspace "$@"

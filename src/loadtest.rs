@@ -29,8 +29,7 @@ use progress::{Goal, ProgressLine, Tally};
 pub use report::Report;
 
 /// What each worker does, one cycle at a time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
     /// One client: acquire then release one resource.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::api::auth::ApiToken;
+use redlease_sidecar::ApiToken;
 
 /// Resolves on the first SIGINT or SIGTERM.
 pub async fn signal() {

@@ -314,7 +314,7 @@ pub(super) fn print_json(value: &impl Serialize) {
 
 /// `cli:<pid>@<host>`, so inspection can tell which cron run holds a lock.
 pub(super) fn default_owner() -> String {
-    crate::keys::default_owner("cli")
+    redlease_client::owner_of_this_process("cli")
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@ use serde_json::Value;
 
 use super::lock::{connect, finish, print_json, FleetArgs};
 use super::{EXIT_HELD, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
-use crate::api::inventory::{audit_json, force_release_json, lock_json, page_json};
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
 use crate::{Error, ForceOptions, ForceRelease, ForceVerdict, LeaseId, LockView};
+use redlease_sidecar::{audit_json, force_release_json, lock_json, page_json};
 
 #[derive(Debug, Subcommand)]
 pub enum LocksCommand {

@@ -312,11 +312,7 @@ async fn no_shadow_is_sent_after_the_validity() {
         }
     }
     assert!(lost, "no lost event");
-    let sha = redlease::internals::scripts::SCRIPTS
-        .shadow
-        .sha1()
-        .as_bytes()
-        .to_vec();
+    let sha = redlease::scripts::SCRIPTS.shadow.sha1().as_bytes().to_vec();
     let shadows: Vec<u64> = proxies.iter().flat_map(|p| p.sent_at(&sha)).collect();
     assert!(!shadows.is_empty(), "the lease never escalated");
     let late: Vec<u64> = shadows

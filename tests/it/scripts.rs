@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
-use redlease::internals::scripts::{AcquireCommands, AcquireReply, SCRIPTS};
-use redlease::internals::{Deadline, Node};
+use redlease::fleet::{Deadline, Node};
+use redlease::scripts::{AcquireCommands, AcquireReply, SCRIPTS};
 use redlease::CallError;
 use redlease::{Fleet, LeaseId};
 

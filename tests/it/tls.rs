@@ -319,7 +319,7 @@ fn the_documented_acl_line_grants_exactly_the_tested_commands() {
 /// the socket's capacity (3.9 MB here) are tried, each on a new link.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_link_flushes_every_write() {
-    use redlease::internals::wire::{Target, TlsTarget, Wire};
+    use redlease::fleet::wire::{Target, TlsTarget, Wire};
     use tokio_rustls::rustls::pki_types::ServerName;
 
     let pki = Pki::new();

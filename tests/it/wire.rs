@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::Value;
-use redlease::internals::resp::Commands;
-use redlease::internals::wire::{self, Target, Wire, WireError};
+use redlease::fleet::wire::{self, Target, Wire, WireError};
+use redlease::resp::Commands;
 
 use crate::assert_eventually;
 use crate::support::proxy::{Fault, FaultProxy};

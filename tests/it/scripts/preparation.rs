@@ -3,7 +3,7 @@
 //! serving a recorded quarantine (and never lowers a counter), `quarantine.lua` writes the
 //! record and the marker together and keeps a longer record.
 
-use redlease::internals::scripts::SCRIPTS;
+use redlease::scripts::SCRIPTS;
 
 use super::Master;
 

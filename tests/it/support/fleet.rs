@@ -16,8 +16,11 @@ pub struct TestFleet {
 }
 
 impl TestFleet {
-    /// Starts `n` masters.
+    /// Starts `n` masters. First installs the sidecar's exporter as the global meter provider,
+    /// as the sidecar does before it records: the engine's instruments are made once per
+    /// process, from the provider global at that moment, and the tests' sidecars export them.
     pub fn start(n: usize) -> Self {
+        redlease_sidecar::metrics::install();
         Self {
             servers: (0..n).map(|_| RedisServer::start()).collect(),
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::{ExtendOutcome, Extension, Redlock};
+use crate::redlock::{ExtendOutcome, Extension, Redlock};
 use crate::{Error, LeaseId};
 
 /// Most leases extended by one script call.

@@ -44,8 +44,7 @@ use crate::Error;
 pub use credentials::{Credentials, Password};
 pub use deadline::{Deadline, SharedDeadline};
 pub use endpoint::mask_credentials;
-#[cfg(feature = "sidecar")]
-pub(crate) use endpoint::uses_tls;
+pub use endpoint::uses_tls;
 use endpoint::{build_client, lock_target};
 pub use exclusion::Exclusion;
 pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_BREAKER_TRIAL_INTERVAL};

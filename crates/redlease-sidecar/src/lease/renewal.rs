@@ -17,8 +17,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{escalation, LeasePolicy, LeaseState, LeaseView, Step, Tracked};
+use crate::batch::Renewals;
 use crate::metrics::{self, METRICS};
-use crate::redlock::batch::Renewals;
 use crate::redlock::{ExtendOutcome, Redlock, Renewal};
 use crate::Error;
 

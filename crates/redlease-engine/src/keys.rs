@@ -122,17 +122,6 @@ impl Default for Keyspace {
     }
 }
 
-/// `<kind>:<pid>@<host>`: a default owner that tells which process holds a lock.
-#[cfg(any(feature = "client", feature = "cli"))]
-pub fn default_owner(kind: &str) -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string());
-    format!("{kind}:{}@{host}", std::process::id())
-}
-
 /// A resource name is 1–512 bytes of UTF-8 without control characters.
 pub fn validate_resource(resource: &str) -> Result<(), Error> {
     validate_text(resource, MAX_RESOURCE_BYTES).map_err(Error::InvalidResource)
@@ -178,7 +167,7 @@ fn validate_text(text: &str, max_bytes: usize) -> Result<(), &'static str> {
 /// zero-width characters, the byte-order mark, tag characters) and the line and paragraph
 /// separators (U+2028, U+2029): they change how a log line or a terminal shows the text
 /// around them, so a name could pass for another or forge a log line.
-pub(crate) fn is_invisible_format(c: char) -> bool {
+pub fn is_invisible_format(c: char) -> bool {
     matches!(
         c,
         '\u{ad}'

@@ -1,10 +1,10 @@
-//! A Rust client of the sidecar's HTTP API (feature `client`): take a lock, hold it while the
-//! lease's event stream says how it stands, release it. It speaks HTTP to a sidecar and uses
-//! nothing of the engine.
+//! redlease-client: a Rust client of the redlease sidecar's HTTP API: take a lock, hold it
+//! while the lease's event stream says how it stands, release it. It speaks HTTP to a sidecar
+//! and uses nothing of the engine (no Redis client, no TLS stack of its own beyond reqwest's).
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use redlease::client::{Client, ClientError};
+//! use redlease_client::{Client, ClientError};
 //!
 //! async fn close_the_books() -> Result<(), ClientError> {
 //!     let sidecar = Client::new("http://127.0.0.1:7600")?;
@@ -19,6 +19,9 @@
 //! }
 //! # async fn run_close(_token: u64) {}
 //! ```
+
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
 
 mod error;
 mod events;
@@ -515,5 +518,15 @@ impl std::fmt::Display for LeaseEnd {
 
 /// `client:<pid>@<host>`, so a lease's owner tells which process holds it.
 fn default_owner() -> String {
-    crate::keys::default_owner("client")
+    owner_of_this_process("client")
+}
+
+/// `<kind>:<pid>@<host>`: a default owner that tells which process holds a lock.
+pub fn owner_of_this_process(kind: &str) -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string());
+    format!("{kind}:{}@{host}", std::process::id())
 }

@@ -1,10 +1,8 @@
 //! The Redlock engine: acquire, extend and release, each fanned out to every master at once.
 //!
 //! The pure arithmetic (quorum, validity, per-node timeout) is in [`quorum`], the fencing plan
-//! in [`crate::fencing`]; this module only sends and collects.
+//! in [`fencing`]; this module only sends and collects.
 
-#[cfg(feature = "sidecar")]
-pub mod batch;
 mod calls;
 mod extend;
 mod fanout;

@@ -23,8 +23,8 @@ use tokio_util::task::TaskTracker;
 
 use self::logs::{Activity, SUMMARY_INTERVAL};
 use self::ttl::{RenewalSchedule, TtlPolicy};
+use crate::batch::Renewals;
 use crate::metrics::{self, METRICS};
-use crate::redlock::batch::Renewals;
 use crate::redlock::{AcquireOutcome, Lease, Redlock};
 use crate::{Error, LeaseId};
 use renewal::Begin;

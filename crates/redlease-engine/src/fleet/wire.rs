@@ -38,7 +38,6 @@ use tokio_rustls::TlsConnector;
 
 use self::handshake::{open, Fence};
 use self::link::Link;
-#[cfg(any(test, feature = "internals"))]
 pub use self::link::{MAX_WAITING, STALL_LIMIT};
 use self::stream::Stream;
 use crate::fleet::credentials::Password;

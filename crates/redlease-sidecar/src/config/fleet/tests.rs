@@ -8,7 +8,7 @@ use crate::config::{ConfigError, Overrides, Settings};
 use crate::Password;
 
 /// A CA certificate that parses (it signs nothing here).
-const CA: &str = include_str!("../../fleet/tls/test_ca.pem");
+const CA: &str = include_str!("../../../../redlease-engine/src/fleet/tls/test_ca.pem");
 
 fn load(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
     let env = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()));

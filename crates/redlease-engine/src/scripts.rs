@@ -28,16 +28,16 @@ pub struct Scripts {
 
 /// The scripts, hashed once per process.
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    raise_fence: Script::from_lua(include_str!("../lua/raise_fence.lua")),
-    release: Script::from_lua(include_str!("../lua/release.lua")),
-    extend: Script::from_lua(include_str!("../lua/extend.lua")),
-    shadow: Script::from_lua(include_str!("../lua/shadow.lua")),
-    force_release: Script::from_lua(include_str!("../lua/force_release.lua")),
-    acknowledge: Script::from_lua(include_str!("../lua/acknowledge.lua")),
-    inspect: Script::from_lua(include_str!("../lua/inspect.lua")),
-    birth: Script::from_lua(include_str!("../lua/birth.lua")),
-    mark: Script::from_lua(include_str!("../lua/mark.lua")),
-    quarantine: Script::from_lua(include_str!("../lua/quarantine.lua")),
+    raise_fence: Script::from_lua(include_str!("../../../lua/raise_fence.lua")),
+    release: Script::from_lua(include_str!("../../../lua/release.lua")),
+    extend: Script::from_lua(include_str!("../../../lua/extend.lua")),
+    shadow: Script::from_lua(include_str!("../../../lua/shadow.lua")),
+    force_release: Script::from_lua(include_str!("../../../lua/force_release.lua")),
+    acknowledge: Script::from_lua(include_str!("../../../lua/acknowledge.lua")),
+    inspect: Script::from_lua(include_str!("../../../lua/inspect.lua")),
+    birth: Script::from_lua(include_str!("../../../lua/birth.lua")),
+    mark: Script::from_lua(include_str!("../../../lua/mark.lua")),
+    quarantine: Script::from_lua(include_str!("../../../lua/quarantine.lua")),
 });
 
 // === impl Scripts ===

@@ -46,6 +46,8 @@ pub struct Sidecar {
 impl Sidecar {
     /// Connects to the masters and builds the lease manager.
     pub async fn start(settings: &Settings) -> Result<Self, Error> {
+        // Before the engine records anything: its instruments land in this registry.
+        crate::metrics::install();
         // Checked when the settings were loaded; a file that went since is refused here.
         let token = ApiToken::load(&settings.auth).map_err(Error::InvalidToken)?;
         let fleet = Fleet::connect(&settings.masters, &settings.fleet_options()).await?;

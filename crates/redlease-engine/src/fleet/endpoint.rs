@@ -23,7 +23,7 @@ const PLAIN: &str = "redis://";
 const SECURE: &str = "rediss://";
 
 /// Whether `url` asks for TLS.
-pub(crate) fn uses_tls(url: &str) -> bool {
+pub fn uses_tls(url: &str) -> bool {
     url.starts_with(SECURE)
 }
 
