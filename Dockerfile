@@ -1,4 +1,4 @@
-# The redlease container image: a release build of the `redlease` binary (default features) on
+# The redlease container image: a release build of the `redlease` binary (the workspace's root) on
 # debian:bookworm-slim, run as a non-root user. `docker build -t redlease .` from the repo root.
 #
 # The sidecar listens on 127.0.0.1:7600 unless told otherwise (REDLEASE__LISTEN or --listen):
@@ -12,12 +12,18 @@ WORKDIR /src
 # Dependencies first, in their own layer: a stub crate with the real manifest and lock file,
 # so editing the sources does not refetch and rebuild every dependency.
 COPY Cargo.toml Cargo.lock ./
-# (Fetched only: the targets the manifest names are stubs here.)
+COPY crates/redlease-engine/Cargo.toml crates/redlease-engine/
+COPY crates/redlease-client/Cargo.toml crates/redlease-client/
+COPY crates/redlease-sidecar/Cargo.toml crates/redlease-sidecar/
+# (Fetched only: the targets the manifests name are stubs here.)
 RUN mkdir -p src benches tests/it \
+    && for c in engine client sidecar; do \
+         mkdir -p "crates/redlease-$c/src" && touch "crates/redlease-$c/src/lib.rs"; done \
     && touch src/lib.rs \
     && for f in src/main.rs benches/sequential.rs benches/protocol.rs tests/it/main.rs; do \
          echo 'fn main() {}' > "$f"; done \
     && cargo fetch --locked
+COPY crates ./crates
 COPY src ./src
 COPY lua ./lua
 COPY benches ./benches
@@ -29,7 +35,8 @@ RUN cargo build --release --locked \
 FROM debian:bookworm-slim
 # curl serves the HEALTHCHECK below and the exec probes of deploy/k8s/deployment.yaml (the
 # listener is on loopback there, where kubelet's HTTP probes cannot reach it); ca-certificates
-# is for nothing redlease does today (no TLS yet) but costs little. Both come from Debian.
+# holds the system's roots, which `rediss://` masters without `fleet.tls.ca_file` are checked
+# against. Both come from Debian.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends curl ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
