@@ -11,39 +11,63 @@ use serde::Deserialize;
 pub enum ClientError {
     /// 409 `held`: another lease holds the resource (after the wait, if one was asked).
     #[error("held by another lease: {detail}")]
-    Held { detail: String },
+    Held {
+        /// The sidecar's `detail`, in words.
+        detail: String,
+    },
     /// 503 `no_quorum`: too few masters answered. Worth retrying later.
     #[error("no quorum: {detail}")]
-    NoQuorum { detail: String },
+    NoQuorum {
+        /// The sidecar's `detail`, in words.
+        detail: String,
+    },
     /// 503 `no_quorum` on a release, state `releasing`: too few masters confirmed it yet. The
     /// sidecar keeps trying until a quorum does or the keys expire; the lease is no longer
     /// yours to act on.
     #[error("release not confirmed by a quorum yet, the sidecar keeps trying: {detail}")]
-    Releasing { detail: String },
+    Releasing {
+        /// The sidecar's `detail`, in words.
+        detail: String,
+    },
     /// 503 `shutting_down`: the sidecar is stopping and grants nothing.
     #[error("the sidecar is shutting down: {detail}")]
-    ShuttingDown { detail: String },
+    ShuttingDown {
+        /// The sidecar's `detail`, in words.
+        detail: String,
+    },
     /// 404 `unknown_lease`: the sidecar has no such lease (never, or ended over 60 s ago).
     #[error("unknown lease: {detail}")]
-    UnknownLease { detail: String },
+    UnknownLease {
+        /// The sidecar's `detail`, in words.
+        detail: String,
+    },
     /// 410 `lease_lost`: the lease has ended.
     #[error("lease lost: {detail}")]
-    LeaseLost { detail: String },
+    LeaseLost {
+        /// The sidecar's `detail`, in words.
+        detail: String,
+    },
     /// Any other 4xx with a `reason`: the request was refused as invalid (`invalid_resource`,
     /// `invalid_owner`, `invalid_ttl`, `invalid_wait`, `invalid_idle_timeout`, `invalid_body`,
     /// `body_too_large`, `not_found`). Retrying the same request will not help.
     #[error("invalid request ({reason}): {detail}")]
     Invalid {
+        /// The HTTP status.
         status: u16,
+        /// The problem's stable `reason`.
         reason: String,
+        /// The problem's `detail`, in words.
         detail: String,
     },
     /// Any other 5xx: the sidecar failed (`internal`), or timed the request out (503 with an
     /// empty body).
     #[error("the sidecar failed with {status}: {detail}")]
     Unavailable {
+        /// The HTTP status.
         status: u16,
+        /// The problem's `reason`, when the answer was problem+json.
         reason: Option<String>,
+        /// What the sidecar said, in words.
         detail: String,
     },
     /// The sidecar could not be reached, or did not answer in time.
@@ -51,10 +75,20 @@ pub enum ClientError {
     Transport(#[from] reqwest::Error),
     /// A sidecar URL the client cannot use.
     #[error("invalid sidecar url {url}: {detail}")]
-    InvalidUrl { url: String, detail: String },
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// An answer that is not the API's (another server on that port?).
     #[error("unexpected answer with status {status}: {detail}")]
-    Unexpected { status: u16, detail: String },
+    Unexpected {
+        /// The HTTP status.
+        status: u16,
+        /// The start of the body.
+        detail: String,
+    },
 }
 
 /// The fields of a problem+json body the client reads.

@@ -168,7 +168,7 @@ pub(super) struct SseParser {
 
 impl SseParser {
     /// Takes in a chunk; the events it completes.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         let mut events = Vec::new();
         self.partial.extend_from_slice(chunk);
         while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {

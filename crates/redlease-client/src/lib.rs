@@ -22,6 +22,7 @@
 
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
+#![warn(unreachable_pub, missing_docs)]
 
 mod error;
 mod events;
@@ -97,7 +98,9 @@ pub struct LockGuard {
 pub struct LeaseInfo {
     /// 32 lowercase hex digits.
     pub lease_id: String,
+    /// The resource it locks.
     pub resource: String,
+    /// Who holds it.
     pub owner: String,
     /// Strictly greater than every earlier holder's: pass it to what you write.
     pub fencing_token: u64,
@@ -107,10 +110,12 @@ pub struct LeaseInfo {
     pub validity_ms: u64,
     /// When the validity ends (Unix ms, the sidecar's clock).
     pub expires_at: u64,
+    /// Where it stands.
     pub state: LeaseState,
+    /// Whether the sidecar renews it.
     pub auto_renew: bool,
     /// Why the lease ended (`released`, `idle`, `shutdown`, `expired`, `not_ours`,
-    /// `invalid`); absent while it is held or degraded.
+    /// `revoked`, `invalid`); absent while it is held or degraded.
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -120,12 +125,15 @@ pub struct LeaseInfo {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum LeaseState {
+    /// Held and valid.
     Held,
     /// A renewal fell short and a quorum of shadows keeps the lease: still held.
     Degraded,
     /// A release is under way: no longer yours to act on.
     Releasing,
+    /// Lost: its validity ran out, or the masters say it is not ours any more.
     Lost,
+    /// Released: a quorum confirmed the release, or its keys expired.
     Released,
     /// A state this client does not know (a newer sidecar).
     #[serde(other)]
@@ -136,12 +144,18 @@ pub enum LeaseState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LeaseEnd {
-    /// The sidecar reported the lease lost. `reason`: `expired`, `not_ours`, `invalid`, or
+    /// The sidecar reported the lease lost. `reason`: `expired`, `not_ours`, `revoked`, `invalid`, or
     /// `unknown_lease` when the sidecar no longer knows the lease (it restarted).
-    Lost { reason: String },
+    Lost {
+        /// Why (see above).
+        reason: String,
+    },
     /// The lease was released: by this guard (`released`), or by the sidecar (`idle`,
     /// `shutdown`).
-    Released { reason: String },
+    Released {
+        /// Why (see above).
+        reason: String,
+    },
     /// The validity last reported ran out with no word from the sidecar: a sidecar that
     /// stopped answering, or, without an event stream, a lease nothing renewed.
     Expired,

@@ -1,5 +1,5 @@
 //! The N independent Redis masters: connecting them in parallel, preparing each before it
-//! takes lock writes (scripts, restart quarantine, fence sync: [`membership`]), and reading
+//! takes lock writes (scripts, restart quarantine, fence sync: `membership`), and reading
 //! their health.
 //!
 //! Each master gets a lock connection ([`wire`]) that carries every lock command in order, and
@@ -8,8 +8,8 @@
 //! serve). Neither re-sends a command after a reconnect. Every call to a master gives up at a
 //! [`Deadline`]: its own timeout, or the one its fan-out's calls share.
 //!
-//! Both connections of a master come from its URL ([`endpoint`]): `rediss://` ones are TLS,
-//! with one rustls configuration for the whole fleet ([`tls`]), and the fleet's
+//! Both connections of a master come from its URL (`endpoint`): `rediss://` ones are TLS,
+//! with one rustls configuration for the whole fleet (`tls`), and the fleet's
 //! [`Credentials`] stand in for a URL that has none.
 
 mod credentials;
@@ -72,7 +72,10 @@ pub enum BirthRule {
     /// The operator's act (`redlease fleet init`): now, with every master that answers,
     /// refused when any shows history, when fewer than a quorum answer, and — unless
     /// `allow_missing` — when any does not answer.
-    Init { allow_missing: bool },
+    Init {
+        /// Birth with the masters that answer even when some do not.
+        allow_missing: bool,
+    },
 }
 
 /// Votes needed among `n` masters: ⌊n/2⌋+1.
@@ -177,7 +180,7 @@ impl Fleet {
     /// masters had that grace. The rest go on in the background: an unreachable master keeps
     /// reconnecting and is prepared when it comes. Errs on an invalid URL, and when two
     /// entries are one server (same address, or the same `run_id`), on unusable TLS settings,
-    /// and when a master refuses TLS or lacks a permission redlease needs ([`permissions`]).
+    /// and when a master refuses TLS or lacks a permission redlease needs (`permissions`).
     pub async fn connect(urls: &[String], options: &FleetOptions) -> Result<Arc<Self>, Error> {
         if urls.is_empty() {
             return Err(Error::NoMasters);
@@ -235,22 +238,27 @@ impl Fleet {
         Ok(fleet)
     }
 
+    /// The masters, in the configured order.
     pub fn nodes(&self) -> &[Arc<Node>] {
         &self.nodes
     }
 
+    /// How many masters the fleet has (N).
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
 
+    /// Whether the fleet has no master (never, once connected).
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
 
+    /// The options the fleet was connected with.
     pub fn options(&self) -> &FleetOptions {
         &self.options
     }
 
+    /// The names of every key and channel redlease uses on the masters.
     pub fn keyspace(&self) -> &Keyspace {
         &self.options.keyspace
     }

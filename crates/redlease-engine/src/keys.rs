@@ -32,12 +32,14 @@ pub struct Keyspace {
 // === impl Keyspace ===
 
 impl Keyspace {
+    /// Key names under `prefix` (`redlease:` by default).
     pub fn new(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),
         }
     }
 
+    /// The prefix every key and channel starts with.
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
@@ -66,6 +68,7 @@ impl Keyspace {
         self.join("revocations", "")
     }
 
+    /// `<prefix>fence`: each master's fence counter.
     pub fn fence(&self) -> String {
         self.join("fence", "")
     }

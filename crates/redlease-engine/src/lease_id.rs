@@ -54,6 +54,7 @@ impl fmt::Display for LeaseId {
 pub struct Hex([u8; 32]);
 
 impl Hex {
+    /// The id as 32 lowercase hex digits.
     pub fn as_str(&self) -> &str {
         // Every byte is one of the 16 ASCII hex digits written by `LeaseId::hex`.
         std::str::from_utf8(&self.0).unwrap_or_default()

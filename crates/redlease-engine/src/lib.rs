@@ -37,6 +37,7 @@
 //! `Err` means bad input or broken infrastructure.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
+#![warn(unreachable_pub, missing_docs)]
 
 pub mod error;
 pub mod fleet;

@@ -48,18 +48,25 @@ pub const DEFAULT_MIN_TTL: Duration = Duration::from_millis(10);
 pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(30);
 /// Blocking acquire waits a random delay between these two before trying again.
 pub const DEFAULT_RETRY_DELAY_MIN: Duration = Duration::from_millis(10);
+/// Longest pause between two attempts of a blocking acquisition without wake-ups.
 pub const DEFAULT_RETRY_DELAY_MAX: Duration = Duration::from_millis(100);
 
 /// Settings of the engine.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
+    /// How much of the TTL is set aside for clock drift.
     pub drift: DriftPolicy,
     /// A grant or renewal must leave more validity than this.
     pub min_validity: Duration,
+    /// Shortest TTL a lease may ask for.
     pub min_ttl: Duration,
+    /// Longest TTL a lease may ask for.
     pub max_ttl: Duration,
+    /// How long each master may take to answer one call.
     pub node_timeout: NodeTimeoutPolicy,
+    /// Shortest pause between two attempts of a blocking acquisition without wake-ups.
     pub retry_delay_min: Duration,
+    /// Longest pause between two attempts of a blocking acquisition without wake-ups.
     pub retry_delay_max: Duration,
 }
 
@@ -93,6 +100,7 @@ pub struct Redlock {
 // === impl Redlock ===
 
 impl Redlock {
+    /// An engine on `fleet` (shared with whatever else uses it).
     pub fn new(fleet: Arc<Fleet>, options: EngineOptions) -> Self {
         if options.max_ttl > fleet.quarantine() {
             tracing::warn!(
@@ -147,10 +155,12 @@ impl Redlock {
         settled
     }
 
+    /// The masters this engine sends to.
     pub fn fleet(&self) -> &Arc<Fleet> {
         &self.fleet
     }
 
+    /// The options the engine was made with.
     pub fn options(&self) -> &EngineOptions {
         &self.options
     }

@@ -66,6 +66,7 @@ pub struct Commands {
 }
 
 impl Commands {
+    /// An empty batch with room for `bytes` of RESP.
     pub fn with_capacity(bytes: usize) -> Self {
         Self {
             encoded: Vec::with_capacity(bytes),
@@ -87,10 +88,12 @@ impl Commands {
         self
     }
 
+    /// How many commands the batch holds.
     pub fn count(&self) -> usize {
         self.count
     }
 
+    /// The batch as RESP, ready to write.
     pub fn encoded(&self) -> &[u8] {
         &self.encoded
     }

@@ -14,15 +14,25 @@ use crate::resp::Commands;
 
 /// One script per operation; each file opens with its KEYS/ARGV/Returns contract.
 pub struct Scripts {
+    /// `raise_fence.lua`: raise a master's fence counter to at least a value.
     pub raise_fence: Script,
+    /// `release.lua`: compare-and-delete of a lease, announced.
     pub release: Script,
+    /// `extend.lua`: compare-and-PEXPIRE of any number of leases.
     pub extend: Script,
+    /// `shadow.lua`: a degraded lease's shadow reservation.
     pub shadow: Script,
+    /// `force_release.lua`: an operator's revocation of whatever lease holds a lock.
     pub force_release: Script,
+    /// `acknowledge.lua`: the holder's acknowledgement of a revocation.
     pub acknowledge: Script,
+    /// `inspect.lua`: a master's marker, fence counter and quarantine record at one instant.
     pub inspect: Script,
+    /// `birth.lua`: a fleet's birth on one master.
     pub birth: Script,
+    /// `mark.lua`: a preparation's compare-and-set of the marker and counter.
     pub mark: Script,
+    /// `quarantine.lua`: a quarantine's record and marker together.
     pub quarantine: Script,
 }
 
@@ -43,6 +53,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 // === impl Scripts ===
 
 impl Scripts {
+    /// Every script, to load on a master.
     pub fn all(&self) -> [&Script; 10] {
         [
             &self.raise_fence,
@@ -79,6 +90,7 @@ impl ScriptCall {
         Self { script, commands }
     }
 
+    /// The script this call runs.
     pub fn script(&self) -> &'static Script {
         self.script
     }
@@ -115,6 +127,7 @@ impl AcquireCommands {
         Self { lock, commands }
     }
 
+    /// The lock key the acquisition writes.
     pub fn lock(&self) -> &str {
         &self.lock
     }
@@ -129,10 +142,16 @@ impl AcquireCommands {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AcquireReply {
     /// The lock is ours here; the master's fence counter after its INCR.
-    Granted { counter: u64 },
+    Granted {
+        /// The fence counter after the `INCR`.
+        counter: u64,
+    },
     /// Another lease holds the lock (or its shadow, which is the lock key itself); its
     /// remaining time when it has one.
-    Refused { holder_remaining: Option<Duration> },
+    Refused {
+        /// The holder key's remaining time (`PTTL`), when it has one.
+        holder_remaining: Option<Duration>,
+    },
 }
 
 impl AcquireReply {
@@ -174,6 +193,7 @@ pub enum ExtendReply {
 }
 
 impl ExtendReply {
+    /// The code `extend.lua` answered for one lease.
     pub fn from_script(reply: i64) -> Self {
         match reply {
             1 => Self::Extended,

@@ -13,13 +13,13 @@
 //! route but the event stream has a request timeout (408); event streams are capped, and so
 //! are blocking acquisitions (`http.max_waiters`: their refusal closes the connection).
 
-pub mod auth;
+pub(crate) mod auth;
 mod body;
-pub mod error;
-pub mod events;
-pub mod guard;
+pub(crate) mod error;
+pub(crate) mod events;
+pub(crate) mod guard;
 mod handlers;
-pub mod inventory;
+pub(crate) mod inventory;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +37,7 @@ use crate::lease::LeaseManager;
 use crate::redlock::Redlock;
 
 /// Largest request body accepted.
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Request timeout beyond the longest blocking wait a caller may ask for.
 const TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 
@@ -68,7 +68,7 @@ impl ApiOptions {
 
 /// What every handler reaches.
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     /// The leases this sidecar holds.
     pub manager: Arc<LeaseManager>,
     /// The engine, for the inventory and force releases.
@@ -86,7 +86,7 @@ pub struct AppState {
 }
 
 /// The API router; the server puts requests through [`guard::Guard`] first.
-pub fn app(
+pub(crate) fn app(
     manager: Arc<LeaseManager>,
     engine: Arc<Redlock>,
     token: Arc<ApiToken>,

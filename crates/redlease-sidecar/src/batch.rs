@@ -12,20 +12,20 @@ use crate::redlock::{ExtendOutcome, Extension, Redlock};
 use crate::{Error, LeaseId};
 
 /// Most leases extended by one script call.
-pub const MAX_BATCH: usize = 100;
+pub(crate) const MAX_BATCH: usize = 100;
 /// A renewal waits at most 1/`WINDOW_DIVISOR` of its TTL for others to join its batch...
-pub const WINDOW_DIVISOR: u32 = 20;
+pub(crate) const WINDOW_DIVISOR: u32 = 20;
 /// ...and never more than this. Renewals run at half the TTL, so the wait takes at most a
 /// tenth of the margin left before expiry.
-pub const MAX_WINDOW: Duration = Duration::from_millis(50);
+pub(crate) const MAX_WINDOW: Duration = Duration::from_millis(50);
 
 /// How long a renewal of a lease with `ttl` may wait for its batch.
-pub fn window(ttl: Duration) -> Duration {
+pub(crate) fn window(ttl: Duration) -> Duration {
     (ttl / WINDOW_DIVISOR).min(MAX_WINDOW)
 }
 
 /// The batching front of an engine's `extend`.
-pub struct Renewals {
+pub(crate) struct Renewals {
     engine: Arc<Redlock>,
     queue: mpsc::UnboundedSender<Due>,
 }
@@ -42,13 +42,13 @@ struct Due {
 
 impl Renewals {
     /// Starts the gathering task; it ends when the last handle is dropped.
-    pub fn start(engine: Arc<Redlock>) -> Self {
+    pub(crate) fn start(engine: Arc<Redlock>) -> Self {
         let (queue, due) = mpsc::unbounded_channel();
         tokio::spawn(gather(Arc::clone(&engine), due));
         Self { engine, queue }
     }
 
-    pub fn engine(&self) -> &Arc<Redlock> {
+    pub(crate) fn engine(&self) -> &Arc<Redlock> {
         &self.engine
     }
 
@@ -56,7 +56,7 @@ impl Renewals {
     /// its [`window`] (shortened to a quarter of the validity left before `valid_until`, so a
     /// retry near expiry is not held back); the outcome is the one `Redlock::extend` would
     /// give.
-    pub async fn extend(
+    pub(crate) async fn extend(
         &self,
         resource: &str,
         id: LeaseId,

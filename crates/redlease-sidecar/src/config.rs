@@ -68,22 +68,28 @@ pub struct Settings {
     pub masters: Vec<String>,
     /// Prefix of every key redlease writes.
     pub key_prefix: String,
+    /// Keys `lease.*`.
     pub lease: LeaseSettings,
+    /// Keys `fleet.*`.
     pub fleet: FleetSettings,
     /// Key `shutdown.grace_ms`.
     pub shutdown_grace: Duration,
+    /// Keys `auth.*`.
     pub auth: AuthSettings,
+    /// Keys `http.*`.
     pub http: HttpSettings,
 }
 
 /// Lease policy: TTL bounds, adaptive TTL, renewal and shadows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LeaseSettings {
+    /// Shortest TTL a caller may ask for.
     pub min_ttl: Duration,
     /// At least `min_ttl` and at most `fleet.quarantine`.
     pub max_ttl: Duration,
     /// Adaptive TTL: quorum RTT × this + `safety_margin`.
     pub rtt_multiplier: f64,
+    /// Added to the quorum RTT × `rtt_multiplier` for the adaptive TTL.
     pub safety_margin: Duration,
     /// Renew once this fraction of the TTL has elapsed, in (0, 1).
     pub renew_fraction: f64,
@@ -106,15 +112,19 @@ pub const LOG_FORMAT_ENV: &str = "REDLEASE__LOG_FORMAT";
 /// CLI flags, the last layer; None = not given.
 #[derive(Clone, Default)]
 pub struct Overrides {
+    /// `--masters`.
     pub masters: Option<Vec<String>>,
+    /// `--listen`.
     pub listen: Option<String>,
 }
 
 /// Why settings could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A file or variable that cannot be read or parsed.
     #[error("cannot read configuration: {0}")]
     Load(String),
+    /// Every setting that is out of its range, one line each.
     #[error("invalid configuration:\n{}", .0.join("\n"))]
     Invalid(Vec<String>),
 }

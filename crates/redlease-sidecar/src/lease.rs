@@ -5,11 +5,11 @@
 #[macro_use]
 mod logs;
 
-pub mod escalation;
-pub mod reading;
-pub mod renewal;
-pub mod state;
-pub mod ttl;
+pub(crate) mod escalation;
+pub(crate) mod reading;
+pub(crate) mod renewal;
+pub(crate) mod state;
+pub(crate) mod ttl;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,23 +28,27 @@ use crate::metrics::{self, METRICS};
 use crate::redlock::{AcquireOutcome, Lease, Redlock};
 use crate::{Error, LeaseId};
 use renewal::Begin;
-pub use state::{LeaseEvent, LeaseRecord, LeaseState, LeaseView, Step};
+pub(crate) use state::{LeaseEvent, LeaseRecord, LeaseState, LeaseView, Step};
 
 /// How long a lost or released lease stays visible to `GET /v1/leases/{id}`.
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(60);
 /// Events buffered per lease for slow stream readers.
 const EVENT_BUFFER: usize = 16;
 
 /// The lease manager's settings.
 #[derive(Clone, Copy, Debug)]
 pub struct LeasePolicy {
+    /// TTL bounds and the adaptive TTL.
     pub ttl: TtlPolicy,
+    /// When renewals fall due.
     pub schedule: RenewalSchedule,
+    /// Release a lease whose app showed no sign of life this long (default per lease).
     pub idle_timeout: Duration,
     /// Upper bound on a caller's idle timeout.
     pub max_idle_timeout: Duration,
     /// Upper bound on a caller's blocking wait.
     pub max_wait: Duration,
+    /// How long an ended lease stays readable.
     pub retention: Duration,
     /// Shadow TTL = lease TTL × this, capped at `shadow_cap`.
     pub shadow_multiplier: u32,
@@ -100,7 +104,7 @@ pub enum RenewError {
 }
 
 /// One lease and the means to reach its task and its watchers.
-pub struct Tracked {
+pub(crate) struct Tracked {
     record: Mutex<LeaseRecord>,
     events: broadcast::Sender<LeaseEvent>,
     /// Wakes the task after a change it must see (renewal, keepalive, release).
@@ -121,14 +125,14 @@ pub struct Tracked {
 // === impl Tracked ===
 
 impl Tracked {
-    pub fn record(&self) -> MutexGuard<'_, LeaseRecord> {
+    pub(crate) fn record(&self) -> MutexGuard<'_, LeaseRecord> {
         // Every critical section only assigns fields, so a poisoned record is still whole.
         self.record
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn view(&self) -> LeaseView {
+    pub(crate) fn view(&self) -> LeaseView {
         self.record().view(Instant::now())
     }
 
@@ -246,6 +250,7 @@ pub struct LeaseManager {
 // === impl LeaseManager ===
 
 impl LeaseManager {
+    /// A manager of leases taken on `engine`, listening for their revocations.
     pub fn new(engine: Arc<Redlock>, policy: LeasePolicy) -> Arc<Self> {
         let manager = Arc::new(Self {
             renewals: Arc::new(Renewals::start(Arc::clone(&engine))),
@@ -264,10 +269,12 @@ impl LeaseManager {
         manager
     }
 
+    /// The engine leases are taken on.
     pub fn engine(&self) -> &Arc<Redlock> {
         &self.engine
     }
 
+    /// The manager's settings.
     pub fn policy(&self) -> &LeasePolicy {
         &self.policy
     }
@@ -365,10 +372,12 @@ impl LeaseManager {
             .await
     }
 
+    /// Whether shutdown began: no new lease is granted.
     pub fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
     }
 
+    /// The lease `id` as the API shows it, while this manager knows it.
     pub fn get(&self, id: LeaseId) -> Option<LeaseView> {
         self.find(id).map(|t| t.view())
     }

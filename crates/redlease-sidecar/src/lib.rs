@@ -20,6 +20,7 @@
 //!    the kernel).
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
+#![warn(unreachable_pub, missing_docs)]
 
 mod api;
 mod batch;
@@ -40,4 +41,6 @@ use redlease_engine::{MasterAnswer, MasterView};
 pub use api::auth::ApiToken;
 pub use api::inventory::{audit_json, force_release_json, lock_json, page_json};
 pub use api::ApiOptions;
+pub use lease::state::{LeaseEvent, LeaseState, LeaseView};
+pub use lease::ttl::{RenewalSchedule, TtlPolicy};
 pub use lease::{LeaseManager, LeasePolicy};

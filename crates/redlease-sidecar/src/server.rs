@@ -80,6 +80,7 @@ impl Sidecar {
         &self.token
     }
 
+    /// The sidecar's lease table.
     pub fn manager(&self) -> &Arc<LeaseManager> {
         &self.manager
     }

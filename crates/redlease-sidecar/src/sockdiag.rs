@@ -18,7 +18,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 /// A connection's socket as the kernel knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SocketId {
+pub(crate) enum SocketId {
     /// A TCP connection: this side's address and the peer's.
     Tcp { local: SocketAddr, peer: SocketAddr },
     /// A Unix stream socket: this side's inode.
@@ -27,7 +27,7 @@ pub enum SocketId {
 
 /// What the kernel says about the data sent on a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reading {
+pub(crate) enum Reading {
     /// The TCP peer socket: bytes it has received (its kernel's count since the connection
     /// began), and of those the bytes its application has not read yet.
     Tcp { received: u64, unread: u32 },
@@ -63,7 +63,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// What the kernel says about `id` now; `None` when the socket it needs is not in this
 /// network namespace (a peer elsewhere) or is gone.
-pub fn reading(id: &SocketId) -> io::Result<Option<Reading>> {
+pub(crate) fn reading(id: &SocketId) -> io::Result<Option<Reading>> {
     match *id {
         SocketId::Tcp { local, peer } => tcp_peer(local, peer),
         SocketId::Unix { inode } => unix_unconsumed(inode),
@@ -71,7 +71,7 @@ pub fn reading(id: &SocketId) -> io::Result<Option<Reading>> {
 }
 
 /// The inode of the socket `fd` (what a Unix socket is looked up by), from `/proc/self/fd`.
-pub fn inode_of(fd: BorrowedFd<'_>) -> io::Result<u64> {
+pub(crate) fn inode_of(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
     Ok(std::fs::metadata(link)?.ino())
 }

@@ -10,6 +10,7 @@ use std::fmt;
 pub struct Password(String);
 
 impl Password {
+    /// A password, kept out of every `Debug` and log line.
     pub fn new(password: impl Into<String>) -> Self {
         Self(password.into())
     }
@@ -45,6 +46,7 @@ impl From<String> for Password {
 pub struct Credentials {
     /// The ACL user; `None`: Redis' `default` user (`AUTH password`).
     pub username: Option<String>,
+    /// The password (never printed).
     pub password: Password,
 }
 

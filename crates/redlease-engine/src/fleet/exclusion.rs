@@ -15,18 +15,34 @@ pub enum Exclusion {
     /// with no history (see `redlease fleet init`).
     Unborn,
     /// Lost its memory: no votes until `until` (this process's clock).
-    Quarantined { until: Instant, why: Loss },
+    Quarantined {
+        /// When the quarantine ends.
+        until: Instant,
+        /// The evidence that the master lost its memory.
+        why: Loss,
+    },
     /// Its quarantine is over; waiting for its fence counter to be raised from a quorum of
     /// members.
-    Rejoining { why: Loss },
+    Rejoining {
+        /// Why it was quarantined.
+        why: Loss,
+    },
     /// `maxmemory` with a policy other than `noeviction`: it may drop lock keys.
     Evicting(Evicting),
     /// It carries the marker of another fleet.
-    OtherFleet { theirs: String, ours: String },
+    OtherFleet {
+        /// The fleet id its marker names.
+        theirs: String,
+        /// Ours.
+        ours: String,
+    },
     /// It carries a marker this redlease cannot read.
     UnreadableMarker(String),
     /// It is the very server another configured master is (one `run_id`).
-    Twin { of: usize },
+    Twin {
+        /// The index of the master it is the same server as.
+        of: usize,
+    },
 }
 
 impl Exclusion {

@@ -28,6 +28,8 @@ pub struct Breaker {
 // === impl Breaker ===
 
 impl Breaker {
+    /// A closed breaker that opens after `threshold` failures in a row and lets one trial call
+    /// through every `trial_interval` while open.
     pub fn new(threshold: u32, trial_interval: Duration) -> Self {
         Self {
             threshold: threshold.max(1),
@@ -63,6 +65,7 @@ impl Breaker {
         }
     }
 
+    /// Whether the breaker is open: the master takes no lock writes until a trial succeeds.
     pub fn is_open(&self) -> bool {
         self.open.is_some()
     }

@@ -37,13 +37,16 @@ pub struct FleetMark {
     pub fleet: String,
     /// The fleet's quarantine period, written at its birth.
     pub quarantine: Duration,
+    /// The marked master's standing: a member, or quarantined by a named process.
     pub membership: Membership,
 }
 
 /// A fleet as every process must agree on it: its id and its quarantine period.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Birth {
+    /// The fleet's id (FNV-1a/128 of the birth masters' `run_id`s, hex).
     pub fleet: String,
+    /// The fleet's restart quarantine, written at birth.
     pub quarantine: Duration,
 }
 
@@ -153,7 +156,9 @@ pub fn agreed<'a>(
 /// master index and fleet id of each.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conflict {
+    /// One master (its index) and the fleet id its marker names.
     pub first: (usize, String),
+    /// Another master and the other fleet id.
     pub second: (usize, String),
 }
 

@@ -19,7 +19,7 @@ use super::{quorum_of, Fleet, Node};
 use crate::metrics::{self, METRICS};
 
 /// Bound on each step of a preparation (script load, inspection, fence reads and marking).
-pub const PREPARE_STEP_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PREPARE_STEP_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a rejoining master waits for a quorum of the others to be members.
 const MEMBERS_WAIT: Duration = Duration::from_secs(2);
 /// How often it looks.

@@ -152,10 +152,12 @@ impl Node {
         &self.url
     }
 
+    /// The master's fred client, for preparation and inspection (not the lock path).
     pub fn client(&self) -> &fred::clients::Client {
         &self.client
     }
 
+    /// The master's lock connection.
     pub fn wire(&self) -> &Wire {
         &self.wire
     }

@@ -38,7 +38,9 @@ pub const UPTIME_RESOLUTION: Duration = Duration::from_secs(1);
 /// Who a master says it is (`INFO server`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
+    /// The server process's `run_id` (INFO server).
     pub run_id: String,
+    /// How long the server process has run (INFO server).
     pub uptime: Duration,
 }
 
@@ -82,9 +84,17 @@ pub enum Standing {
     /// No evidence of a loss: votes at once.
     Member,
     /// Lost its memory: no votes until `until`, then its fence is synced.
-    Quarantined { until: Instant, why: Loss },
+    Quarantined {
+        /// When the quarantine ends.
+        until: Instant,
+        /// The evidence.
+        why: Loss,
+    },
     /// Lost its memory longer than a quarantine ago: sync its fence, then vote.
-    Rejoining { why: Loss },
+    Rejoining {
+        /// Why it was quarantined.
+        why: Loss,
+    },
 }
 
 /// What a preparation read of a master of a born fleet, and what this process knows of it.
@@ -92,6 +102,7 @@ pub enum Standing {
 pub struct Evidence<'a> {
     /// The `run_id` this process saw before (`None` on first contact).
     pub previous_run_id: Option<&'a str>,
+    /// The server process as it answers now.
     pub identity: &'a Identity,
     /// The fleet marker, already checked to be of this fleet (`None`: absent).
     pub marker: Option<&'a FleetMark>,

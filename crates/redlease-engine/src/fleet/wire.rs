@@ -1,7 +1,7 @@
 //! The lock path's own connection to one master, re-made whenever it fails. Lock commands
 //! (acquire, release, extend, shadow, fence raise, PING) go here; the master's fred client keeps
 //! the administrative traffic (scripts, identity, markers). Each connection is opened by
-//! [`handshake`] and then carried by a [`link`]: one writer and one reader task.
+//! `handshake` and then carried by a `link`: one writer and one reader task.
 //!
 //! Why not fred for every command: fred routes each command through its router task and
 //! builds a multi-kilobyte future for it, too heavy for a path that runs per lock per master
@@ -20,7 +20,7 @@
 //! ([`WireError::Overloaded`]). Each new link is reported to `on_connect` before it takes
 //! commands, as a new connection may lead to a restarted master.
 //!
-//! A `rediss://` master's links are TLS ([`stream`]); a [`Detached`] connection is opened the
+//! A `rediss://` master's links are TLS (`stream`); a [`Detached`] connection is opened the
 //! same way for the start-up's permission check and carries no lock command.
 
 mod handshake;
@@ -79,10 +79,15 @@ pub enum OpenError {
 /// Where and how to connect. `Debug` shows no password.
 #[derive(Clone)]
 pub struct Target {
+    /// Host name or address.
     pub host: String,
+    /// TCP port.
     pub port: u16,
+    /// ACL user for `HELLO … AUTH`, when not `default`.
     pub username: Option<String>,
+    /// Password for `HELLO … AUTH`.
     pub password: Option<Password>,
+    /// Database for `SELECT`, when not 0.
     pub database: Option<u8>,
     /// Bound on one connection attempt, handshake included.
     pub connect_timeout: Duration,
@@ -94,7 +99,9 @@ pub struct Target {
 /// its certificate must carry (the URL's host).
 #[derive(Clone)]
 pub struct TlsTarget {
+    /// The rustls connector (roots, client certificate).
     pub connector: TlsConnector,
+    /// The name the server's certificate must carry.
     pub server_name: ServerName<'static>,
 }
 
@@ -181,6 +188,7 @@ impl Wire {
         &self.target
     }
 
+    /// Whether the connection is up now.
     pub fn is_connected(&self) -> bool {
         *self.connected.borrow()
     }

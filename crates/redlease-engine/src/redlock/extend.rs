@@ -19,8 +19,11 @@ use crate::{Error, LeaseId};
 /// One lease to extend: `id` on `resource`, to `ttl` from now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Extension {
+    /// The lease's resource.
     pub resource: String,
+    /// The lease's id.
     pub id: LeaseId,
+    /// The TTL to set on every master that holds the lease.
     pub ttl: Duration,
 }
 

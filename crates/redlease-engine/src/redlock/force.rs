@@ -53,6 +53,7 @@ pub struct RemovedHolder {
     pub owner: Option<String>,
     /// The value as it was stored.
     pub value: String,
+    /// How many masters held it.
     pub masters: usize,
 }
 
@@ -61,17 +62,20 @@ pub struct RemovedHolder {
 pub struct ForcedMaster {
     /// Its URL, credentials masked.
     pub url: String,
+    /// What it answered.
     pub answer: MasterAnswer,
 }
 
 /// What a force release did.
 #[derive(Clone, Debug)]
 pub struct ForceRelease {
+    /// The resource whose lock was forced.
     pub resource: String,
     /// The id of its audit record (32 hex digits), the same on every master.
     pub audit_id: String,
     /// When it ran, in ms since the Unix epoch.
     pub time_ms: u64,
+    /// Whether a quorum confirmed it, the named lease was not there, or too few answered.
     pub verdict: Verdict,
     /// Each master's answer, in the configured order.
     pub masters: Vec<ForcedMaster>,

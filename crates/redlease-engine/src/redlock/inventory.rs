@@ -60,7 +60,9 @@ pub struct MasterView {
 /// The lease a quorum of masters carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuorumHolder {
+    /// The lease a quorum carries.
     pub lease_id: LeaseId,
+    /// Its owner.
     pub owner: String,
     /// How many masters carry it.
     pub masters: usize,
@@ -72,6 +74,7 @@ pub struct QuorumHolder {
 /// A resource's lock as the fleet sees it.
 #[derive(Clone, Debug)]
 pub struct LockView {
+    /// The resource.
     pub resource: String,
     /// Every master, in the configured order.
     pub masters: Vec<MasterView>,
@@ -92,6 +95,7 @@ impl LockView {
 /// One page of the locks held under a prefix, ordered by resource name.
 #[derive(Clone, Debug)]
 pub struct LockPage {
+    /// The locks of this page, by resource name.
     pub locks: Vec<LockView>,
     /// The resource to list after, for the next page; `None` on the last page.
     pub next: Option<String>,

@@ -11,8 +11,11 @@ use crate::LeaseId;
 /// A granted lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
+    /// The lease's id, written into the lock's value on every master.
     pub id: LeaseId,
+    /// The resource it locks.
     pub resource: String,
+    /// Who holds it.
     pub owner: String,
     /// Strictly greater than the token of every earlier holder of any resource on this fleet.
     /// Pass it to the protected resource, which must refuse writes with a smaller token.
@@ -31,6 +34,7 @@ impl Lease {
         self.valid_until.saturating_duration_since(now)
     }
 
+    /// Whether the lease may still be acted on at `now` (before `valid_until`).
     pub fn is_valid(&self, now: Instant) -> bool {
         now < self.valid_until
     }
@@ -70,9 +74,11 @@ impl Lease {
 /// A successful extension.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Renewal {
+    /// The TTL the renewal set.
     pub ttl: Duration,
     /// `ttl − elapsed − drift`, measured from the start of this renewal.
     pub validity: Duration,
+    /// When the renewed validity ends.
     pub valid_until: Instant,
 }
 
@@ -80,9 +86,15 @@ pub struct Renewal {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NodeVote {
     /// acquire: granted, with the master's fence counter.
-    Granted { counter: u64 },
+    Granted {
+        /// The master's fence counter after the acquisition's `INCR`.
+        counter: u64,
+    },
     /// acquire: held by another lease (its remaining time when known).
-    Refused { holder_remaining: Option<Duration> },
+    Refused {
+        /// How long the holder's key still lives there, when known.
+        holder_remaining: Option<Duration>,
+    },
     /// extend: what the master said.
     Extend(ExtendReply),
     /// shadow: set (`true`) or refused because another lease holds the resource.
@@ -111,6 +123,7 @@ pub enum Shortfall {
 /// The detail of a failed attempt, per master.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// Why the call fell short.
     pub cause: Shortfall,
     /// Indexed like the fleet's masters.
     pub votes: Vec<NodeVote>,
@@ -153,6 +166,7 @@ impl Refusal {
 /// The result of an acquisition: expected outcomes are values, not errors.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AcquireOutcome {
+    /// The lease, granted by a quorum and valid for its `validity`.
     Acquired(Lease),
     /// Another lease holds the resource.
     Contended(Refusal),
@@ -171,6 +185,7 @@ impl AcquireOutcome {
         }
     }
 
+    /// The lease, when granted.
     pub fn lease(&self) -> Option<&Lease> {
         match self {
             Self::Acquired(lease) => Some(lease),
@@ -178,6 +193,7 @@ impl AcquireOutcome {
         }
     }
 
+    /// The refusal, when not granted.
     pub fn refusal(&self) -> Option<&Refusal> {
         match self {
             Self::Acquired(_) => None,
@@ -190,6 +206,7 @@ impl AcquireOutcome {
 /// [`Lease::apply_extension`]: a failed extension may still shorten the lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExtendOutcome {
+    /// A quorum extended the lease: apply the renewal to it.
     Extended(Renewal),
     /// A majority answered that the lease is not ours: it is gone, never escalate.
     Lost(Refusal),

@@ -37,7 +37,9 @@ pub enum Verdict {
 #[derive(Clone, Copy, Debug)]
 pub struct Tally {
     n: usize,
+    /// Masters that said yes.
     pub yes: usize,
+    /// Masters that said no (or failed).
     pub no: usize,
     /// Timeouts, connection errors, error replies, masters skipped as down.
     pub failed: usize,
@@ -46,6 +48,7 @@ pub struct Tally {
 // === impl Tally ===
 
 impl Tally {
+    /// An empty tally of `n` masters.
     pub fn new(n: usize) -> Self {
         Self {
             n,
@@ -55,6 +58,7 @@ impl Tally {
         }
     }
 
+    /// Masters that have not answered yet.
     pub fn pending(&self) -> usize {
         self.n - self.yes - self.no - self.failed
     }
@@ -64,6 +68,7 @@ impl Tally {
         self.yes + self.no
     }
 
+    /// Won, lost, or not decided yet.
     pub fn verdict(&self) -> Verdict {
         let quorum = quorum_of(self.n);
         if self.yes >= quorum {
@@ -81,7 +86,9 @@ impl Tally {
 /// How much of the TTL is set aside for clock drift between masters and us.
 #[derive(Clone, Copy, Debug)]
 pub struct DriftPolicy {
+    /// Drift allowed per unit of TTL (0.01: 1%).
     pub factor: f64,
+    /// Drift allowed whatever the TTL.
     pub floor: Duration,
 }
 
@@ -124,8 +131,11 @@ pub fn validity(
 pub struct NodeTimeoutPolicy {
     /// Use exactly this, ignoring RTT and TTL (for callers that know their network).
     pub fixed: Option<Duration>,
+    /// The timeout is never shorter than this.
     pub floor: Duration,
+    /// The timeout is at least this many times the master's p99 RTT.
     pub rtt_multiplier: u32,
+    /// ... and at most this fraction of the TTL.
     pub ttl_fraction: f64,
 }
 

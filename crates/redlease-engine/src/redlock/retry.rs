@@ -20,11 +20,11 @@ use crate::fleet::{Admission, CallError, Deadline, Node};
 use crate::scripts::ScriptCall;
 
 /// How often the masters that owe a release its result are tried again.
-pub const RETRY_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const RETRY_INTERVAL: Duration = Duration::from_millis(100);
 /// Bound on one retried release's wait for its answer.
 const RETRY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Releases kept for retrying at most; past it the oldest are dropped (their keys expire).
-pub const MAX_PENDING: usize = 100_000;
+pub(crate) const MAX_PENDING: usize = 100_000;
 
 /// One release a master still has to answer with a result.
 struct Pending {

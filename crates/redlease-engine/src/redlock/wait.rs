@@ -91,7 +91,7 @@ impl Redlock {
 
 /// A random delay in `[retry_delay_min, retry_delay_max]` (`jitter` in 0..1 picks where),
 /// cut short to just past the holder's expiry when that comes sooner.
-pub fn retry_delay(
+pub(crate) fn retry_delay(
     options: &EngineOptions,
     holder_remaining: Option<Duration>,
     jitter: f64,

@@ -76,7 +76,7 @@ impl ApiToken {
 }
 
 /// Refuses a request without the token (axum middleware).
-pub async fn require_token(
+pub(crate) async fn require_token(
     State(token): State<Arc<ApiToken>>,
     request: Request,
     next: Next,

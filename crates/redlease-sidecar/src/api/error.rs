@@ -8,7 +8,7 @@ use serde_json::json;
 
 /// A refused request.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub status: StatusCode,
     /// Stable, machine-readable: `invalid_resource`, `invalid_ttl`, `unknown_lease`, …
     pub reason: &'static str,
@@ -16,7 +16,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, reason: &'static str, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, reason: &'static str, detail: impl Into<String>) -> Self {
         Self {
             status,
             reason,
@@ -24,16 +24,16 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(reason: &'static str, detail: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(reason: &'static str, detail: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, reason, detail)
     }
 
-    pub fn unknown_lease() -> Self {
+    pub(crate) fn unknown_lease() -> Self {
         let detail = "this sidecar holds no lease with that id";
         Self::new(StatusCode::NOT_FOUND, "unknown_lease", detail)
     }
 
-    pub fn internal(cause: impl std::fmt::Display) -> Self {
+    pub(crate) fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(%cause, "internal error");
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -79,7 +79,7 @@ impl IntoResponse for ApiError {
 
 /// The fields of every problem+json body. `type` is a relative reference naming the reason
 /// (RFC 9457 allows one); `title` is the status's phrase.
-pub fn problem_body(status: StatusCode, reason: &str, detail: &str) -> serde_json::Value {
+pub(crate) fn problem_body(status: StatusCode, reason: &str, detail: &str) -> serde_json::Value {
     json!({
         "type": format!("/problems/{reason}"),
         "title": status.canonical_reason().unwrap_or("error"),
@@ -90,7 +90,7 @@ pub fn problem_body(status: StatusCode, reason: &str, detail: &str) -> serde_jso
 }
 
 /// A problem+json response with `body`.
-pub fn problem(status: StatusCode, body: serde_json::Value) -> Response {
+pub(crate) fn problem(status: StatusCode, body: serde_json::Value) -> Response {
     let content_type = [(header::CONTENT_TYPE, "application/problem+json")];
     (status, content_type, body.to_string()).into_response()
 }

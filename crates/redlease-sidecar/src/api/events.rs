@@ -28,7 +28,7 @@ use crate::sockdiag::{self, Reading, SocketId};
 
 /// The connection's socket, as the server knows it: put in the extensions of event-stream
 /// requests only.
-pub trait StreamSocket: Send + Sync {
+pub(crate) trait StreamSocket: Send + Sync {
     /// The socket, once the server could tell it (after the answer's head was written);
     /// `None` before that or for a connection that has none.
     fn socket(&self) -> Option<SocketId>;
@@ -36,11 +36,11 @@ pub trait StreamSocket: Send + Sync {
 
 /// The request extension that carries the connection's [`StreamSocket`].
 #[derive(Clone)]
-pub struct StreamConn(pub Arc<dyn StreamSocket>);
+pub(crate) struct StreamConn(pub Arc<dyn StreamSocket>);
 
 /// Server-Sent Events of one lease; ends after `lost` or `released`. Each open stream holds
 /// one of `http.max_event_streams` permits until it ends or its client goes.
-pub async fn events(
+pub(crate) async fn events(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
     conn: Option<Extension<StreamConn>>,

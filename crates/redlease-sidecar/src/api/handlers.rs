@@ -29,7 +29,7 @@ const RETRY_WAITERS: &str = "1";
 /// Body of `POST /v1/locks/{resource}/acquire`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AcquireBody {
+pub(super) struct AcquireBody {
     owner: Option<String>,
     #[serde(default)]
     ttl_ms: Millis,
@@ -43,12 +43,12 @@ pub struct AcquireBody {
 /// Body of `POST /v1/leases/{id}/renew` (may be empty).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RenewBody {
+pub(super) struct RenewBody {
     #[serde(default)]
     ttl_ms: Millis,
 }
 
-pub async fn acquire(
+pub(super) async fn acquire(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
     body: Result<JsonBody<AcquireBody>, ApiError>,
@@ -111,7 +111,7 @@ fn too_many_waiters(max_waiters: usize) -> Response {
     answer
 }
 
-pub async fn get_lease(
+pub(super) async fn get_lease(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
@@ -122,7 +122,7 @@ pub async fn get_lease(
     Ok(Json(view).into_response())
 }
 
-pub async fn renew(
+pub(super) async fn renew(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
     body: Result<OptionalJsonBody<RenewBody>, ApiError>,
@@ -136,7 +136,7 @@ pub async fn renew(
     }
 }
 
-pub async fn keepalive(
+pub(super) async fn keepalive(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
@@ -149,7 +149,7 @@ pub async fn keepalive(
 /// `released: true` exactly once per lease, to the request that saw a quorum of masters
 /// confirm the release; 503 `no_quorum` (state `releasing`) while too few answered: the
 /// release keeps trying in the background.
-pub async fn release(
+pub(super) async fn release(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
@@ -186,7 +186,7 @@ fn renew_error(error: RenewError) -> ApiError {
     }
 }
 
-pub async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
+pub(super) async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
     let fleet = &state.fleet;
     let now = Instant::now();
     let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
@@ -218,7 +218,7 @@ pub async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
 }
 
 /// Prometheus text exposition of every metric (see `crate::metrics`).
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     state.manager.record_gauges();
     let waiting = state.max_waiters - state.waiters.available_permits();
     METRICS.waiting_acquisitions.record(waiting as u64, &[]);
@@ -229,12 +229,12 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     (content_type, crate::metrics::render()).into_response()
 }
 
-pub async fn livez() -> Json<serde_json::Value> {
+pub(super) async fn livez() -> Json<serde_json::Value> {
     Json(json!({"live": true}))
 }
 
 /// 200 only while a quorum of masters takes lock writes.
-pub async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(super) async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
     let fleet = &state.fleet;
     let up = fleet.nodes().iter().filter(|n| n.is_up()).count();
     if up < fleet.quorum() {
@@ -252,12 +252,12 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError>
     Ok(Json(json!({"ready": true, "masters_up": up})).into_response())
 }
 
-pub async fn not_found() -> ApiError {
+pub(super) async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }
 
 /// A known path with another method (axum adds the `Allow` header).
-pub async fn method_not_allowed(method: Method) -> ApiError {
+pub(super) async fn method_not_allowed(method: Method) -> ApiError {
     let detail = format!("this route does not take {method}");
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", detail)
 }

@@ -20,7 +20,7 @@ use crate::{MasterAnswer, MasterView};
 /// Query of `GET /v1/locks`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     prefix: Option<String>,
     limit: Option<usize>,
     after: Option<String>,
@@ -29,7 +29,7 @@ pub struct ListQuery {
 /// Body of `POST /v1/locks/{resource}/force-release`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ForceReleaseBody {
+pub(crate) struct ForceReleaseBody {
     actor: Option<String>,
     reason: Option<String>,
     /// Revoke only this lease (32 hex digits): a compare-and-revoke.
@@ -39,7 +39,7 @@ pub struct ForceReleaseBody {
     holder_gone: bool,
 }
 
-pub async fn show(
+pub(crate) async fn show(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
@@ -50,7 +50,7 @@ pub async fn show(
     Ok(Json(lock_json(&view, token)))
 }
 
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
@@ -64,7 +64,7 @@ pub async fn list(
     Ok(Json(page_json(&page, &tokens)))
 }
 
-pub async fn force_release(
+pub(crate) async fn force_release(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
     body: Result<JsonBody<ForceReleaseBody>, ApiError>,

@@ -39,7 +39,9 @@ const MAX_UNIX_PATH: usize = 107;
 /// Where the API listens: `ip:port`, or `unix:/path` for a Unix domain socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Listen {
+    /// `ip:port`.
     Tcp(SocketAddr),
+    /// `unix:/path`.
     Unix(PathBuf),
 }
 

@@ -9,25 +9,25 @@ use crate::redlock::Shortfall;
 
 /// Escalate only when the renewal failed for lack of answers (masters slow or unreachable),
 /// never when a majority answered that the lease is not ours.
-pub fn should_escalate(cause: Shortfall) -> bool {
+pub(crate) fn should_escalate(cause: Shortfall) -> bool {
     matches!(cause, Shortfall::TooFewAnswers | Shortfall::ValidityExpired)
 }
 
 /// Whether a shadow call given `timeout` may go out at `now`: only when every answer it can
 /// count lands before the lease's validity ends. A shadow that landed later would bring back
 /// a lease already reported lost, after another holder may have come and gone.
-pub fn may_escalate(now: Instant, timeout: Duration, valid_until: Instant) -> bool {
+pub(crate) fn may_escalate(now: Instant, timeout: Duration, valid_until: Instant) -> bool {
     now + timeout < valid_until
 }
 
 /// `ttl × multiplier`, capped (at the restart quarantine, the longest a key may live).
-pub fn shadow_ttl(ttl: Duration, multiplier: u32, cap: Duration) -> Duration {
+pub(crate) fn shadow_ttl(ttl: Duration, multiplier: u32, cap: Duration) -> Duration {
     ttl.saturating_mul(multiplier).min(cap)
 }
 
 /// The escalation's per-master timeout: half the validity the lease has left, so slow masters
 /// get far longer than a renewal gives them while an answer still lands before the end.
-pub fn timeout(remaining_validity: Duration) -> Duration {
+pub(crate) fn timeout(remaining_validity: Duration) -> Duration {
     (remaining_validity / 2).max(Duration::from_millis(1))
 }
 

@@ -27,26 +27,26 @@ macro_rules! lease_event {
 }
 
 /// How often the summary is logged.
-pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+pub(super) const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Leases granted, released and lost since the last summary.
 #[derive(Debug, Default)]
-pub struct Activity {
+pub(super) struct Activity {
     granted: AtomicU64,
     released: AtomicU64,
     lost: AtomicU64,
 }
 
 impl Activity {
-    pub fn granted(&self) {
+    pub(super) fn granted(&self) {
         self.granted.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn released(&self) {
+    pub(super) fn released(&self) {
         self.released.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn lost(&self) {
+    pub(super) fn lost(&self) {
         self.lost.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -58,7 +58,7 @@ impl Activity {
 
 /// Logs the summary every `interval` while `manager` lives, when anything happened or a lease
 /// is held.
-pub async fn log_summaries(manager: Weak<LeaseManager>, interval: Duration) {
+pub(super) async fn log_summaries(manager: Weak<LeaseManager>, interval: Duration) {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     loop {
         ticks.tick().await;

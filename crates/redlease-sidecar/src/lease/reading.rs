@@ -16,21 +16,21 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Shortest heartbeat period: checks of a very short idle timeout are not made faster.
-pub const MIN_HEARTBEAT: Duration = Duration::from_millis(50);
+pub(crate) const MIN_HEARTBEAT: Duration = Duration::from_millis(50);
 /// Longest heartbeat period.
-pub const MAX_HEARTBEAT: Duration = Duration::from_secs(5);
+pub(crate) const MAX_HEARTBEAT: Duration = Duration::from_secs(5);
 /// Checks kept to judge a slow reader against (four periods cover an idle timeout).
 const MARKS: usize = 4;
 
 /// How often the event stream of a lease with `idle_timeout` checks its reader and sends a
 /// heartbeat: a quarter of the idle timeout, within [`MIN_HEARTBEAT`] and [`MAX_HEARTBEAT`].
-pub fn heartbeat_period(idle_timeout: Duration) -> Duration {
+pub(crate) fn heartbeat_period(idle_timeout: Duration) -> Duration {
     (idle_timeout / 4).clamp(MIN_HEARTBEAT, MAX_HEARTBEAT)
 }
 
 /// What a check found on the stream's connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sample {
+pub(crate) enum Sample {
     /// TCP: bytes the app's socket has received from the sidecar in all, and of those the
     /// bytes the app has not read yet.
     Received { received: u64, unread: u64 },
@@ -43,7 +43,7 @@ pub enum Sample {
 
 /// The checks of one event stream so far.
 #[derive(Debug)]
-pub struct ReadingChecks {
+pub(crate) struct ReadingChecks {
     /// Earlier checks that counted what the app's socket had received then.
     marks: VecDeque<(Instant, u64)>,
     /// The last check, or the opening of the stream.
@@ -51,7 +51,7 @@ pub struct ReadingChecks {
 }
 
 impl ReadingChecks {
-    pub fn new(opened: Instant) -> Self {
+    pub(crate) fn new(opened: Instant) -> Self {
         Self {
             marks: VecDeque::with_capacity(MARKS),
             last_check: opened,
@@ -60,7 +60,7 @@ impl ReadingChecks {
 
     /// Takes the check made at `now`, just before its heartbeat is sent; the instant the app
     /// is proven to have been alive at, if the check proves anything.
-    pub fn observe(&mut self, now: Instant, sample: Sample) -> Option<Instant> {
+    pub(crate) fn observe(&mut self, now: Instant, sample: Sample) -> Option<Instant> {
         let since = std::mem::replace(&mut self.last_check, now);
         match sample {
             Sample::Received { received, unread } => {

@@ -12,12 +12,16 @@ use crate::redlock::Lease;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseState {
+    /// Held and valid.
     Held,
+    /// A renewal fell short and a quorum of shadows keeps it: still valid.
     Degraded,
     /// The app (or idleness, or shutdown) asked for the release and a quorum of masters has
     /// not confirmed it yet: no longer the app's to act on, and the release keeps trying.
     Releasing,
+    /// Lost: its validity ran out, or the masters say it is not ours any more.
     Lost,
+    /// Released: a quorum confirmed the release, or every key it could have left expired.
     Released,
 }
 
@@ -35,13 +39,15 @@ impl LeaseState {
 
 /// What this sidecar knows about one lease it holds.
 #[derive(Clone, Debug)]
-pub struct LeaseRecord {
+pub(crate) struct LeaseRecord {
     pub lease: Lease,
+    /// Where it stands.
     pub state: LeaseState,
     /// When the lease was granted (for the hold-duration metric).
     pub acquired_at: Instant,
     /// Why the lease was lost or released (`expired`, `not_ours`, `idle`, `shutdown`, …).
     pub reason: Option<&'static str>,
+    /// Whether the sidecar renews it.
     pub auto_renew: bool,
     /// With auto-renewal, the lease is released when the app shows no sign of life this long.
     pub idle_timeout: Duration,
@@ -56,7 +62,7 @@ pub struct LeaseRecord {
 
 /// What the lease's task does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Nothing until this instant (or a wake-up).
     Wait(Instant),
     Renew,
@@ -74,7 +80,7 @@ const RELEASING_NAP: Duration = Duration::from_secs(3600);
 
 impl LeaseRecord {
     /// The next step at `now`. Validity is checked first: a lease never outlives it silently.
-    pub fn next_step(&self, now: Instant) -> Step {
+    pub(crate) fn next_step(&self, now: Instant) -> Step {
         if self.state.is_terminal() {
             return Step::Done;
         }
@@ -100,7 +106,7 @@ impl LeaseRecord {
     }
 
     /// The state as of `now`: a lease past its validity is lost even before its task says so.
-    pub fn state_at(&self, now: Instant) -> LeaseState {
+    pub(crate) fn state_at(&self, now: Instant) -> LeaseState {
         if !self.state.is_ended() && now >= self.lease.valid_until {
             LeaseState::Lost
         } else {
@@ -109,7 +115,7 @@ impl LeaseRecord {
     }
 
     /// Validity left at `now`: zero once the lease has ended, whatever its keys still say.
-    pub fn remaining_validity(&self, now: Instant) -> Duration {
+    pub(crate) fn remaining_validity(&self, now: Instant) -> Duration {
         if self.state.is_ended() {
             return Duration::ZERO;
         }
@@ -117,14 +123,14 @@ impl LeaseRecord {
     }
 
     /// When the validity ends (or ended): the lease's `valid_until`, or when it ended sooner.
-    pub fn valid_until(&self) -> Instant {
+    pub(crate) fn valid_until(&self) -> Instant {
         match self.ended_at {
             Some(ended) => ended.min(self.lease.valid_until),
             None => self.lease.valid_until,
         }
     }
 
-    pub fn view(&self, now: Instant) -> LeaseView {
+    pub(crate) fn view(&self, now: Instant) -> LeaseView {
         let remaining = self.remaining_validity(now);
         let until = self.valid_until();
         let wall_now = SystemTime::now();
@@ -154,11 +160,17 @@ impl LeaseRecord {
 /// A lease as the API shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LeaseView {
+    /// Always `true` on a lease (the acquire answer's shape).
     pub acquired: bool,
+    /// 32 lowercase hex digits.
     pub lease_id: String,
+    /// The resource it locks.
     pub resource: String,
+    /// Who holds it.
     pub owner: String,
+    /// Larger than every earlier holder's: pass it to what you write.
     pub fencing_token: u64,
+    /// The TTL set by the last grant or renewal.
     pub ttl_ms: u64,
     /// Validity left now (0 once it has elapsed or the lease has ended).
     pub validity_ms: u64,
@@ -167,6 +179,7 @@ pub struct LeaseView {
     pub expires_at: u64,
     pub state: LeaseState,
     pub auto_renew: bool,
+    /// Why it ended; absent while held or degraded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,
 }
@@ -176,6 +189,7 @@ pub struct LeaseView {
 pub struct LeaseEvent {
     /// `renewed`, `degraded`, `recovered`, `lost` or `released`.
     pub event: &'static str,
+    /// The lease at that moment.
     pub lease: LeaseView,
 }
 

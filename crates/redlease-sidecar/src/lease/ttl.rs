@@ -11,9 +11,13 @@ use tokio::time::Instant;
 /// How TTLs are chosen when the caller gives none.
 #[derive(Clone, Copy, Debug)]
 pub struct TtlPolicy {
+    /// Shortest TTL a caller may ask for.
     pub min_ttl: Duration,
+    /// Longest TTL a caller may ask for.
     pub max_ttl: Duration,
+    /// Adaptive TTL: quorum RTT p99 × this + `safety_margin`.
     pub rtt_multiplier: f64,
+    /// Added to the RTT term of the adaptive TTL.
     pub safety_margin: Duration,
 }
 

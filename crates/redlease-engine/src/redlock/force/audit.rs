@@ -20,9 +20,13 @@ pub const MAX_AUDIT_LIMIT: usize = 10_000;
 /// One force release as the audit streams record it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuditRecord {
+    /// The record's id (32 hex digits), the same on every master.
     pub audit_id: String,
+    /// The resource whose lock was forced.
     pub resource: String,
+    /// Who forced it.
     pub actor: String,
+    /// Why.
     pub reason: String,
     /// When it ran, in ms since the Unix epoch.
     pub time_ms: u64,

@@ -19,22 +19,35 @@ pub enum MasterAnswer {
     /// The lease (`value`) was revoked: its tombstone holds the lock `pttl` more, until the
     /// holder acknowledges.
     Revoked {
+        /// The lease's value (`<lease id>|<owner>`).
         value: String,
+        /// How long the tombstone lives.
         pttl: Option<Duration>,
     },
     /// The lease's tombstone (`value`) was there already: revoked before.
     AlreadyRevoked {
+        /// The tombstone (`revoked:<lease id>`).
         value: String,
+        /// How long it still lives.
         pttl: Option<Duration>,
     },
     /// The lock (`value`) was deleted at once.
-    Deleted { value: String },
+    Deleted {
+        /// What the lock held.
+        value: String,
+    },
     /// The master holds no lock for the resource.
     Empty,
     /// Another lease than the one named holds the lock: nothing was written.
-    HeldByOther { value: String },
+    HeldByOther {
+        /// What the lock holds.
+        value: String,
+    },
     /// The master did not answer (or answered something else than the script's reply).
-    NoAnswer { error: String },
+    NoAnswer {
+        /// Why, in words.
+        error: String,
+    },
 }
 
 /// What a force release amounts to.
@@ -78,6 +91,7 @@ impl MasterAnswer {
         })
     }
 
+    /// Whether the master answered with the script's reply.
     pub fn answered(&self) -> bool {
         !matches!(self, Self::NoAnswer { .. })
     }
