@@ -177,7 +177,9 @@ pub struct LeaseView {
     /// When the validity runs out (or ran out, or the lease ended), in Unix milliseconds
     /// (this host's clock).
     pub expires_at: u64,
+    /// Where it stands.
     pub state: LeaseState,
+    /// Whether the sidecar renews it.
     pub auto_renew: bool,
     /// Why it ended; absent while held or degraded.
     #[serde(skip_serializing_if = "Option::is_none")]
