@@ -1,12 +1,13 @@
 //! What every request must pass before it is routed: the size of its head (431) and its
 //! target (414), the `Host` header against DNS rebinding (403), content and transfer
-//! encodings (415), a declared body over the limit (413). The server calls [`Guard::admit`] on each request before the router
+//! encodings (415). The server calls [`Guard::admit`] on each request before the router
 //! (cheaper than a middleware, which clones the router's service stack per request).
 //!
 //! hyper's own limits are the [`PARSER_MAX_HEAD_BYTES`] and [`PARSER_MAX_FIELDS`] above ours,
 //! so a head over our limits but within them is parsed and refused here as problem+json; one
 //! over them, or one that is not HTTP/1.x, hyper refuses itself with an empty 400 or 431. A
-//! layer's bare refusal is given its problem+json by [`refusal_for`].
+//! layer's own refusal (a bare status, or plain text) is given its problem+json by
+//! [`refusal_for`].
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
@@ -52,18 +53,12 @@ impl Guard {
         if let Some(allowed) = &self.allowed_hosts {
             check_host(uri, headers, allowed)?;
         }
-        check_encodings(headers)?;
-        let declared = headers.get(header::CONTENT_LENGTH);
-        let declared = declared.and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-        if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
-            return Err(body_too_large());
-        }
-        Ok(())
+        check_encodings(headers)
     }
 }
 
-/// The problem+json refusal for an answer that is a bare `status` (a layer's default, such as
-/// the request timeout's 408).
+/// The problem+json refusal for a layer's own answer of `status` (the request timeout's bare
+/// 408, the body limit's plain-text 413).
 pub fn refusal_for(status: StatusCode) -> ApiError {
     let detail = status.canonical_reason().unwrap_or("refused");
     match status {

@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use super::conn_io::Deadlines;
 use super::connection::{self, Serving};
 use super::listener::{Listener, Stream};
-use crate::api::error::problem_body;
+use crate::api::error::{problem_body, PROBLEM_JSON};
 use crate::api::guard::Guard;
 use crate::config::HttpSettings;
 
@@ -95,7 +95,7 @@ fn too_many_connections(max: usize) -> Vec<u8> {
     let status = StatusCode::TOO_MANY_REQUESTS;
     let body = problem_body(status, "too_many_connections", &detail).to_string();
     let head = format!(
-        "HTTP/1.1 {} {}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\n\
+        "HTTP/1.1 {} {}\r\ncontent-type: {PROBLEM_JSON}\r\ncontent-length: {}\r\n\
          connection: close\r\n\r\n",
         status.as_u16(),
         status.canonical_reason().unwrap_or("Error"),

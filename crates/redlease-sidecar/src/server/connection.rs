@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::conn_io::{Activity, Deadlines, GuardedIo};
 use super::listener::Identify;
+use crate::api::error::PROBLEM_JSON;
 use crate::api::events::StreamConn;
 use crate::api::guard::{self, Guard, PARSER_MAX_FIELDS, PARSER_MAX_HEAD_BYTES};
 
@@ -166,17 +167,19 @@ fn is_event_stream<B>(request: &Request<B>) -> bool {
     request.method() == axum::http::Method::GET && request.uri().path().ends_with("/events")
 }
 
-/// A refusal without a content type (a layer's bare status, such as the request timeout's
-/// 408) is given its problem+json body, so that every error answer of the service has one.
-/// Its other headers (`Allow`, …) stay.
+/// A layer's own refusal, which is not problem+json (the request timeout's bare 408, the body
+/// limit's plain-text 413), is given its problem+json body, so that every error answer of the
+/// service has one. Its other headers (`Allow`, …) stay.
 fn typed(response: Response<Body>) -> Response<Body> {
     let status = response.status();
-    if status.as_u16() < 400 || response.headers().contains_key(header::CONTENT_TYPE) {
+    let content_type = response.headers().get(header::CONTENT_TYPE);
+    let problem = content_type.is_some_and(|media| media == PROBLEM_JSON);
+    if status.as_u16() < 400 || problem {
         return response;
     }
     let mut answer = guard::refusal_for(status).into_response();
     for (name, value) in response.headers() {
-        if name != header::CONTENT_LENGTH {
+        if name != header::CONTENT_LENGTH && name != header::CONTENT_TYPE {
             answer.headers_mut().append(name.clone(), value.clone());
         }
     }
