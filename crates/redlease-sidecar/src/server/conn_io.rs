@@ -415,4 +415,18 @@ mod tests {
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert_eq!(start.elapsed(), Duration::from_secs(10));
     }
+
+    /// A TCP socket takes vectored writes through the wrapper, so hyper sends an answer's head
+    /// and body in one call rather than copying them into one buffer.
+    #[tokio::test]
+    async fn vectored_writes_pass_through() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let deadlines = Deadlines {
+            head: Duration::from_secs(1),
+            idle: Duration::from_secs(1),
+        };
+        let io = GuardedIo::new(stream.await.unwrap(), Arc::default(), deadlines);
+        assert!(io.is_write_vectored());
+    }
 }
