@@ -1,7 +1,7 @@
 //! The HTTP layer as a hostile client meets it, byte by byte over loopback TCP: deadlines on
 //! slow and idle clients, limits on targets, heads and bodies, encodings, the `Host` check,
-//! caps on connections and event streams, and problem+json for every refusal — including
-//! those hyper makes itself before a request reaches the router.
+//! caps on connections and event streams, problem+json for every refusal of the API, and the
+//! parser's own empty answer to what it cannot parse or hold.
 
 use std::time::Duration;
 
@@ -40,6 +40,17 @@ fn request(method: &str, path: &str, body: &str) -> Vec<u8> {
 /// One raw request on a new connection: its answer's status and reason.
 async fn refused(sidecar: &TestSidecar, bytes: &[u8]) -> (u16, String) {
     connect(sidecar).await.exchange(bytes).await.problem()
+}
+
+/// One raw request the HTTP parser refuses itself: its status, after checking the answer is
+/// empty (no body, no content type) and the connection closes after it.
+async fn refused_by_parser(sidecar: &TestSidecar, bytes: &[u8]) -> u16 {
+    let mut conn = connect(sidecar).await;
+    let answer = conn.exchange(bytes).await;
+    assert_eq!(answer.header("content-type"), None, "{answer:?}");
+    assert!(answer.body.is_empty(), "{answer:?}");
+    assert!(conn.closed_within(Duration::from_secs(2)).await.is_some());
+    answer.status
 }
 
 async fn lease(sidecar: &TestSidecar, resource: &str) -> String {
@@ -186,11 +197,12 @@ async fn a_wrong_method_is_405_with_allow() {
     assert_eq!(answer.problem(), (404, "not_found".into()));
 }
 
-/// What hyper cannot parse (a broken request line or header, an unknown version, an HTTP/2
-/// preface, a second request gone wrong after a good one) is 400 `bad_request` problem+json
-/// instead of hyper's empty answer; a transfer encoding hyper refuses is 415.
+/// What hyper cannot parse (a broken request line or header, an unknown version, a transfer
+/// encoding without `chunked` last, a second request gone wrong after a good one) gets its
+/// empty 400 and the connection closes; an HTTP/2 preface is not answered, only closed. A body
+/// whose chunks are malformed is the API's to read: 400 `bad_request` problem+json.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unparsable_requests_get_400_problem_json() {
+async fn unparsable_requests_get_the_parsers_empty_400() {
     let (_fleet, sidecar) = start(&[]).await;
     for bytes in [
         &b"GARBAGE\r\n\r\n"[..],
@@ -198,23 +210,20 @@ async fn unparsable_requests_get_400_problem_json() {
         b"GET /livez HTTP/1.1\r\nbad header line\r\n\r\n",
         b"GET /livez HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 1, 2\r\n\r\n",
         b"GET /li vez HTTP/1.1\r\n\r\n",
-        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        b"POST /v1/locks/a/acquire HTTP/1.1\r\nhost: 127.0.0.1\r\ntransfer-encoding: gzip\r\n\r\n",
     ] {
         let shown = String::from_utf8_lossy(bytes);
-        let answer = connect(&sidecar).await.exchange(bytes).await;
-        assert_eq!(answer.problem(), (400, "bad_request".into()), "{shown}");
+        assert_eq!(refused_by_parser(&sidecar, bytes).await, 400, "{shown}");
     }
-    let gzip =
-        b"POST /v1/locks/a/acquire HTTP/1.1\r\nhost: 127.0.0.1\r\ntransfer-encoding: gzip\r\n\r\n";
-    assert_eq!(
-        refused(&sidecar, gzip).await,
-        (415, "unsupported_encoding".into())
-    );
+    let mut h2 = connect(&sidecar).await;
+    h2.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+    assert!(h2.closed_within(Duration::from_secs(2)).await.is_some());
     let mut conn = connect(&sidecar).await;
     conn.send(b"GET /livez HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\nNOT HTTP AT ALL\r\n\r\n")
         .await;
     assert_eq!(conn.answer().await.status, 200);
-    assert_eq!(conn.answer().await.problem(), (400, "bad_request".into()));
+    let answer = conn.answer().await;
+    assert_eq!((answer.status, answer.body.len()), (400, 0), "{answer:?}");
     assert!(conn.closed_within(Duration::from_secs(2)).await.is_some());
     let bad_chunk = b"POST /v1/locks/a/acquire HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
         transfer-encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n";
@@ -224,12 +233,12 @@ async fn unparsable_requests_get_400_problem_json() {
     );
 }
 
-/// A request target over 8 KiB is 414 `uri_too_long`, both when the router sees it and when
-/// the head is too large for hyper.
+/// A request target over 8 KiB is 414 `uri_too_long`, also in a head over 16 KiB; one too
+/// long for the parser to hold (a head over 32 KiB) gets the parser's empty 431.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_uri_is_414() {
     let (_fleet, sidecar) = start(&[]).await;
-    for size in [8 * 1024 + 1, 9000, 20_000, 100_000] {
+    for size in [8 * 1024 + 1, 9000, 20_000, 32_000] {
         let path = format!("/v1/locks/{}", "x".repeat(size));
         let answer = connect(&sidecar)
             .await
@@ -237,6 +246,9 @@ async fn an_oversized_uri_is_414() {
             .await;
         assert_eq!(answer.problem(), (414, "uri_too_long".into()), "{size}");
     }
+    let path = format!("/v1/locks/{}", "x".repeat(100_000));
+    let status = refused_by_parser(&sidecar, &request("GET", &path, "")).await;
+    assert_eq!(status, 431);
     let fits = format!("/v1/locks?prefix=a&x={}", "y".repeat(8000));
     let answer = connect(&sidecar)
         .await
@@ -245,7 +257,8 @@ async fn an_oversized_uri_is_414() {
     assert_eq!(answer.problem(), (400, "invalid_query".into()));
 }
 
-/// A head over 16 KiB or over 100 fields is 431 `headers_too_large`; 100 fields are fine.
+/// A head over 16 KiB or over 100 fields is 431 `headers_too_large`; 100 fields are fine. One
+/// over what the parser holds (32 KiB, 200 fields) gets the parser's empty 431.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_heads_are_431() {
     let (_fleet, sidecar) = start(&[]).await;
@@ -253,19 +266,24 @@ async fn oversized_heads_are_431() {
     let head =
         |extra: &str| format!("GET /livez HTTP/1.1\r\nhost: 127.0.0.1\r\n{extra}\r\n").into_bytes();
     let big = format!("x-big: {}\r\n", "v".repeat(17 * 1024));
-    let huge = format!("x-big: {}\r\n", "v".repeat(200 * 1024));
-    for extra in [big.as_str(), &huge, &fields(100)] {
+    let bigger = format!("x-big: {}\r\n", "v".repeat(31 * 1024));
+    for extra in [big.as_str(), &bigger, &fields(100), &fields(199)] {
         assert_eq!(
             refused(&sidecar, &head(extra)).await,
             (431, "headers_too_large".into())
         );
+    }
+    let huge = format!("x-big: {}\r\n", "v".repeat(200 * 1024));
+    for extra in [huge.as_str(), &fields(200)] {
+        assert_eq!(refused_by_parser(&sidecar, &head(extra)).await, 431);
     }
     let answer = connect(&sidecar).await.exchange(&head(&fields(99))).await;
     assert_eq!(answer.status, 200, "100 fields (host included) refused");
 }
 
 /// `Content-Encoding` other than `identity` and `Transfer-Encoding` other than exactly
-/// `chunked` are 415 `unsupported_encoding`, never read as plain JSON.
+/// `chunked` (with `chunked` last: the parser refuses any other) are 415
+/// `unsupported_encoding`, never read as plain JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn encodings_are_refused_with_415() {
     let (fleet, sidecar) = start(&[]).await;

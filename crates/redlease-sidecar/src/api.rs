@@ -8,10 +8,11 @@
 //! - `GET /v1/fleet`, `GET /livez`, `GET /readyz`, `GET /metrics` (Prometheus text)
 //!
 //! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Before the
-//! router, the server puts every request through the [`guard`] (target length, `Host`,
-//! encodings, declared body size); JSON bodies are read by [`body`] (64 KiB, in time). Every
-//! route but the event stream has a request timeout (408); event streams are capped, and so
-//! are blocking acquisitions (`http.max_waiters`: their refusal closes the connection).
+//! router, the server puts every request through the [`guard`] (head and target size, `Host`,
+//! encodings). Bodies are limited to 64 KiB on every route (tower-http: a declared length
+//! over it is refused before the body is read); JSON bodies are read by [`body`] (in time).
+//! Every route but the event stream has a request timeout (408); event streams are capped,
+//! and so are blocking acquisitions (`http.max_waiters`: their refusal closes the connection).
 
 pub(crate) mod auth;
 mod body;
@@ -28,6 +29,7 @@ use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::Router;
 use tokio::sync::Semaphore;
+use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use self::auth::ApiToken;
@@ -133,5 +135,7 @@ pub(crate) fn app(
             token,
             auth::require_token,
         ))
+        // Its own 413 is plain text: the server gives it its problem+json (`body_too_large`).
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .with_state(state)
 }

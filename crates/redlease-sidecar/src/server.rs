@@ -3,15 +3,13 @@
 //! every held lease, then drains connections, all within the grace period.
 //!
 //! The HTTP server is our own accept loop over hyper's HTTP/1.1 connections (`accept`,
-//! `connection`): connection cap, deadlines on slow or idle clients (`conn_io`), and
-//! problem+json for what hyper refuses by itself (`refusal`). [`Listener`] binds TCP or a Unix
-//! socket.
+//! `connection`): connection cap and deadlines on slow or idle clients (`conn_io`); hyper
+//! parses every byte. [`Listener`] binds TCP or a Unix socket.
 
 mod accept;
 mod conn_io;
 mod connection;
 mod listener;
-mod refusal;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The corpus of request headers: content and transfer encodings, `Host` (the DNS-rebinding
 //! guard), and the size limits of the target and the head.
 
-use super::{chunked, Case, Ctx, Family, JSON};
+use super::{chunked, Case, Ctx, Family, JSON, PARSER};
 
 pub fn families(ctx: &Ctx) -> Vec<Family> {
     vec![
@@ -69,17 +69,12 @@ fn encodings(ctx: &Ctx) -> Vec<Case> {
             "unsupported_encoding",
         ));
     }
-    // Without chunked last the body has no framing at all (RFC 9112 §6.3): a parser may
-    // refuse that as malformed before the encoding is looked at.
-    for coding in ["chunked, gzip", "identity"] {
+    // Without chunked last the body has no framing at all (RFC 9112 §6.3): the parser
+    // refuses that as malformed before the encoding is looked at.
+    for coding in ["chunked, gzip", "identity", "gzip"] {
         let raw = chunked_acquire(coding);
-        let case = Case::refused(
-            format!("Transfer-Encoding: {coding}"),
-            raw,
-            415,
-            "unsupported_encoding",
-        );
-        cases.push(case.or_else(400, Some("bad_request")));
+        let name = format!("Transfer-Encoding: {coding}");
+        cases.push(Case::refused(name, raw, 400, PARSER));
     }
     let case = Case::served("Transfer-Encoding: chunked", chunked_acquire("chunked"));
     cases.push(case.or_else(411, Some("length_required")));
@@ -197,8 +192,10 @@ fn limits(ctx: &Ctx) -> Vec<Case> {
     let seventeen = vec![kib.as_str(); 17];
     let huge = format!("X-Pad: {}", "p".repeat(17 * 1024));
     let under = format!("X-Pad: {}", "p".repeat(15_000));
+    let beyond_target = "p".repeat(40_000);
+    let beyond = format!("X-Pad: {beyond_target}");
     let fields = |n: usize| (0..n).map(|i| format!("X-F{i}: 1")).collect::<Vec<_>>();
-    let (hundred, ninety_nine) = (fields(100), fields(99));
+    let (hundred, ninety_nine, parser_max) = (fields(100), fields(99), fields(200));
     let head = |headers: &[&str]| ctx.request("GET", "/livez", headers, b"");
     cases.extend([
         Case::refused(
@@ -221,6 +218,15 @@ fn limits(ctx: &Ctx) -> Vec<Case> {
         ),
         Case::served("100 header fields", head(&refs(&ninety_nine))),
         Case::served("a head of 15 KB", head(&[&under])),
+        // Over what the parser holds (32 KiB, 200 fields): its own empty 431, whatever it holds.
+        Case::refused("201 header fields", head(&refs(&parser_max)), 431, PARSER),
+        Case::refused("one header of 40 KB", head(&[&beyond]), 431, PARSER),
+        Case::refused(
+            "target 40 KB",
+            ctx.get(&format!("/{beyond_target}")),
+            431,
+            PARSER,
+        ),
     ]);
     cases
 }

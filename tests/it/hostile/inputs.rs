@@ -2,7 +2,7 @@
 //! actors and reasons. Each case names the catalogue's answer (`docs/api.md`); a 200 is a
 //! valid control, released at once by the runner.
 
-use super::{pct, Case, Ctx, Family, JSON, UNKNOWN_LEASE};
+use super::{pct, Case, Ctx, Family, JSON, PARSER, UNKNOWN_LEASE};
 
 pub fn families(ctx: &Ctx) -> Vec<Family> {
     vec![
@@ -120,11 +120,12 @@ fn paths(ctx: &Ctx) -> Vec<Case> {
         cases.push(Case::served(format!("GET {target}"), ctx.get(target)));
     }
     // A fragment is no part of a request target (RFC 9112 §3.2): dropped by the parser (the
-    // route answers) or refused as malformed; the catalogue does not choose.
+    // route answers) or refused as malformed (the parser's empty 400); the catalogue does not
+    // choose.
     let fragment = Case::served("GET /v1/fleet#frag", ctx.get("/v1/fleet#frag"));
-    cases.push(fragment.or_else(400, Some("bad_request")));
+    cases.push(fragment.or_else(400, Some(PARSER)));
     let fragment = Case::refused("GET /nope#x", ctx.get("/nope#x"), 404, "not_found");
-    cases.push(fragment.or_else(400, Some("bad_request")));
+    cases.push(fragment.or_else(400, Some(PARSER)));
     // Absolute form: the authority names the host (RFC 9112 §3.2.2).
     let evil = b"GET http://evil/v1/fleet HTTP/1.1\r\nHost: evil\r\n\r\n".to_vec();
     cases.push(Case::refused(
@@ -150,7 +151,7 @@ fn paths(ctx: &Ctx) -> Vec<Case> {
         "host_not_allowed",
     );
     cases.push(mixed.or_else(200, None));
-    // Asterisk and authority forms name no route; a parser may also refuse them outright.
+    // Asterisk and authority forms name no route; the parser may also refuse them outright.
     let host = &ctx.host;
     for (name, raw) in [
         (
@@ -164,7 +165,7 @@ fn paths(ctx: &Ctx) -> Vec<Case> {
         ),
     ] {
         let case = Case::refused(name, raw.into_bytes(), 404, "not_found");
-        cases.push(case.or_else(400, Some("bad_request")));
+        cases.push(case.or_else(400, Some(PARSER)));
     }
     cases
 }

@@ -1,24 +1,33 @@
-//! The one reader of JSON request bodies (acquire, renew, force release): the content type
-//! (415), the size (413), the time it takes to arrive (408), then JSON (400) of the route's
-//! shape (422); and [`Millis`], the duration fields, whose every wrong kind of value gets the
-//! field's own reason (400 `invalid_ttl`, …) rather than a deserializer's message.
+//! The one reader of JSON request bodies (acquire, renew, force release) on axum's `Json`:
+//! its rejections (415 content type, 400 not JSON, 422 wrong shape, 413 from the router's body
+//! limit) become the catalogue's reasons, and the body must arrive in time (408). What axum
+//! does not do is here: a body must be a JSON object ([`Object`]), and [`Millis`], the
+//! duration fields, gives every wrong kind of value the field's own reason (400
+//! `invalid_ttl`, …) rather than a deserializer's message.
 
 use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
-use axum::http::{header, HeaderMap, StatusCode};
-use futures_util::StreamExt;
-use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{
+    self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde::{Deserialize, Deserializer};
 
 use super::error::ApiError;
 use super::guard::{bad_request, body_too_large, request_timeout};
-use super::{AppState, MAX_BODY_BYTES};
+use super::AppState;
 
-/// Nesting at which a body is refused as too deep (serde_json's own limit is 128).
-const MAX_DEPTH: usize = 128;
+/// Deepest nesting of arrays and objects a body may have: one level short of serde_json's own
+/// limit (127), which reads deeper nesting as malformed JSON (400), not the wrong shape (422).
+const MAX_DEPTH: usize = 126;
 
 /// A JSON object body of shape `T`, sent with `content-type: application/json`.
 pub struct JsonBody<T>(pub T);
@@ -31,11 +40,9 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
-        if !is_json(request.headers()) {
-            return Err(not_json());
-        }
-        let bytes = read(request.into_body(), state.body_timeout).await?;
-        parse(&bytes).map(JsonBody)
+        let read = Json::<Object<T>>::from_request(request, state);
+        let Json(Object(value)) = in_time(state.body_timeout, read).await?.map_err(rejected)?;
+        Ok(JsonBody(value))
     }
 }
 
@@ -43,117 +50,68 @@ impl<T: DeserializeOwned + Default> FromRequest<AppState> for OptionalJsonBody<T
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
-        let json = is_json(request.headers());
-        let bytes = read(request.into_body(), state.body_timeout).await?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
+        let (parts, body) = request.into_parts();
+        // The body is limited by the router's layer, whatever the request it is read from.
+        let read = Bytes::from_request(Request::new(body), state);
+        let bytes = in_time(state.body_timeout, read).await?;
+        let bytes = bytes.map_err(|rejection| rejected(rejection.into()))?;
+        if bytes.trim_ascii().is_empty() {
             return Ok(OptionalJsonBody(T::default()));
         }
-        if !json {
-            return Err(not_json());
-        }
-        parse(&bytes).map(OptionalJsonBody)
+        let request = Request::from_parts(parts, Body::from(bytes));
+        let Json(Object(value)) = Json::from_request(request, state).await.map_err(rejected)?;
+        Ok(OptionalJsonBody(value))
     }
 }
 
-/// `application/json` or `application/<something>+json`, parameters allowed.
-fn is_json(headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return false;
-    };
-    let Ok(value) = value.to_str() else {
-        return false;
-    };
-    let essence = value
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json"
-        || essence
-            .strip_prefix("application/")
-            .is_some_and(|subtype| subtype.ends_with("+json") && !subtype.contains('/'))
+/// `read` (of a body) unless it takes longer than `timeout` (`http.header_read_timeout_ms`).
+async fn in_time<F: Future>(timeout: Duration, read: F) -> Result<F::Output, ApiError> {
+    let read = tokio::time::timeout(timeout, read).await;
+    read.map_err(|_| request_timeout())
 }
 
-fn not_json() -> ApiError {
-    let detail = "expected a body with `content-type: application/json`";
-    ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "invalid_body", detail)
-}
-
-/// The whole body, at most [`MAX_BODY_BYTES`], arrived within `timeout`.
-async fn read(body: Body, timeout: Duration) -> Result<Vec<u8>, ApiError> {
-    let collect = async {
-        let mut chunks = body.into_data_stream();
-        let mut bytes = Vec::new();
-        while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|e| bad_request(format!("cannot read the body: {e}")))?;
-            if bytes.len() + chunk.len() > MAX_BODY_BYTES {
-                return Err(body_too_large());
-            }
-            bytes.extend_from_slice(&chunk);
+/// axum's refusal as the catalogue's: `invalid_body` with axum's status (415, 400, 422),
+/// `body_too_large` (413), or `bad_request` for a body that could not be read (its chunked
+/// encoding malformed).
+fn rejected(rejection: JsonRejection) -> ApiError {
+    let (status, detail) = (rejection.status(), rejection.body_text());
+    match rejection {
+        JsonRejection::BytesRejection(_) if status == StatusCode::PAYLOAD_TOO_LARGE => {
+            body_too_large()
         }
-        Ok(bytes)
-    };
-    tokio::time::timeout(timeout, collect)
-        .await
-        .unwrap_or_else(|_| Err(request_timeout()))
-}
-
-/// A JSON object of shape `T`: 400 for what is not JSON, 422 for JSON of another shape (not
-/// an object, unknown or repeated fields, wrong types) and for any nesting too deep.
-fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    if depth(bytes) >= MAX_DEPTH {
-        return Err(wrong_shape(format!("nesting deeper than {MAX_DEPTH}")));
+        JsonRejection::BytesRejection(_) => bad_request(detail),
+        _ => ApiError::new(status, "invalid_body", detail),
     }
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    let error = if first == Some(&b'{') {
-        match serde_json::from_slice::<T>(bytes) {
-            Ok(value) => return Ok(value),
-            Err(error) if error.classify() == serde_json::error::Category::Data => {
-                return Err(wrong_shape(error.to_string()));
-            }
-            Err(error) => error,
-        }
-    } else {
-        match serde_json::from_slice::<IgnoredAny>(bytes) {
-            Ok(_) => return Err(wrong_shape("expected a JSON object".into())),
-            Err(error) => error,
-        }
-    };
-    Err(ApiError::bad_request(
-        "invalid_body",
-        format!("not JSON: {error}"),
-    ))
 }
 
-fn wrong_shape(detail: String) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_body", detail)
-}
+/// A JSON object of shape `T`: any other JSON value (an array, which serde would read as the
+/// struct's fields in order, a number, `null`) is JSON of the wrong shape, once it was read
+/// whole (an array cut short is not JSON).
+struct Object<T>(T);
 
-/// How deep arrays and objects nest in `bytes`, strings skipped.
-fn depth(bytes: &[u8]) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ObjectVisitor(PhantomData))
     }
-    deepest
+}
+
+struct ObjectVisitor<T>(PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
+    type Value = Object<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Object<T>, A::Error> {
+        T::deserialize(MapAccessDeserializer::new(map)).map(Object)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Object<T>, A::Error> {
+        MillisVisitor { depth: 1 }.visit_seq(seq)?;
+        Err(de::Error::invalid_type(de::Unexpected::Seq, &self))
+    }
 }
 
 /// A duration field in milliseconds as sent: left out (or `null`), a whole number, or a value
@@ -182,11 +140,40 @@ impl Millis {
 
 impl<'de> Deserialize<'de> for Millis {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(MillisVisitor)
+        // A duration is a field of the body's object: its value is at depth 2.
+        MillisVisitor { depth: 2 }.deserialize(deserializer)
     }
 }
 
-struct MillisVisitor;
+/// Reads a duration, or a value of any other kind, which it skips whole: arrays and objects
+/// with their elements (read the same way, one level deeper). A body that is an array is
+/// skipped so too.
+#[derive(Clone, Copy)]
+struct MillisVisitor {
+    /// How deep the value read is nested in the body.
+    depth: usize,
+}
+
+impl MillisVisitor {
+    /// The reader of the elements of the array or object being read; one nested over
+    /// [`MAX_DEPTH`] is the wrong shape.
+    fn elements<E: de::Error>(self) -> Result<Self, E> {
+        if self.depth > MAX_DEPTH {
+            return Err(E::custom(format_args!("nesting deeper than {MAX_DEPTH}")));
+        }
+        Ok(Self {
+            depth: self.depth + 1,
+        })
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for MillisVisitor {
+    type Value = Millis;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Millis, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
 
 impl<'de> Visitor<'de> for MillisVisitor {
     type Value = Millis;
@@ -226,12 +213,16 @@ impl<'de> Visitor<'de> for MillisVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Millis, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        let elements = self.elements()?;
+        while seq.next_element_seed(elements)?.is_some() {}
         Ok(Millis::Invalid("is an array"))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Millis, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        let elements = self.elements()?;
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            map.next_value_seed(elements)?;
+        }
         Ok(Millis::Invalid("is an object"))
     }
 }
@@ -249,10 +240,14 @@ mod tests {
     }
 
     fn judged(body: &str) -> Result<Shape, (u16, &'static str)> {
-        parse::<Shape>(body.as_bytes()).map_err(|e| (e.status.as_u16(), e.reason))
+        let judged = Json::<Object<Shape>>::from_bytes(body.as_bytes()).map_err(rejected);
+        judged
+            .map(|Json(Object(shape))| shape)
+            .map_err(|e| (e.status.as_u16(), e.reason))
     }
 
-    /// Not JSON is 400; JSON of another shape 422, deep nesting included.
+    /// Not JSON is 400 (an array cut short included); JSON of another shape 422, deep nesting
+    /// included, even cut short.
     #[test]
     fn bodies_are_judged_by_kind() {
         let shape = judged(r#"{"name":"a","ttl_ms":5}"#).unwrap();
@@ -263,6 +258,8 @@ mod tests {
         for body in [
             "",
             "{",
+            "[",
+            "[1, 2",
             "nope",
             "{\"name\":\"a\",}",
             "{\"name\":\"\\ud800x\"}",
@@ -270,7 +267,14 @@ mod tests {
             assert_eq!(judged(body).unwrap_err(), (400, "invalid_body"), "{body}");
         }
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-        let deep_field = format!("{{\"ttl_ms\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        let nested = |n: usize| format!("{{\"ttl_ms\":{}{}}}", "[".repeat(n), "]".repeat(n));
+        let deep_field = nested(200);
+        // With the object, 125 arrays are 126 levels deep: the most a body may nest.
+        assert_eq!(
+            judged(&nested(125)).unwrap().ttl_ms,
+            Millis::Invalid("is an array")
+        );
+        assert_eq!(judged(&nested(126)).unwrap_err(), (422, "invalid_body"));
         for body in [
             "[\"a\", 5]",
             "5",
@@ -321,25 +325,63 @@ mod tests {
         assert_eq!((error.status.as_u16(), error.reason), (400, "invalid_ttl"));
     }
 
-    /// `application/json` and `+json` types, with parameters, are JSON; nothing else is.
-    #[test]
-    fn content_types() {
-        let with = |value: &'static str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(header::CONTENT_TYPE, value.parse().unwrap());
-            is_json(&headers)
+    /// `application/json` and `+json` types, with parameters, are JSON (415 otherwise); a body
+    /// that streams past the router's limit is 413 `body_too_large`.
+    #[tokio::test]
+    async fn content_types_and_sizes() {
+        use axum::routing::post;
+        use tower_http::limit::RequestBodyLimitLayer;
+        let judge = |body: Result<Json<Object<Shape>>, JsonRejection>| async move {
+            body.map(|_| StatusCode::OK).map_err(rejected)
         };
-        assert!(with("application/json"));
-        assert!(with("Application/JSON; charset=utf-8"));
-        assert!(with("application/merge-patch+json"));
+        let router = axum::Router::new()
+            .route("/", post(judge))
+            .layer(RequestBodyLimitLayer::new(16));
+        let answer = |content_type: &'static str, body: &'static str| {
+            // No `content-length`: the body is judged as it streams in.
+            let request = Request::post("/").header("content-type", content_type);
+            let request = request.body(Body::from(body)).unwrap();
+            let mut router = router.clone();
+            async move {
+                tower_service::Service::call(&mut router, request)
+                    .await
+                    .unwrap()
+            }
+        };
+        let status = |content_type, body| async move { answer(content_type, body).await.status() };
+        for json in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/merge-patch+json",
+        ] {
+            assert_eq!(status(json, "{}").await, StatusCode::OK, "{json}");
+        }
         for other in [
             "text/plain",
             "application/x-www-form-urlencoded",
             "json",
             "text/json",
+            "application/jsonx",
         ] {
-            assert!(!with(other), "{other}");
+            let refused = status(other, "{}").await;
+            assert_eq!(refused, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{other}");
         }
-        assert!(!is_json(&HeaderMap::new()));
+        let long = r#"{"name":"0123456789abcdef"}"#;
+        let refused = answer("application/json", long).await;
+        assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let problem = refused.headers().get("content-type").unwrap();
+        assert_eq!(problem, "application/problem+json");
+    }
+
+    /// A body that does not arrive in time is 408.
+    #[tokio::test(start_paused = true)]
+    async fn a_body_late_is_408() {
+        let never = futures_util::stream::pending::<Result<Bytes, std::io::Error>>();
+        let read = Bytes::from_request(Request::new(Body::from_stream(never)), &());
+        let late = in_time(Duration::from_secs(5), read).await.unwrap_err();
+        assert_eq!(
+            (late.status.as_u16(), late.reason),
+            (408, "request_timeout")
+        );
     }
 }

@@ -6,6 +6,9 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+/// The media type of every refusal.
+pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
+
 /// A refused request.
 #[derive(Debug)]
 pub(crate) struct ApiError {
@@ -91,6 +94,6 @@ pub(crate) fn problem_body(status: StatusCode, reason: &str, detail: &str) -> se
 
 /// A problem+json response with `body`.
 pub(crate) fn problem(status: StatusCode, body: serde_json::Value) -> Response {
-    let content_type = [(header::CONTENT_TYPE, "application/problem+json")];
+    let content_type = [(header::CONTENT_TYPE, PROBLEM_JSON)];
     (status, content_type, body.to_string()).into_response()
 }

@@ -1,16 +1,18 @@
-//! What every request must pass before it is routed: the target's length (414), the `Host`
-//! header against DNS rebinding (403), content and transfer encodings (415), a declared body
-//! over the limit (413). The server calls [`Guard::admit`] on each request before the router
+//! What every request must pass before it is routed: the size of its head (431) and its
+//! target (414), the `Host` header against DNS rebinding (403), content and transfer
+//! encodings (415). The server calls [`Guard::admit`] on each request before the router
 //! (cheaper than a middleware, which clones the router's service stack per request).
 //!
-//! The limits of a request head (16 KiB, 100 fields) are hyper's, set by the server; when
-//! hyper refuses a request itself, or a layer answers with a bare status, the server answers
-//! with the problem+json errors made here ([`refusal_for`]).
+//! hyper's own limits are the [`PARSER_MAX_HEAD_BYTES`] and [`PARSER_MAX_FIELDS`] above ours,
+//! so a head over our limits but within them is parsed and refused here as problem+json; one
+//! over them, or one that is not HTTP/1.x, hyper refuses itself with an empty 400 or 431. A
+//! layer's own refusal (a bare status, or plain text) is given its problem+json by
+//! [`refusal_for`].
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
-use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::http::{header, HeaderMap, Request, StatusCode, Uri};
 
 use super::error::ApiError;
 use super::MAX_BODY_BYTES;
@@ -19,9 +21,13 @@ use super::MAX_BODY_BYTES;
 pub const MAX_URI_BYTES: usize = 8 * 1024;
 /// Largest request head (request line and header fields) accepted.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
-/// Most header fields a request may carry: hyper's own default, which the server keeps (setting
-/// any number moves hyper's header arrays from the stack to the heap, for every request).
+/// Most header fields a request may carry.
 pub const MAX_HEAD_FIELDS: usize = 100;
+/// Largest head hyper parses (it answers a larger one with an empty 431 and closes).
+pub const PARSER_MAX_HEAD_BYTES: usize = 2 * MAX_HEAD_BYTES;
+/// Most header fields hyper parses (more get its empty 431). Setting any number puts hyper's
+/// two header arrays on the heap: about 13 KB allocated per parsed head at 200.
+pub const PARSER_MAX_FIELDS: usize = 2 * MAX_HEAD_FIELDS;
 
 /// The checks of one listener.
 pub struct Guard {
@@ -35,26 +41,24 @@ impl Guard {
         Arc::new(Self { allowed_hosts })
     }
 
-    /// Whether a request with this target and these headers may be routed.
-    pub fn admit(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
+    /// Whether `request` may be routed (its body is not looked at).
+    pub fn admit<B>(&self, request: &Request<B>) -> Result<(), ApiError> {
+        let (uri, headers) = (request.uri(), request.headers());
         if target_len(uri) > MAX_URI_BYTES {
             return Err(uri_too_long());
+        }
+        if headers.len() > MAX_HEAD_FIELDS || head_len(request) > MAX_HEAD_BYTES {
+            return Err(headers_too_large());
         }
         if let Some(allowed) = &self.allowed_hosts {
             check_host(uri, headers, allowed)?;
         }
-        check_encodings(headers)?;
-        let declared = headers.get(header::CONTENT_LENGTH);
-        let declared = declared.and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-        if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
-            return Err(body_too_large());
-        }
-        Ok(())
+        check_encodings(headers)
     }
 }
 
-/// The problem+json refusal for an answer that is a bare `status` (a layer's default, such as
-/// the request timeout's 408).
+/// The problem+json refusal for a layer's own answer of `status` (the request timeout's bare
+/// 408, the body limit's plain-text 413).
 pub fn refusal_for(status: StatusCode) -> ApiError {
     let detail = status.canonical_reason().unwrap_or("refused");
     match status {
@@ -71,12 +75,12 @@ pub fn bad_request(detail: impl Into<String>) -> ApiError {
     ApiError::bad_request("bad_request", detail)
 }
 
-pub fn uri_too_long() -> ApiError {
+fn uri_too_long() -> ApiError {
     let detail = format!("the request target is over {MAX_URI_BYTES} bytes");
     ApiError::new(StatusCode::URI_TOO_LONG, "uri_too_long", detail)
 }
 
-pub fn headers_too_large() -> ApiError {
+fn headers_too_large() -> ApiError {
     let detail =
         format!("the request head is over {MAX_HEAD_BYTES} bytes or {MAX_HEAD_FIELDS} fields");
     let status = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
@@ -93,13 +97,24 @@ pub fn request_timeout() -> ApiError {
     ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", detail)
 }
 
-pub fn unsupported_transfer_encoding() -> ApiError {
+fn unsupported_transfer_encoding() -> ApiError {
     unsupported_encoding("a Transfer-Encoding other than `chunked` is not accepted")
 }
 
 fn unsupported_encoding(detail: &str) -> ApiError {
     let status = StatusCode::UNSUPPORTED_MEDIA_TYPE;
     ApiError::new(status, "unsupported_encoding", detail)
+}
+
+/// The head as sent, but for the spaces around field values: the request line, then
+/// `name: value` and its line end per field.
+fn head_len<B>(request: &Request<B>) -> usize {
+    let (method, target) = (request.method().as_str(), target_len(request.uri()));
+    let line = method.len() + " ".len() + target + " HTTP/1.1\r\n".len();
+    let fields = request.headers().iter();
+    fields.fold(line, |len, (name, value)| {
+        len + name.as_str().len() + value.len() + 4
+    })
 }
 
 /// The target as sent: path and query, and scheme and authority in absolute form.
@@ -289,5 +304,38 @@ mod tests {
             let refused = check_encodings(&headers(pairs)).unwrap_err();
             assert_eq!(refused.reason, "unsupported_encoding", "{pairs:?}");
         }
+    }
+
+    /// A head is measured as sent: 100 fields pass and 101 do not; 16 KiB of request line and
+    /// fields pass and a byte more does not; a target over 8 KiB is 414 first.
+    #[test]
+    fn heads_over_the_limits_are_refused() {
+        let guard = Guard::new(None);
+        let judged = |request: Request<()>| guard.admit(&request).err().map(|e| e.reason);
+        let with_fields = |n: usize| {
+            let mut request = Request::get("/livez");
+            for i in 0..n {
+                request = request.header(format!("x-f{i}"), "v");
+            }
+            request.body(()).unwrap()
+        };
+        assert_eq!(judged(with_fields(100)), None);
+        assert_eq!(judged(with_fields(101)), Some("headers_too_large"));
+        // "GET /livez HTTP/1.1\r\n" is 21 bytes, "x-pad: " and the line end 9 more.
+        let padded = |value_len: usize| {
+            let value = "p".repeat(value_len);
+            Request::get("/livez")
+                .header("x-pad", value)
+                .body(())
+                .unwrap()
+        };
+        assert_eq!(judged(padded(MAX_HEAD_BYTES - 30)), None);
+        assert_eq!(
+            judged(padded(MAX_HEAD_BYTES - 29)),
+            Some("headers_too_large")
+        );
+        let long = format!("/{}", "t".repeat(MAX_URI_BYTES));
+        let request = Request::get(long).header("x-pad", "p".repeat(MAX_HEAD_BYTES));
+        assert_eq!(judged(request.body(()).unwrap()), Some("uri_too_long"));
     }
 }

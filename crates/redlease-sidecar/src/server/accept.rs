@@ -8,6 +8,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::StatusCode;
 use axum::Router;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -17,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use super::conn_io::Deadlines;
 use super::connection::{self, Serving};
 use super::listener::{Listener, Stream};
-use super::refusal;
+use crate::api::error::{problem_body, PROBLEM_JSON};
 use crate::api::guard::Guard;
 use crate::config::HttpSettings;
 
@@ -49,7 +50,7 @@ pub(super) async fn serve(
     };
     let slots = Arc::new(Semaphore::new(http.max_connections));
     let refusals = Refusals {
-        answer: refusal::too_many_connections(http.max_connections).into(),
+        answer: too_many_connections(http.max_connections).into(),
         slots: Arc::new(Semaphore::new(MAX_REFUSING)),
     };
     let tracker = TaskTracker::new();
@@ -85,6 +86,22 @@ async fn serve_stream(stream: Stream, serving: Serving, _slot: OwnedSemaphorePer
         Stream::Tcp(stream) => connection::serve(stream, serving).await,
         Stream::Unix(stream) => connection::serve(stream, serving).await,
     }
+}
+
+/// The whole HTTP/1.1 answer to a connection over the cap of `max` open connections, sent
+/// before anything is read from it: 429 problem+json, closing the connection.
+fn too_many_connections(max: usize) -> Vec<u8> {
+    let detail = format!("this sidecar serves at most {max} connections at once; retry later");
+    let status = StatusCode::TOO_MANY_REQUESTS;
+    let body = problem_body(status, "too_many_connections", &detail).to_string();
+    let head = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: {PROBLEM_JSON}\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("Error"),
+        body.len()
+    );
+    [head.into_bytes(), body.into_bytes()].concat()
 }
 
 /// How connections over the cap are answered.
@@ -134,4 +151,25 @@ async fn backoff(error: io::Error) {
     }
     tracing::warn!(%error, "cannot accept a connection");
     tokio::time::sleep(ACCEPT_BACKOFF).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The canned 429 is a complete problem+json answer that closes the connection.
+    #[test]
+    fn the_connection_refusal_is_complete() {
+        let text = String::from_utf8(too_many_connections(8)).unwrap();
+        assert!(
+            text.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+        let body = text.split("\r\n\r\n").nth(1).unwrap();
+        assert!(text.contains(&format!("content-length: {}\r\n", body.len())));
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["reason"], "too_many_connections");
+        assert_eq!(body["status"], 429);
+    }
 }

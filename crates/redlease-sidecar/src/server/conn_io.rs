@@ -1,14 +1,12 @@
 //! A connection's socket as hyper sees it. It closes a connection whose client is too slow or
 //! silent — a request head not complete [`Deadlines::head`] after its first byte, no request
 //! for [`Deadlines::idle`] with none in flight, a client that reads nothing of its answer for
-//! `idle` — and it holds back the error answers hyper writes itself when a request cannot be
-//! parsed (a 4xx head with no body and no `content-type`), which the server then replaces with
-//! problem+json (see `refusal`). Reads and writes otherwise pass through untouched. When an
-//! event stream asks for it, it tells the stream which socket it is on (at its next write:
-//! ordinary requests cost no system call for it).
+//! `idle` — and otherwise passes reads and writes (vectored ones included) through untouched:
+//! it never looks at the bytes. When an event stream asks for it, it tells the stream which
+//! socket it is on (at its next write: ordinary requests cost no system call for it).
 
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -21,10 +19,6 @@ use tokio::time::{Instant, Sleep};
 use super::listener::Identify;
 use crate::api::events::StreamSocket;
 use crate::sockdiag::SocketId;
-
-/// How much of a request head is kept to judge hyper's refusal: enough for a request line
-/// over the target limit and a head over the size limit.
-const HEAD_COPY: usize = 2 * crate::api::guard::MAX_HEAD_BYTES;
 
 /// Requests of one connection as its service sees them, shared with the socket wrapper.
 pub(super) struct Activity {
@@ -90,7 +84,7 @@ pub(super) struct Deadlines {
     pub(super) idle: Duration,
 }
 
-/// The socket of one connection, with its deadlines and the error answer it held back.
+/// The socket of one connection, with its deadlines.
 pub(super) struct GuardedIo<T> {
     inner: T,
     activity: Arc<Activity>,
@@ -101,15 +95,10 @@ pub(super) struct GuardedIo<T> {
     idle_since: Instant,
     /// First byte of a request head not yet handed to the service.
     head_started: Option<Instant>,
-    /// The bytes of that head as they came (up to [`HEAD_COPY`]), to tell why hyper refused
-    /// it: hyper drops a head it parsed before it judges its fields.
-    head: Vec<u8>,
     /// A write that could not proceed, since then.
     write_blocked_since: Option<Instant>,
     timer: Pin<Box<Sleep>>,
     armed: Instant,
-    /// Status of an error answer hyper wrote and this wrapper did not send.
-    withheld: Option<u16>,
     /// Whether the socket was told to the service (once asked for).
     identified: bool,
 }
@@ -126,27 +115,15 @@ impl<T> GuardedIo<T> {
             seen_finished: 0,
             idle_since: now,
             head_started: None,
-            head: Vec::new(),
             write_blocked_since: None,
             timer: Box::pin(tokio::time::sleep_until(armed)),
             armed,
-            withheld: None,
             identified: false,
         }
     }
 
-    /// The status of the error answer hyper wrote and this wrapper held back, if any.
-    pub(super) fn withheld(&self) -> Option<u16> {
-        self.withheld
-    }
-
-    /// The bytes of the request head read since the last request went to the service.
-    pub(super) fn head(&self) -> &[u8] {
-        &self.head
-    }
-
     /// Whether a request is with the service (or its answer still on its way out).
-    pub(super) fn request_in_flight(&mut self) -> bool {
+    fn request_in_flight(&mut self) -> bool {
         self.sync();
         self.seen_dispatched != self.seen_finished
     }
@@ -162,7 +139,6 @@ impl<T> GuardedIo<T> {
         if dispatched != self.seen_dispatched {
             self.seen_dispatched = dispatched;
             self.head_started = None;
-            self.head.clear();
         }
         let finished = self.activity.finished.load(Ordering::Acquire);
         if finished != self.seen_finished {
@@ -171,15 +147,11 @@ impl<T> GuardedIo<T> {
         }
     }
 
-    fn on_bytes_read(&mut self, bytes: &[u8]) {
-        if self.request_in_flight() {
-            return;
-        }
-        if self.head_started.is_none() {
+    /// Bytes arrived: with no request in flight, they start a request head.
+    fn on_bytes_read(&mut self) {
+        if self.head_started.is_none() && !self.request_in_flight() {
             self.head_started = Some(Instant::now());
         }
-        let room = HEAD_COPY.saturating_sub(self.head.len());
-        self.head.extend_from_slice(&bytes[..bytes.len().min(room)]);
     }
 
     /// When a read that waits must give up: none while a request is in flight (the body has
@@ -227,6 +199,23 @@ impl<T> GuardedIo<T> {
         self.timer.as_mut().reset(deadline);
         self.armed = deadline;
     }
+
+    /// What the socket said to a write; a write that cannot proceed for `idle` gives up.
+    fn written(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if polled.is_ready() {
+            self.write_blocked_since = None;
+            return polled;
+        }
+        let since = *self.write_blocked_since.get_or_insert_with(Instant::now);
+        if self.expired(cx, since + self.deadlines.idle) {
+            return Poll::Ready(Err(timed_out()));
+        }
+        Poll::Pending
+    }
 }
 
 fn timed_out() -> io::Error {
@@ -244,7 +233,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for GuardedIo<T> {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
-                    this.on_bytes_read(&buf.filled()[before..]);
+                    this.on_bytes_read();
                 }
                 Poll::Ready(Ok(()))
             }
@@ -279,35 +268,23 @@ impl<T: AsyncWrite + Identify + Unpin> AsyncWrite for GuardedIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.identify_if_asked();
-        if this.withheld.is_some() {
-            return Poll::Ready(Ok(buf.len())); // nothing follows hyper's error answer
-        }
-        let held = hyper_error_head(buf);
-        let send = held.map_or(buf, |(start, _)| &buf[..start]);
-        if send.is_empty() {
-            this.withheld = held.map(|(_, status)| status);
-            return Poll::Ready(Ok(buf.len()));
-        }
-        match Pin::new(&mut this.inner).poll_write(cx, send) {
-            Poll::Ready(Ok(n)) => {
-                this.write_blocked_since = None;
-                match held {
-                    Some((start, status)) if n == start => {
-                        this.withheld = Some(status);
-                        Poll::Ready(Ok(buf.len()))
-                    }
-                    _ => Poll::Ready(Ok(n)),
-                }
-            }
-            Poll::Pending => {
-                let since = *this.write_blocked_since.get_or_insert_with(Instant::now);
-                if this.expired(cx, since + this.deadlines.idle) {
-                    return Poll::Ready(Err(timed_out()));
-                }
-                Poll::Pending
-            }
-            failed => failed,
-        }
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.written(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.identify_if_asked();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.written(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -319,55 +296,9 @@ impl<T: AsyncWrite + Identify + Unpin> AsyncWrite for GuardedIo<T> {
     }
 }
 
-/// Where the error answer hyper writes by itself starts in `buf`, and its status: a response
-/// head at the very end of what hyper sends (nothing follows it; the connection closes), with
-/// a status of 400 or more and no `content-type` — every answer of the service has one.
-fn hyper_error_head(buf: &[u8]) -> Option<(usize, u16)> {
-    if !buf.ends_with(b"\r\n\r\n") {
-        return None; // the common case: an answer ends with its body
-    }
-    let start = buf
-        .windows(9)
-        .rposition(|w| w.starts_with(b"HTTP/1.") && w[8] == b' ' && matches!(w[7], b'0' | b'1'))?;
-    let head = &buf[start..buf.len() - 4];
-    let status = std::str::from_utf8(head.get(9..12)?)
-        .ok()?
-        .parse::<u16>()
-        .ok()?;
-    if status < 400 || head.get(12).is_some_and(|b| *b != b' ' && *b != b'\r') {
-        return None;
-    }
-    let mut fields = head.split(|b| *b == b'\n').skip(1);
-    let typed =
-        fields.any(|line| line.len() >= 13 && line[..13].eq_ignore_ascii_case(b"content-type:"));
-    (!typed).then_some((start, status))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const HYPER_431: &[u8] =
-        b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n\
-        date: Thu, 01 Jan 2026 00:00:00 GMT\r\n\r\n";
-
-    /// hyper's own error answer is found alone, after another answer's tail, but never in an
-    /// answer of the service (which carries a content type) or one that has a body.
-    #[test]
-    fn finds_hyper_error_heads_only() {
-        assert_eq!(hyper_error_head(HYPER_431), Some((0, 431)));
-        let tail = b"{\"live\":true}".to_vec();
-        let both = [tail.as_slice(), HYPER_431].concat();
-        assert_eq!(hyper_error_head(&both), Some((tail.len(), 431)));
-        let ours = b"HTTP/1.1 404 Not Found\r\ncontent-type: application/problem+json\r\n\
-            content-length: 0\r\n\r\n";
-        assert_eq!(hyper_error_head(ours), None);
-        let fine = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
-        assert_eq!(hyper_error_head(fine), None);
-        let body = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 2\r\n\r\n{}";
-        assert_eq!(hyper_error_head(body), None);
-        assert_eq!(hyper_error_head(b"\r\n\r\n"), None);
-    }
 
     /// An idle connection times out after `idle`; a request head begun times out after `head`
     /// from its first byte; a request in flight has no read deadline.
@@ -454,7 +385,7 @@ mod tests {
     }
 
     /// A client that reads nothing of its answer is given up on after `idle`, even with a
-    /// request in flight.
+    /// request in flight, whether hyper writes one buffer or several at once.
     #[tokio::test(start_paused = true)]
     async fn a_write_the_client_never_reads_gives_up_after_idle() {
         use tokio::io::AsyncWriteExt;
@@ -470,29 +401,32 @@ mod tests {
         let error = io.write_all(&[b'x'; 64]).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert_eq!(start.elapsed(), Duration::from_secs(10));
+
+        let (_client, server) = tokio::io::duplex(16);
+        let mut io = GuardedIo::new(server, Arc::new(Activity::default()), deadlines);
+        let (head, body) = ([b'h'; 8], [b'b'; 64]);
+        let start = Instant::now();
+        let error = loop {
+            let slices = [IoSlice::new(&head), IoSlice::new(&body)];
+            if let Err(error) = io.write_vectored(&slices).await {
+                break error;
+            }
+        };
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
     }
 
-    /// hyper's error answer, even when the socket takes it in pieces, is held back whole and
-    /// its status kept; what came before it is sent.
+    /// A TCP socket takes vectored writes through the wrapper, so hyper sends an answer's head
+    /// and body in one call rather than copying them into one buffer.
     #[tokio::test]
-    async fn a_hyper_error_answer_is_held_back() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let (mut client, server) = tokio::io::duplex(4);
+    async fn vectored_writes_pass_through() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
         let deadlines = Deadlines {
             head: Duration::from_secs(1),
             idle: Duration::from_secs(1),
         };
-        let mut io = GuardedIo::new(server, Arc::new(Activity::default()), deadlines);
-        let both = [b"tail".as_slice(), HYPER_431].concat();
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            client.read_to_end(&mut got).await.unwrap();
-            got
-        });
-        io.write_all(&both).await.unwrap();
-        io.shutdown().await.unwrap();
-        assert_eq!(io.withheld(), Some(431));
-        drop(io);
-        assert_eq!(reader.await.unwrap(), b"tail");
+        let io = GuardedIo::new(stream.await.unwrap(), Arc::default(), deadlines);
+        assert!(io.is_write_vectored());
     }
 }

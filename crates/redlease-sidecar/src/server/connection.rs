@@ -1,7 +1,7 @@
-//! One HTTP/1.1 connection: hyper serves the router on the guarded socket; afterwards the
-//! connection answers what hyper could not parse as problem+json, then closes gently (its
-//! write side first, then what the client still sends is read and dropped for a moment, so
-//! the answer is not lost to a reset).
+//! One HTTP/1.1 connection: hyper serves the guard and the router on the guarded socket, and
+//! answers by itself what it cannot parse (an empty 400 or 431). Then the connection closes
+//! gently: its write side first, then what the client still sends is read and dropped for a
+//! moment, so the last answer is not lost to a reset.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,9 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::conn_io::{Activity, Deadlines, GuardedIo};
 use super::listener::Identify;
-use super::refusal;
+use crate::api::error::PROBLEM_JSON;
 use crate::api::events::StreamConn;
-use crate::api::guard::{self, Guard, MAX_HEAD_BYTES};
+use crate::api::guard::{self, Guard, PARSER_MAX_FIELDS, PARSER_MAX_HEAD_BYTES};
 
 /// How long a closing connection keeps reading what its client still sends.
 const LINGER: Duration = Duration::from_millis(500);
@@ -32,8 +32,6 @@ const LINGER: Duration = Duration::from_millis(500);
 const LINGER_BYTES: usize = 256 * 1024;
 /// How long writing an answer of our own may take.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
-/// hyper's read buffer: a request head over [`MAX_HEAD_BYTES`] is refused before this fills.
-const READ_BUFFER: usize = 2 * MAX_HEAD_BYTES;
 
 /// What every connection is served with.
 #[derive(Clone)]
@@ -80,51 +78,25 @@ where
             std::future::poll_fn(|cx| pinned.as_mut().get_mut().poll_without_shutdown(cx)).await
         }
     };
-    let parts = conn.into_parts();
-    let mut io = parts.io.into_inner();
-    let answer = own_answer(&result, &mut io, &parts.read_buf);
     if let Err(error) = &result {
-        tracing::debug!(%error, answered = answer.is_some(), "connection ended");
+        tracing::debug!(%error, "connection ended");
     }
-    close(io.get_mut(), answer).await;
+    let mut io = conn.into_parts().io.into_inner();
+    close(io.get_mut(), None).await;
 }
 
-/// HTTP/1.1 only; hyper's limits are ours (a head of 16 KiB; 100 fields is hyper's default,
-/// [`guard::MAX_HEAD_FIELDS`], left unset: setting it puts hyper's header arrays on the heap);
-/// writes are flattened so that hyper's own error answer reaches [`GuardedIo`] as one piece at
-/// the end of a buffer.
+/// HTTP/1.1 only. hyper's limits on a head are the guard's parser limits, above ours, so that
+/// the guard answers a head over ours; hyper's read buffer holds such a head and no more.
+/// Writes go out vectored where the socket takes them so.
 fn builder() -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
-        .max_header_size(MAX_HEAD_BYTES)
-        .max_buf_size(READ_BUFFER)
-        .writev(false)
+        .max_header_size(PARSER_MAX_HEAD_BYTES)
+        .max_headers(PARSER_MAX_FIELDS)
+        .max_buf_size(PARSER_MAX_HEAD_BYTES)
         .half_close(false)
         .keep_alive(true);
     builder
-}
-
-/// Our answer once hyper gave up on a request: in place of the error answer it wrote (held
-/// back), or where it wrote none to a request it could not parse (an HTTP/2 preface, a head
-/// cut short) while no other request was in flight. The refused head is judged from the
-/// bytes the socket saw of it, else from what hyper left unread.
-fn own_answer<T>(
-    result: &Result<(), hyper::Error>,
-    io: &mut GuardedIo<T>,
-    unread: &[u8],
-) -> Option<Vec<u8>> {
-    let in_flight = io.request_in_flight();
-    let head = if io.head().is_empty() {
-        unread
-    } else {
-        io.head()
-    };
-    if let Some(status) = io.withheld() {
-        return Some(refusal::unparsable(status, head));
-    }
-    let error = result.as_ref().err()?;
-    let unparsed = error.is_parse() || (error.is_incomplete_message() && !unread.is_empty());
-    (unparsed && !in_flight).then(|| refusal::unparsable(400, head))
 }
 
 /// Sends `answer`, closes the write side, then reads and drops what the client still sends
@@ -179,7 +151,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             request.extensions_mut().insert(conn);
         }
         let finished = Finished(Arc::clone(&self.activity));
-        if let Err(refused) = self.guard.admit(request.uri(), request.headers()) {
+        if let Err(refused) = self.guard.admit(&request) {
             let response = TrackedBody::wrap(refused.into_response(), finished);
             return Box::pin(std::future::ready(Ok(response)));
         }
@@ -195,17 +167,19 @@ fn is_event_stream<B>(request: &Request<B>) -> bool {
     request.method() == axum::http::Method::GET && request.uri().path().ends_with("/events")
 }
 
-/// A refusal without a content type (a layer's bare status, such as the request timeout's
-/// 408) is given its problem+json body, so that every error answer of the service has one (the
-/// socket tells hyper's own apart by that). Its other headers (`Allow`, …) stay.
+/// A layer's own refusal, which is not problem+json (the request timeout's bare 408, the body
+/// limit's plain-text 413), is given its problem+json body, so that every error answer of the
+/// service has one. Its other headers (`Allow`, …) stay.
 fn typed(response: Response<Body>) -> Response<Body> {
     let status = response.status();
-    if status.as_u16() < 400 || response.headers().contains_key(header::CONTENT_TYPE) {
+    let content_type = response.headers().get(header::CONTENT_TYPE);
+    let problem = content_type.is_some_and(|media| media == PROBLEM_JSON);
+    if status.as_u16() < 400 || problem {
         return response;
     }
     let mut answer = guard::refusal_for(status).into_response();
     for (name, value) in response.headers() {
-        if name != header::CONTENT_LENGTH {
+        if name != header::CONTENT_LENGTH && name != header::CONTENT_TYPE {
             answer.headers_mut().append(name.clone(), value.clone());
         }
     }
