@@ -30,11 +30,11 @@ use super::AppState;
 const MAX_DEPTH: usize = 126;
 
 /// A JSON object body of shape `T`, sent with `content-type: application/json`.
-pub struct JsonBody<T>(pub T);
+pub(crate) struct JsonBody<T>(pub T);
 
 /// As [`JsonBody`], but an empty body (whitespace only), with any content type or none, is
 /// `T::default()`.
-pub struct OptionalJsonBody<T>(pub T);
+pub(super) struct OptionalJsonBody<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
@@ -117,7 +117,7 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
 /// A duration field in milliseconds as sent: left out (or `null`), a whole number, or a value
 /// of a wrong kind (negative, fractional, a string, out of range, …), described.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub enum Millis {
+pub(super) enum Millis {
     #[default]
     Absent,
     Valid(u64),
@@ -126,7 +126,11 @@ pub enum Millis {
 
 impl Millis {
     /// The duration, `None` when left out; a wrong kind is 400 with `reason`.
-    pub fn get(self, field: &str, reason: &'static str) -> Result<Option<Duration>, ApiError> {
+    pub(super) fn get(
+        self,
+        field: &str,
+        reason: &'static str,
+    ) -> Result<Option<Duration>, ApiError> {
         match self {
             Millis::Absent => Ok(None),
             Millis::Valid(ms) => Ok(Some(Duration::from_millis(ms))),

@@ -18,31 +18,31 @@ use super::error::ApiError;
 use super::MAX_BODY_BYTES;
 
 /// Longest request target (path and query) accepted.
-pub const MAX_URI_BYTES: usize = 8 * 1024;
+pub(crate) const MAX_URI_BYTES: usize = 8 * 1024;
 /// Largest request head (request line and header fields) accepted.
-pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// Most header fields a request may carry.
-pub const MAX_HEAD_FIELDS: usize = 100;
+pub(crate) const MAX_HEAD_FIELDS: usize = 100;
 /// Largest head hyper parses (it answers a larger one with an empty 431 and closes).
-pub const PARSER_MAX_HEAD_BYTES: usize = 2 * MAX_HEAD_BYTES;
+pub(crate) const PARSER_MAX_HEAD_BYTES: usize = 2 * MAX_HEAD_BYTES;
 /// Most header fields hyper parses (more get its empty 431). Setting any number puts hyper's
 /// two header arrays on the heap: about 13 KB allocated per parsed head at 200.
-pub const PARSER_MAX_FIELDS: usize = 2 * MAX_HEAD_FIELDS;
+pub(crate) const PARSER_MAX_FIELDS: usize = 2 * MAX_HEAD_FIELDS;
 
 /// The checks of one listener.
-pub struct Guard {
+pub(crate) struct Guard {
     /// Names a `Host` may carry besides IP literals and `localhost`; `None`: no `Host` check
     /// (a Unix socket, which no browser reaches).
     allowed_hosts: Option<Arc<[String]>>,
 }
 
 impl Guard {
-    pub fn new(allowed_hosts: Option<Arc<[String]>>) -> Arc<Self> {
+    pub(crate) fn new(allowed_hosts: Option<Arc<[String]>>) -> Arc<Self> {
         Arc::new(Self { allowed_hosts })
     }
 
     /// Whether `request` may be routed (its body is not looked at).
-    pub fn admit<B>(&self, request: &Request<B>) -> Result<(), ApiError> {
+    pub(crate) fn admit<B>(&self, request: &Request<B>) -> Result<(), ApiError> {
         let (uri, headers) = (request.uri(), request.headers());
         if target_len(uri) > MAX_URI_BYTES {
             return Err(uri_too_long());
@@ -59,7 +59,7 @@ impl Guard {
 
 /// The problem+json refusal for a layer's own answer of `status` (the request timeout's bare
 /// 408, the body limit's plain-text 413).
-pub fn refusal_for(status: StatusCode) -> ApiError {
+pub(crate) fn refusal_for(status: StatusCode) -> ApiError {
     let detail = status.canonical_reason().unwrap_or("refused");
     match status {
         StatusCode::REQUEST_TIMEOUT => request_timeout(),
@@ -71,7 +71,7 @@ pub fn refusal_for(status: StatusCode) -> ApiError {
     }
 }
 
-pub fn bad_request(detail: impl Into<String>) -> ApiError {
+pub(crate) fn bad_request(detail: impl Into<String>) -> ApiError {
     ApiError::bad_request("bad_request", detail)
 }
 
@@ -87,12 +87,12 @@ fn headers_too_large() -> ApiError {
     ApiError::new(status, "headers_too_large", detail)
 }
 
-pub fn body_too_large() -> ApiError {
+pub(crate) fn body_too_large() -> ApiError {
     let detail = format!("the body is over {MAX_BODY_BYTES} bytes");
     ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", detail)
 }
 
-pub fn request_timeout() -> ApiError {
+pub(crate) fn request_timeout() -> ApiError {
     let detail = "the request did not arrive in time";
     ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", detail)
 }

@@ -22,21 +22,28 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Why the API cannot listen where it is told to.
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
+    /// The address or path cannot be bound.
     #[error("cannot listen on {listen}: {source}")]
     Bind {
+        /// Where it was told to listen.
         listen: Listen,
+        /// What the system said.
         #[source]
         source: io::Error,
     },
+    /// A live process already serves on the socket file.
     #[error("{}: another process already serves on this socket", .0.display())]
     InUse(PathBuf),
+    /// The path exists and is not a socket.
     #[error("{}: exists and is not a socket; not replacing it", .0.display())]
     NotASocket(PathBuf),
 }
 
 /// A bound listener, TCP or Unix.
 pub enum Listener {
+    /// A TCP listener.
     Tcp(TcpListener),
+    /// A Unix socket listener, and its file (removed when dropped).
     Unix(UnixListener, SocketFile),
 }
 
