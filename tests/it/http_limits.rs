@@ -257,8 +257,8 @@ async fn an_oversized_uri_is_414() {
     assert_eq!(answer.problem(), (400, "invalid_query".into()));
 }
 
-/// A head over 16 KiB or over 100 fields is 431 `headers_too_large`; 100 fields are fine. One
-/// over what the parser holds (32 KiB, 200 fields) gets the parser's empty 431.
+/// A head over 16 KiB is 431 `headers_too_large`; 100 fields are fine. One over what the
+/// parser holds (32 KiB, or more than its 100 fields) gets the parser's empty 431.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_heads_are_431() {
     let (_fleet, sidecar) = start(&[]).await;
@@ -267,14 +267,14 @@ async fn oversized_heads_are_431() {
         |extra: &str| format!("GET /livez HTTP/1.1\r\nhost: 127.0.0.1\r\n{extra}\r\n").into_bytes();
     let big = format!("x-big: {}\r\n", "v".repeat(17 * 1024));
     let bigger = format!("x-big: {}\r\n", "v".repeat(31 * 1024));
-    for extra in [big.as_str(), &bigger, &fields(100), &fields(199)] {
+    for extra in [big.as_str(), &bigger] {
         assert_eq!(
             refused(&sidecar, &head(extra)).await,
             (431, "headers_too_large".into())
         );
     }
     let huge = format!("x-big: {}\r\n", "v".repeat(200 * 1024));
-    for extra in [huge.as_str(), &fields(200)] {
+    for extra in [huge.as_str(), &fields(100), &fields(200)] {
         assert_eq!(refused_by_parser(&sidecar, &head(extra)).await, 431);
     }
     let answer = connect(&sidecar).await.exchange(&head(&fields(99))).await;

@@ -24,7 +24,7 @@ use super::conn_io::{Activity, Deadlines, GuardedIo};
 use super::listener::Identify;
 use crate::api::error::PROBLEM_JSON;
 use crate::api::events::StreamConn;
-use crate::api::guard::{self, Guard, PARSER_MAX_FIELDS, PARSER_MAX_HEAD_BYTES};
+use crate::api::guard::{self, Guard, PARSER_MAX_HEAD_BYTES};
 
 /// How long a closing connection keeps reading what its client still sends.
 const LINGER: Duration = Duration::from_millis(500);
@@ -92,7 +92,6 @@ fn builder() -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
         .max_header_size(PARSER_MAX_HEAD_BYTES)
-        .max_headers(PARSER_MAX_FIELDS)
         .max_buf_size(PARSER_MAX_HEAD_BYTES)
         .half_close(false)
         .keep_alive(true);
