@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use redlease_dev::{redis_server_binary, LocalFleet};
 
 use super::{EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::config::{Listen, Overrides, Settings};
-use crate::dev::{self, LocalFleet};
 use crate::server::{Listener, Sidecar};
 
 #[derive(Debug, Args)]
@@ -56,7 +56,7 @@ pub async fn dev(args: DevArgs) -> u8 {
         eprintln!("redlease: --count must be at least 1");
         return EXIT_USAGE;
     }
-    let fleet = match LocalFleet::start(args.count, &dev::redis_server_binary()).await {
+    let fleet = match LocalFleet::start(args.count, &redis_server_binary()).await {
         Ok(fleet) => fleet,
         Err(error) => {
             eprintln!("redlease: {error}");

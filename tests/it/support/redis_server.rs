@@ -1,4 +1,4 @@
-//! The tests' and benches' `redis-server`: `redlease::dev::RedisServer` (which starts it on a
+//! The tests' and benches' `redis-server`: `redlease_dev::RedisServer` (which starts it on a
 //! kernel-chosen loopback port, in a temp dir, killed on drop), here also killed when the
 //! thread that started it exits, so a killed run leaves no server behind.
 //!
@@ -11,7 +11,7 @@ use std::process::Command;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use redlease::dev;
+use redlease_dev as dev;
 
 pub struct RedisServer {
     server: dev::RedisServer,
