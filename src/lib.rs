@@ -16,7 +16,8 @@
 //!    signals: SIGTERM and SIGINT stop it, SIGHUP reads the API token again).
 //!
 //! The crates below it are layered by the compiler: the engine knows nothing of the sidecar,
-//! the client nothing of either, `redlease-dev` nothing of any.
+//! the client nothing of either, `redlease-dev` nothing of any. The tests' and benches'
+//! support (`redlease-testkit`) is a dev-dependency only.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
