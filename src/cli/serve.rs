@@ -97,13 +97,8 @@ async fn run(settings: Settings) -> u8 {
     };
     crate::shutdown::reload_token_on_hangup(std::sync::Arc::clone(sidecar.token()));
     announce(&settings, &listener);
-    match sidecar.run(listener, crate::shutdown::signal()).await {
-        Ok(()) => EXIT_OK,
-        Err(error) => {
-            eprintln!("redlease: serving failed: {error}");
-            EXIT_UNAVAILABLE
-        }
-    }
+    sidecar.run(listener, crate::shutdown::signal()).await;
+    EXIT_OK
 }
 
 /// Descriptors the sidecar needs besides its API connections: connections to each master

@@ -99,7 +99,7 @@ impl Drop for Reader {
 
 /// An in-process sidecar on a Unix socket in a temporary directory.
 struct UnixSidecar {
-    served: JoinHandle<std::io::Result<()>>,
+    served: JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
 
