@@ -15,9 +15,11 @@ COPY Cargo.toml Cargo.lock ./
 COPY crates/redlease-engine/Cargo.toml crates/redlease-engine/
 COPY crates/redlease-client/Cargo.toml crates/redlease-client/
 COPY crates/redlease-sidecar/Cargo.toml crates/redlease-sidecar/
+COPY crates/redlease-dev/Cargo.toml crates/redlease-dev/
+COPY crates/redlease-testkit/Cargo.toml crates/redlease-testkit/
 # (Fetched only: the targets the manifests name are stubs here.)
 RUN mkdir -p src benches tests/it \
-    && for c in engine client sidecar; do \
+    && for c in engine client sidecar dev testkit; do \
          mkdir -p "crates/redlease-$c/src" && touch "crates/redlease-$c/src/lib.rs"; done \
     && touch src/lib.rs \
     && for f in src/main.rs benches/sequential.rs benches/protocol.rs tests/it/main.rs; do \

@@ -27,9 +27,6 @@
 #[path = "support/common.rs"]
 #[allow(dead_code)]
 mod common;
-#[path = "../tests/it/support/redis_server.rs"]
-#[allow(dead_code)]
-mod redis_server;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,10 +34,10 @@ use std::time::Duration;
 use common::{throughput_in_turns, ParallelCycle, COMPARE_AND_DELETE, PARALLEL_CLIENTS};
 use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis_server::RedisServer;
 use redlease::fleet::wire::{self, Wire};
 use redlease::scripts::SCRIPTS;
 use redlease::{Fleet, FleetOptions, LeaseId};
+use redlease_testkit::RedisServer;
 use tokio::time::Instant;
 
 /// The allocator the `redlease` binary uses (src/main.rs), for every protocol alike.

@@ -17,11 +17,6 @@
 
 #[path = "support/common.rs"]
 mod common;
-#[path = "support/http.rs"]
-mod http;
-#[path = "../tests/it/support/redis_server.rs"]
-#[allow(dead_code)]
-mod redis_server;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,11 +27,12 @@ use common::{
 use fred::prelude::{Expiration, KeysInterface, SetOptions};
 use fred::types::scripts::Script;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis_server::RedisServer;
-use redlease::config::{Overrides, Settings};
-use redlease::server::Sidecar;
 use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
 use redlease_sidecar::process;
+use redlease_testkit::http::{request, Conn};
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::RedisServer;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// The allocator the `redlease` binary uses (src/main.rs), for both the engine and the
@@ -66,9 +62,12 @@ async fn main() {
     }
     let sha = script.sha1().to_string();
 
-    let base = start_sidecar(&urls).await;
+    let sidecar = TestSidecar::start_on(urls.clone(), &[]).await;
+    let base = sidecar.base.clone();
     let http = reqwest::Client::new();
-    let raw = tokio::sync::Mutex::new(http::RawHttp::connect(&base).await.unwrap());
+    let raw = TcpStream::connect(sidecar.addr).await.unwrap();
+    raw.set_nodelay(true).unwrap();
+    let raw = tokio::sync::Mutex::new(Conn::new(raw));
 
     // ONLY=engine|sidecar|sidecar-lean|baseline measures just that path (for profiling it alone).
     let only = std::env::var("ONLY").unwrap_or_default();
@@ -186,19 +185,6 @@ async fn main() {
 }
 
 /// A sidecar on the same masters, served in-process on 127.0.0.1:0; returns its base URL.
-async fn start_sidecar(urls: &[String]) -> String {
-    let overrides = Overrides {
-        masters: Some(urls.to_vec()),
-        listen: Some("127.0.0.1:0".into()),
-    };
-    let settings = Settings::load(None, std::iter::empty(), overrides).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let sidecar = Sidecar::start(&settings).await.unwrap();
-    tokio::spawn(sidecar.run(listener, std::future::pending()));
-    base
-}
-
 async fn sidecar_cycle(http: &reqwest::Client, base: &str) {
     let body = serde_json::json!({"owner": "bench", "ttl_ms": 10000, "auto_renew": false});
     let url = format!("{base}/v1/locks/bench-http/acquire");
@@ -214,18 +200,20 @@ async fn sidecar_cycle(http: &reqwest::Client, base: &str) {
     assert_eq!(released.status(), 200);
 }
 
-/// The same cycle through [`http::RawHttp`]: one keep-alive connection read and written in
-/// this task, as a lean app client would.
-async fn sidecar_raw_cycle(raw: &tokio::sync::Mutex<http::RawHttp>) {
+/// The same cycle through the testkit's raw HTTP client ([`Conn`]): one keep-alive
+/// connection read and written in this task, with no timer around the reads, as a lean app
+/// client would.
+async fn sidecar_raw_cycle(raw: &tokio::sync::Mutex<Conn<TcpStream>>) {
     let mut raw = raw.lock().await;
     let body = r#"{"owner":"bench","ttl_ms":10000,"auto_renew":false}"#;
-    let acquired = raw
-        .send("POST", "/v1/locks/bench-raw/acquire", Some(body))
+    raw.send(&request("POST", "/v1/locks/bench-raw/acquire", body))
         .await;
+    let acquired = raw.read_answer().await.unwrap();
     assert_eq!(acquired.status, 200, "uncontended acquire");
-    let lease: serde_json::Value = serde_json::from_slice(&acquired.body).unwrap();
-    let id = lease["lease_id"].as_str().unwrap();
-    let released = raw.send("DELETE", &format!("/v1/leases/{id}"), None).await;
+    let id = acquired.json()["lease_id"].as_str().unwrap().to_string();
+    raw.send(&request("DELETE", &format!("/v1/leases/{id}"), ""))
+        .await;
+    let released = raw.read_answer().await.unwrap();
     assert_eq!(released.status, 200);
 }
 
@@ -345,7 +333,7 @@ fn path_named<'a>(
     engine: &'a Redlock,
     (http, raw, base): (
         &'a reqwest::Client,
-        &'a tokio::sync::Mutex<http::RawHttp>,
+        &'a tokio::sync::Mutex<Conn<TcpStream>>,
         &'a str,
     ),
     (clients, script, sha): (&'a [fred::clients::Client], &'a Script, &'a str),

@@ -7,6 +7,7 @@
 
 mod access;
 mod fleet;
+mod fleet_args;
 mod load;
 mod lock;
 mod locks;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::lock::{print_json, FleetArgs};
+use super::fleet_args::{print_json, FleetArgs};
 use super::{EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
 use crate::fleet::{BirthRule, Fleet, Node};
 use crate::Error;

@@ -10,11 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use redlease_dev::{redis_server_binary, LocalFleet};
 
 use super::access::AccessArgs;
 use super::{EXIT_IO, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
-
-use crate::dev::{self, LocalFleet};
 use crate::loadtest::renewal::{self, RenewalOptions, RenewalReport};
 use crate::loadtest::{self, fault, hdr, plot, LoadOptions, Report, Target, Workload};
 use crate::redlock::EngineOptions;
@@ -107,7 +106,7 @@ pub async fn run(args: LoadArgs) -> u8 {
         }
     };
     let mut local = match args.local_fleet {
-        Some(n) => match LocalFleet::start(n, &dev::redis_server_binary()).await {
+        Some(n) => match LocalFleet::start(n, &redis_server_binary()).await {
             Ok(fleet) => Some(fleet),
             Err(error) => {
                 eprintln!("redlease: {error}");

@@ -1,20 +1,19 @@
 //! `redlease lock acquire|extend|release`: one operation straight against the masters,
-//! answered as one JSON object on stdout; `lock run` lives in [`super::run`].
+//! answered as one JSON object on stdout; `lock run` lives in [`super::run`], and what both
+//! share (the masters' flags and their defaults, connecting, finishing) in
+//! [`super::fleet_args`].
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::access::AccessArgs;
+use super::fleet_args::DEFAULT_CLI_TTL_MS;
+use super::fleet_args::{connect, default_owner, finish, print_json, FleetArgs};
 use super::{EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
-use crate::keys::Keyspace;
-use crate::redlock::{AcquireOutcome, EngineOptions, ExtendOutcome, Redlock};
-use crate::{Error, Fleet, FleetOptions, LeaseId};
-
-/// Default TTL of `lock acquire`.
-pub const DEFAULT_CLI_TTL_MS: u64 = 10_000;
+use crate::redlock::{AcquireOutcome, ExtendOutcome};
+use crate::{Error, LeaseId};
 
 #[derive(Debug, Subcommand)]
 pub enum LockCommand {
@@ -55,34 +54,6 @@ pub enum LockCommand {
     /// Run a command while holding the lock: renewed while it runs, released when it exits.
     Run(super::run::RunArgs),
 }
-
-/// Where the masters are and how keys are named.
-#[derive(Debug, Args)]
-pub struct FleetArgs {
-    /// Comma-separated redis:// URLs of the independent masters.
-    #[arg(
-        long,
-        env = "REDLEASE__MASTERS",
-        value_delimiter = ',',
-        required = true
-    )]
-    masters: Vec<String>,
-    /// Prefix of every key redlease writes.
-    #[arg(long, env = "REDLEASE__KEY_PREFIX", default_value = crate::keys::DEFAULT_PREFIX)]
-    key_prefix: String,
-    /// How long to wait for the masters at start-up (a quorum that is ready answers sooner).
-    #[arg(long, default_value_t = DEFAULT_CLI_CONNECT_TIMEOUT_MS)]
-    connect_timeout_ms: u64,
-    #[command(flatten)]
-    access: AccessArgs,
-}
-
-/// Default `--connect-timeout-ms`: with too few masters answering, a command says `no_quorum`
-/// within about this long.
-pub const DEFAULT_CLI_CONNECT_TIMEOUT_MS: u64 = 750;
-/// Once a quorum of masters is ready, how long a command still waits for masters that have
-/// not answered at all (frozen, black-holed) before going on without them.
-pub const CLI_STRAGGLER_GRACE: Duration = Duration::from_millis(20);
 
 #[derive(Serialize)]
 struct AcquiredJson<'a> {
@@ -168,50 +139,6 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
         // `lock run` reports its own errors (its exit codes are the command's).
         LockCommand::Run(args) => Ok(super::run::run(args).await),
     }
-}
-
-pub(super) async fn connect(args: &FleetArgs) -> Result<Redlock, Error> {
-    let fleet = Fleet::connect(&args.masters, &args.options()?).await?;
-    Ok(Redlock::new(fleet, EngineOptions::default()))
-}
-
-// === impl FleetArgs ===
-
-impl FleetArgs {
-    /// The fleet options these arguments ask for.
-    pub(super) fn options(&self) -> Result<FleetOptions, Error> {
-        let options = fleet_options(&self.key_prefix, self.connect_timeout_ms);
-        self.access.apply(options)
-    }
-
-    pub(super) fn masters(&self) -> &[String] {
-        &self.masters
-    }
-}
-
-/// The fleet options of the lock commands: their key prefix and connect timeout, and the
-/// short grace for masters that never answer.
-pub(super) fn fleet_options(key_prefix: &str, connect_timeout_ms: u64) -> FleetOptions {
-    FleetOptions {
-        keyspace: Keyspace::new(key_prefix),
-        connect_timeout: Duration::from_millis(connect_timeout_ms),
-        straggler_grace: Some(CLI_STRAGGLER_GRACE),
-        ..FleetOptions::default()
-    }
-}
-
-/// How long a command waits, before exiting, for the writes and releases it sent to be
-/// answered (a master that misses a release is sent it again meanwhile).
-const SETTLE_BEFORE_EXIT: Duration = Duration::from_secs(2);
-/// How long it waits for each master to acknowledge `QUIT` (a frozen one never does; the
-/// process exit closes the connection anyway).
-const QUIT_TIMEOUT: Duration = Duration::from_millis(20);
-
-/// Closes the connections once every write and release in flight has been answered.
-pub(super) async fn finish<T>(engine: &Redlock, outcome: Result<T, Error>) -> Result<T, Error> {
-    engine.settle(SETTLE_BEFORE_EXIT).await;
-    engine.fleet().quit(QUIT_TIMEOUT).await;
-    outcome
 }
 
 /// The validity left at `now` of a lease valid until `valid_until`, and when it ends in Unix
@@ -303,18 +230,6 @@ fn print_release(released: bool, confirmed: bool) -> u8 {
         print_json(&serde_json::json!({"released": false, "reason": "no_quorum"}));
         EXIT_NO_QUORUM
     }
-}
-
-pub(super) fn print_json(value: &impl Serialize) {
-    match serde_json::to_string(value) {
-        Ok(line) => println!("{line}"),
-        Err(error) => eprintln!("redlease: cannot encode the answer: {error}"),
-    }
-}
-
-/// `cli:<pid>@<host>`, so inspection can tell which cron run holds a lock.
-pub(super) fn default_owner() -> String {
-    redlease_client::owner_of_this_process("cli")
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::lock::{connect, finish, print_json, FleetArgs};
+use super::fleet_args::{connect, finish, print_json, FleetArgs};
 use super::{EXIT_HELD, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
 use crate::{Error, ForceOptions, ForceRelease, ForceVerdict, LeaseId, LockView};

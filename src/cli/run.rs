@@ -22,8 +22,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::access::AccessArgs;
-use super::lock::{default_owner, finish, fleet_options};
-use super::lock::{DEFAULT_CLI_CONNECT_TIMEOUT_MS, DEFAULT_CLI_TTL_MS};
+use super::fleet_args::{default_owner, finish, fleet_options};
+use super::fleet_args::{DEFAULT_CLI_CONNECT_TIMEOUT_MS, DEFAULT_CLI_TTL_MS};
 use super::{EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_QUORUM, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::client::ClientError;
 use crate::redlock::{AcquireOutcome, EngineOptions, Lease, Redlock};

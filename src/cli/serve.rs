@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use redlease_dev::{redis_server_binary, LocalFleet};
 
 use super::{EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::config::{Listen, Overrides, Settings};
-use crate::dev::{self, LocalFleet};
 use crate::server::{Listener, Sidecar};
 
 #[derive(Debug, Args)]
@@ -56,7 +56,7 @@ pub async fn dev(args: DevArgs) -> u8 {
         eprintln!("redlease: --count must be at least 1");
         return EXIT_USAGE;
     }
-    let fleet = match LocalFleet::start(args.count, &dev::redis_server_binary()).await {
+    let fleet = match LocalFleet::start(args.count, &redis_server_binary()).await {
         Ok(fleet) => fleet,
         Err(error) => {
             eprintln!("redlease: {error}");
@@ -97,13 +97,8 @@ async fn run(settings: Settings) -> u8 {
     };
     crate::shutdown::reload_token_on_hangup(std::sync::Arc::clone(sidecar.token()));
     announce(&settings, &listener);
-    match sidecar.run(listener, crate::shutdown::signal()).await {
-        Ok(()) => EXIT_OK,
-        Err(error) => {
-            eprintln!("redlease: serving failed: {error}");
-            EXIT_UNAVAILABLE
-        }
-    }
+    sidecar.run(listener, crate::shutdown::signal()).await;
+    EXIT_OK
 }
 
 /// Descriptors the sidecar needs besides its API connections: connections to each master

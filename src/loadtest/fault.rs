@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use redlease_dev::LocalFleet;
 use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{LoadOptions, Report, Target, TIMELINE_WINDOW};
-use crate::dev::LocalFleet;
 use crate::redlock::EngineOptions;
 use crate::FleetOptions;
 
@@ -74,7 +74,7 @@ pub async fn run(fleet: &mut LocalFleet, options: &LoadOptions) -> Result<Report
         tokio::time::sleep_until(started + duration * 2 / 3).await;
         let restarted = started.elapsed();
         fleet.restart(0).await?;
-        Ok::<_, crate::dev::DevError>((killed, restarted))
+        Ok::<_, redlease_dev::DevError>((killed, restarted))
     };
     let (mut report, injected) = tokio::join!(load, inject);
     target.close().await;

@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 use serde_json::{json, Value};
-
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
 
 const TOKEN: &str = "tok-9f3a1c7e5b2d";
 

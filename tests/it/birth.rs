@@ -8,12 +8,13 @@ use std::time::Duration;
 use redlease::{
     BirthRule, EngineOptions, Error, Exclusion, Fleet, FleetMark, FleetOptions, Loss, Redlock,
 };
+use redlease_testkit::assert_eventually;
+use redlease_testkit::fleet::test_fleet_options;
+use redlease_testkit::{RedisServer, TestFleet};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::assert_eventually;
-use crate::support::fleet::test_fleet_options;
-use crate::support::{run_redlease, RedisServer, TestFleet};
+use crate::support::run_redlease;
 
 /// `redlease ARGS` on `masters`: exit code and stdout's JSON (`Null` when there is none).
 fn cli(args: &[&str], masters: &str) -> (i32, Value) {
@@ -294,7 +295,7 @@ async fn another_fleets_master_and_a_second_birth_are_refused() {
     }
 }
 
-async fn engine(fleet: &TestFleet, quarantine: Duration) -> crate::support::fleet::TestEngine {
+async fn engine(fleet: &TestFleet, quarantine: Duration) -> redlease_testkit::fleet::TestEngine {
     let engine = EngineOptions {
         max_ttl: quarantine,
         ..EngineOptions::default()

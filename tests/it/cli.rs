@@ -3,9 +3,8 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use redlease_testkit::TestFleet;
 use serde_json::Value;
-
-use crate::support::TestFleet;
 
 fn redlease(args: &[&str], masters: &str) -> (i32, String) {
     let output: Output = crate::support::run_redlease(args, masters);
@@ -423,11 +422,15 @@ async fn sighup_reads_the_api_token_again_and_never_logs_it() {
         let request = http.get(&fleet_url).bearer_auth(token).send();
         async move { request.await.map(|r| r.status().as_u16()).unwrap_or(0) }
     };
-    crate::assert_eventually!(status("first-7c1e9a").await == 200, 10, "never served");
+    redlease_testkit::assert_eventually!(status("first-7c1e9a").await == 200, 10, "never served");
     let pid = nix::unistd::Pid::from_raw(serve.child.id().unwrap() as i32);
     std::fs::write(&token_path, "second-4b8d2f\n").unwrap();
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
-    crate::assert_eventually!(status("second-4b8d2f").await == 200, 5, "new token refused");
+    redlease_testkit::assert_eventually!(
+        status("second-4b8d2f").await == 200,
+        5,
+        "new token refused"
+    );
     assert_eq!(status("first-7c1e9a").await, 401);
     std::fs::write(&token_path, "\n").unwrap();
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();

@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use redlease::client::{Client, ClientError, LeaseEnd};
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 use tokio::time::{timeout, Instant};
-
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
 
 /// A sidecar on `fleet` and a client of it.
 async fn sidecar(fleet: &TestFleet) -> (TestSidecar, Client) {

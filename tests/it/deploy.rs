@@ -11,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use redlease_testkit::TestFleet;
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 use tokio::time::Instant;
@@ -18,7 +19,6 @@ use tokio::time::Instant;
 use redlease::config::{Overrides, Settings};
 
 use self::image::Dockerfile;
-use crate::support::TestFleet;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -4,10 +4,9 @@ use std::time::Duration;
 
 use redlease::{AcquireOutcome, ExtendOutcome, LeaseId};
 use redlease::{EngineOptions, Extension, NodeVote, Shortfall};
+use redlease_testkit::assert_eventually;
+use redlease_testkit::TestFleet;
 use tokio::time::Instant;
-
-use crate::assert_eventually;
-use crate::support::TestFleet;
 
 const TTL: Duration = Duration::from_secs(5);
 

@@ -5,11 +5,10 @@ use std::time::Duration;
 use redlease::AcquireOutcome;
 use redlease::NodeTimeoutPolicy;
 use redlease::{EngineOptions, Shortfall};
+use redlease_testkit::assert_eventually;
+use redlease_testkit::fleet::QUARANTINE;
+use redlease_testkit::TestFleet;
 use tokio::time::Instant;
-
-use crate::assert_eventually;
-use crate::support::fleet::QUARANTINE;
-use crate::support::TestFleet;
 
 const TTL: Duration = Duration::from_secs(10);
 /// Leases that fit in the test fleets' restart quarantine.

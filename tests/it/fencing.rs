@@ -4,11 +4,10 @@ use std::time::Duration;
 
 use redlease::EngineOptions;
 use redlease::{AcquireOutcome, FleetOptions, Lease};
+use redlease_testkit::assert_eventually;
+use redlease_testkit::fleet::test_fleet_options;
+use redlease_testkit::TestFleet;
 use tokio::time::Instant;
-
-use crate::assert_eventually;
-use crate::support::fleet::test_fleet_options;
-use crate::support::TestFleet;
 
 const TTL: Duration = Duration::from_secs(2);
 

@@ -7,10 +7,10 @@
 //! the end the checker judges everything clients were told.
 //!
 //! This file owns the run: the lab (fleet, proxies, sidecars, engines), the clients, the wind
-//! down and the test. The recording is in `record`, the pure checks in `check`, the verdict
-//! in `report`, the faults in `schedule`, the clients in `sidecar` and `library`.
+//! down and the test. The recording is in `record`, the verdict in `report`, the faults in
+//! `schedule`, the clients in `sidecar` and `library`; the windows, the fenced register and
+//! the pure checks are the testkit's (`redlease_testkit::history`).
 
-mod check;
 mod library;
 mod pace;
 mod record;
@@ -21,6 +21,9 @@ mod sidecar;
 use std::sync::Arc;
 use std::time::Duration;
 
+use redlease_testkit::proxy::{Fault, FaultProxy};
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::{RedisServer, TestFleet};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -29,9 +32,6 @@ use self::pace::{Rng, Stop};
 use self::record::History;
 use self::report::Report;
 use self::sidecar::{SidecarClient, SidecarSlot};
-use crate::support::proxy::{Fault, FaultProxy};
-use crate::support::sidecar::TestSidecar;
-use crate::support::{RedisServer, TestFleet};
 use redlease::{BirthRule, Fleet, FleetOptions};
 
 /// Restart quarantine of every client; no lease or shadow outlives it.
@@ -69,7 +69,7 @@ pub struct Lab {
 
 impl Lab {
     async fn start() -> Self {
-        crate::support::fleet::init_test_logs();
+        redlease_testkit::fleet::init_test_logs();
         let mut fleet = TestFleet::start(5);
         // Master 1 reloads an older dump in the schedule.
         fleet.servers[1] = RedisServer::start_with(|command| {

@@ -17,11 +17,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-
-use crate::support::raw_exchange::{exchange, Answer};
-use crate::support::resp::Resp;
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
+use redlease_testkit::http::{exchange, Answer};
+use redlease_testkit::resp::Resp;
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 
 /// How long any one exchange may take (the server is on loopback; a case that waits for
 /// input it will never get fails at this bound).
@@ -356,7 +355,7 @@ async fn hostile_requests_get_catalogue_answers_and_write_nothing() {
     let addr = addr_of(&sidecar);
     let host = addr.to_string();
     let probe = ctx_for(&host);
-    crate::assert_eventually!(
+    redlease_testkit::assert_eventually!(
         call(addr, probe.get("/readyz"))
             .await
             .is_ok_and(|a| a.status == 200),

@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 use serde_json::{json, Value};
-
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
 
 /// Runs `redlease ARGS` against `masters`: exit code and stdout parsed as JSON.
 fn redlease(args: &[&str], masters: &str) -> (i32, Value) {

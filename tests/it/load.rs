@@ -5,12 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlease::loadtest::{self, LoadOptions, Target, Workload};
+use redlease_testkit::assert_eventually;
+use redlease_testkit::fleet::test_fleet_options;
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 use serde_json::Value;
-
-use crate::assert_eventually;
-use crate::support::fleet::test_fleet_options;
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
 
 fn options(workload: Workload, clients: usize, ops: u64) -> LoadOptions {
     LoadOptions {

@@ -6,10 +6,9 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 use tokio::time::Instant;
-
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
 
 /// `redlease lock run` with `args`, on `masters` (through `REDLEASE__MASTERS`).
 fn lock_run(masters: &str, args: &[impl AsRef<std::ffi::OsStr>]) -> Command {
@@ -359,7 +358,7 @@ async fn through_a_sidecar_a_lost_lease_exits_75() {
     let run = run_through(&sidecar, &args);
     let lose = async {
         let started = dir.path().join("started");
-        crate::assert_eventually!(started.exists(), 5, "the command never started");
+        redlease_testkit::assert_eventually!(started.exists(), 5, "the command never started");
         for i in 0..3 {
             fleet.command(i, &["DEL", "redlease:lock:job"]);
         }

@@ -14,10 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-
-use crate::support::proxy::{Fault, FaultProxy};
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
+use redlease_testkit::proxy::{Fault, FaultProxy};
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 
 const TTL_MS: u64 = 1_500;
 const GRACE_MS: &str = "250";
@@ -243,7 +242,7 @@ impl Process {
 
     /// Its exit code and stderr, once it exits within `secs` seconds (else a panic).
     async fn exit_within(&mut self, secs: u64) -> (i32, String) {
-        crate::assert_eventually!(
+        redlease_testkit::assert_eventually!(
             self.0.try_wait().unwrap().is_some(),
             secs,
             "lock run still running after {secs} s"
@@ -268,7 +267,11 @@ impl Group {
     async fn of(dir: &Path) -> Self {
         let file = dir.join("pid");
         let read = || std::fs::read_to_string(&file).unwrap_or_default();
-        crate::assert_eventually!(read().ends_with('\n'), 10, "the command never started");
+        redlease_testkit::assert_eventually!(
+            read().ends_with('\n'),
+            10,
+            "the command never started"
+        );
         let pid: i32 = read().trim().parse().unwrap();
         let (_, started) = stat(pid).unwrap();
         Self { pid, started }

@@ -7,12 +7,11 @@ use redlease::FleetOptions;
 use redlease::{EngineOptions, NodeVote};
 use redlease::{Error, Fleet, Redlock};
 use redlease::{FleetMark, Membership};
+use redlease_testkit::assert_eventually;
+use redlease_testkit::fleet::{test_fleet_options, QUARANTINE};
+use redlease_testkit::proxy::FaultProxy;
+use redlease_testkit::TestFleet;
 use tokio::time::Instant;
-
-use crate::assert_eventually;
-use crate::support::fleet::{test_fleet_options, QUARANTINE};
-use crate::support::proxy::FaultProxy;
-use crate::support::TestFleet;
 
 const SHORT_TTL: Duration = Duration::from_millis(800);
 

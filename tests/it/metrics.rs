@@ -1,9 +1,8 @@
 //! `/metrics`: the names operators alert on, bounded labels, and a clean `promtool` check.
 
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 use serde_json::json;
-
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
 
 /// After a little traffic, `/metrics` has the documented series under the exact names the
 /// alerts use, never a resource name in a label, and passes `promtool check metrics`.

@@ -4,11 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 use serde_json::{json, Value};
 use tokio::time::Instant;
-
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
 
 /// Every expression of `dashboards/redlease.json` (all panels, collapsed rows' panels too) and
 /// `dashboards/alerts.yml` parses and returns data on Prometheus; `promtool` accepts the rules.

@@ -4,14 +4,13 @@
 use std::io::ErrorKind;
 use std::time::Duration;
 
+use redlease_testkit::assert_eventually;
+use redlease_testkit::proxy::{Fault, FaultProxy};
+use redlease_testkit::resp;
+use redlease_testkit::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
-
-use crate::assert_eventually;
-use crate::support::proxy::{Fault, FaultProxy};
-use crate::support::resp;
-use crate::support::RedisServer;
 
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 const PONG: &[u8] = b"+PONG\r\n";

@@ -5,12 +5,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use redlease::{EngineOptions, FleetOptions, LeaseId};
+use redlease_testkit::assert_eventually;
+use redlease_testkit::fleet::{test_fleet_options, TestEngine};
+use redlease_testkit::resp::{Resp, RespConn};
+use redlease_testkit::TestFleet;
 use tokio::time::Instant;
-
-use crate::assert_eventually;
-use crate::support::fleet::{test_fleet_options, TestEngine};
-use crate::support::resp::{Resp, RespConn};
-use crate::support::TestFleet;
 
 /// Far longer than each test: a key a release left behind outlives every wait here.
 const TTL: Duration = Duration::from_secs(20);

@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
+use redlease_testkit::sidecar::{EventStream, TestSidecar};
+use redlease_testkit::TestFleet;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::support::sidecar::{EventStream, TestSidecar};
-use crate::support::{run_redlease, TestFleet};
+use crate::support::run_redlease;
 
 /// A lease of 20 s without auto-renewal, as the reproduction takes it.
 async fn hold(sidecar: &TestSidecar, resource: &str) -> (String, Value) {

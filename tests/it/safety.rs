@@ -5,13 +5,12 @@
 
 use std::time::Duration;
 
+use redlease_testkit::assert_eventually;
+use redlease_testkit::proxy::{Fault, FaultProxy};
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 use serde_json::{json, Value};
 use tokio::time::Instant;
-
-use crate::assert_eventually;
-use crate::support::proxy::{Fault, FaultProxy};
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
 
 /// Acquires `resource` with `body`, insists on a grant, and returns the lease.
 async fn held(sidecar: &TestSidecar, resource: &str, body: Value) -> Value {
@@ -343,7 +342,7 @@ async fn a_release_during_a_reconnect_reaches_the_master_later() {
     let mut urls = fleet.urls();
     urls[0] = proxy.url();
     let engine_fleet =
-        redlease::Fleet::connect(&urls, &crate::support::fleet::test_fleet_options())
+        redlease::Fleet::connect(&urls, &redlease_testkit::fleet::test_fleet_options())
             .await
             .unwrap();
     let _probe = engine_fleet.spawn_probe(Duration::from_millis(50));

@@ -9,11 +9,10 @@ use redlease::fleet::{Deadline, Node};
 use redlease::scripts::{AcquireCommands, AcquireReply, SCRIPTS};
 use redlease::CallError;
 use redlease::{Fleet, LeaseId};
-
-use crate::assert_eventually;
-use crate::support::fleet::test_fleet_options;
-use crate::support::resp::{Resp, RespConn};
-use crate::support::RedisServer;
+use redlease_testkit::assert_eventually;
+use redlease_testkit::fleet::test_fleet_options;
+use redlease_testkit::resp::{Resp, RespConn};
+use redlease_testkit::RedisServer;
 
 mod preparation;
 
@@ -124,7 +123,7 @@ impl Master {
     }
 
     fn cmd(&self, args: &[&str]) -> Resp {
-        crate::support::resp::command(self.server.port(), args)
+        redlease_testkit::resp::command(self.server.port(), args)
     }
 }
 

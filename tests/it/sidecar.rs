@@ -7,13 +7,12 @@ mod waiters;
 
 use std::time::Duration;
 
+use redlease_testkit::assert_eventually;
+use redlease_testkit::resp::Resp;
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 use serde_json::{json, Value};
 use tokio::time::Instant;
-
-use crate::assert_eventually;
-use crate::support::resp::Resp;
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
 
 fn lease_id(lease: &Value) -> String {
     lease["lease_id"].as_str().unwrap().to_string()

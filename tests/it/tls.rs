@@ -12,12 +12,11 @@ use std::time::Duration;
 
 use redlease::config::{Overrides, Settings};
 use redlease::{Credentials, EngineOptions, Fleet, FleetOptions, Redlock, TlsOptions};
+use redlease_testkit::resp::Resp;
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::tls::{Pki, TlsMaster, ACL_COMMANDS};
 use serde_json::{json, Value};
 use tokio::time::{timeout, Instant};
-
-use crate::support::resp::Resp;
-use crate::support::sidecar::TestSidecar;
-use crate::support::tls::{Pki, TlsMaster, ACL_COMMANDS};
 
 const PASSWORD: &str = "tls-test-Pa55word";
 
@@ -55,7 +54,7 @@ fn options(pki: &Pki) -> FleetOptions {
             ca_file: Some(pki.ca()),
             ..TlsOptions::default()
         },
-        ..crate::support::fleet::test_fleet_options()
+        ..redlease_testkit::fleet::test_fleet_options()
     }
 }
 
@@ -123,7 +122,7 @@ async fn a_least_privilege_user_runs_every_path_over_mutual_tls() {
         })
     };
     let channel = "redlease:released:tls-job";
-    crate::assert_eventually!(
+    redlease_testkit::assert_eventually!(
         masters.iter().all(|m| subscribers(m, channel) == 1),
         5,
         "the waiter never subscribed"

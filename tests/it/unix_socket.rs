@@ -8,10 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use redlease_testkit::http::Conn;
+use redlease_testkit::TestFleet;
 use tokio::net::UnixStream;
-
-use crate::support::raw_http::Conn;
-use crate::support::TestFleet;
 
 /// A `redlease serve` child on a Unix socket, killed if the test fails.
 struct UnixServe {

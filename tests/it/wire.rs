@@ -9,11 +9,10 @@ use std::time::Duration;
 use fred::types::Value;
 use redlease::fleet::wire::{self, Target, Wire, WireError};
 use redlease::resp::Commands;
-
-use crate::assert_eventually;
-use crate::support::proxy::{Fault, FaultProxy};
-use crate::support::redis_server::RedisServer;
-use crate::support::resp;
+use redlease_testkit::assert_eventually;
+use redlease_testkit::proxy::{Fault, FaultProxy};
+use redlease_testkit::redis_server::RedisServer;
+use redlease_testkit::resp;
 
 fn target(port: u16) -> Target {
     Target {

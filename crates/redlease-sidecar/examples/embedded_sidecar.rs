@@ -22,6 +22,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stop = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    sidecar.run(listener, stop).await?;
+    sidecar.run(listener, stop).await;
     Ok(())
 }

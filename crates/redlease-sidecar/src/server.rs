@@ -85,11 +85,13 @@ impl Sidecar {
 
     /// Serves the API on `listener` until `shutdown` resolves, then stops taking leases,
     /// releases every held lease and drains connections, giving up after the grace period.
+    /// Nothing here fails: a connection's errors end that connection (and are logged), and
+    /// what could fail the whole sidecar (binding, connecting) happened before.
     pub async fn run(
         self,
         listener: impl Into<Listener>,
         shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
+    ) {
         let listener = listener.into();
         let (manager, grace) = (Arc::clone(&self.manager), self.grace);
         let draining = Arc::new(Notify::new());
@@ -134,6 +136,5 @@ impl Sidecar {
         }
         self.engine.settle(Duration::from_secs(1)).await;
         self.fleet.quit(Duration::from_secs(1)).await;
-        Ok(())
     }
 }

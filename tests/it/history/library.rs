@@ -8,11 +8,12 @@ use std::time::Duration;
 use redlease::ProbeGuard;
 use redlease::{AcquireOutcome, Fleet, FleetOptions, Redlock};
 use redlease::{EngineOptions, ExtendOutcome, Lease};
+use redlease_testkit::fleet::test_fleet_options;
+use redlease_testkit::history::{Window, WindowId};
 use tokio::time::Instant;
 
 use super::pace::{extension_cap, write_for, Rng, Stop, MAX_ROUNDS, MAX_STEPS};
-use super::record::{History, Window, WindowId};
-use crate::support::fleet::test_fleet_options;
+use super::record::History;
 
 const TTL: Duration = Duration::from_millis(1000);
 const WAIT: Duration = Duration::from_millis(800);

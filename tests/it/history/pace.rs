@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redlease::DriftPolicy;
+use redlease_testkit::history::WindowId;
 use tokio::time::Instant;
 
-use super::record::{History, WindowId, Wrote};
+use super::record::{History, Wrote};
 
 /// Few resources, so clients contend for them.
 pub const RESOURCES: [&str; 3] = ["r0", "r1", "r2"];

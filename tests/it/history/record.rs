@@ -7,71 +7,11 @@
 //! only at the instants the client learns something (an answer, an event, its own decision to
 //! stop). Once the end has passed, the window is over for good.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
+use redlease_testkit::history::{FaultSpan, Register, Window, WindowId, Write};
 use tokio::time::Instant;
-
-/// Index of a window in the history.
-pub type WindowId = usize;
-
-/// A fenced register per resource: the largest token each has accepted.
-#[derive(Default)]
-pub struct Register {
-    max: HashMap<String, u64>,
-}
-
-impl Register {
-    /// Accepts a write carrying `token` when it is at least the largest accepted so far.
-    pub fn write(&mut self, resource: &str, token: u64) -> bool {
-        let max = self.max.entry(resource.to_string()).or_default();
-        let accepted = token >= *max;
-        if accepted {
-            *max = token;
-        }
-        accepted
-    }
-
-    pub fn max(&self, resource: &str) -> u64 {
-        self.max.get(resource).copied().unwrap_or(0)
-    }
-}
-
-/// When one client believed it held one resource.
-#[derive(Clone, Debug)]
-pub struct Window {
-    pub client: String,
-    pub resource: String,
-    pub token: u64,
-    /// When the grant arrived.
-    pub start: Instant,
-    /// The end of the validity the client was last told, or when it learned of an end or
-    /// decided to stop, whichever came first.
-    pub end: Instant,
-    /// The sidecar (index, generation) that granted it; `None` for library clients.
-    pub sidecar: Option<(usize, u64)>,
-}
-
-impl Window {
-    pub fn holds(&self, at: Instant) -> bool {
-        self.start <= at && at < self.end
-    }
-
-    /// Over before it began: the grant arrived after its validity.
-    pub fn is_empty(&self) -> bool {
-        self.end <= self.start
-    }
-}
-
-/// One write to the register.
-#[derive(Clone, Debug)]
-pub struct Write {
-    pub window: WindowId,
-    pub at: Instant,
-    /// The writer's window held at that instant.
-    pub in_window: bool,
-    pub accepted: bool,
-}
 
 /// What a write came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,15 +20,6 @@ pub enum Wrote {
     Rejected,
     /// Not attempted: the window is over.
     NotHeld,
-}
-
-/// A fault while it was in force.
-#[derive(Clone, Debug)]
-pub struct FaultSpan {
-    pub kind: &'static str,
-    pub detail: String,
-    pub start: Instant,
-    pub end: Instant,
 }
 
 #[derive(Default)]

@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use redlease_testkit::history::check::{self, describe, describe_pair, faults_around, ms};
+use redlease_testkit::history::{FaultSpan, Window, Write};
 use tokio::time::Instant;
 
-use super::check::{self, describe, describe_pair, faults_around, ms};
-use super::record::{FaultSpan, History, Window, Write, Wrote};
+use super::record::{History, Wrote};
 use super::sidecar::Frozen;
 
 /// At most this many instances of one failure are shown.

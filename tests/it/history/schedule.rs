@@ -11,13 +11,13 @@
 
 use std::time::Duration;
 
+use redlease_testkit::proxy::Fault;
+use redlease_testkit::sidecar::TestSidecar;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::sidecar::Frozen;
 use super::{Lab, QUARANTINE};
-use crate::support::proxy::Fault;
-use crate::support::sidecar::TestSidecar;
 
 /// One fault.
 #[derive(Clone, Copy, Debug)]

@@ -6,12 +6,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use redlease_testkit::history::{Window, WindowId};
+use redlease_testkit::sidecar::open_events;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::pace::{extension_cap, write_for, Rng, Stop, MAX_ROUNDS, MAX_STEPS, WRITE_EVERY};
-use super::record::{History, Window, WindowId, Wrote};
-use crate::support::sidecar::open_events;
+use super::record::{History, Wrote};
 
 /// A blocking acquisition waits at most this long.
 const WAIT_MS: u64 = 800;

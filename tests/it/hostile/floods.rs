@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use redlease::config::{Overrides, Settings};
+use redlease_testkit::http::{Answer, Conn};
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
 use tokio::time::Instant;
 
 use super::{acquire, addr_of, call, check, ctx_for, release, Case, ANSWER_WITHIN};
-use crate::support::raw_exchange::{Answer, Held, Reader};
-use crate::support::sidecar::TestSidecar;
-use crate::support::TestFleet;
 
 /// Idle connections of the flood (fewer when the open-file limit is too low for them).
 const FLOOD: usize = 2000;
@@ -80,21 +80,22 @@ async fn slow_partial_heads_are_closed_after_the_header_read_timeout() {
     let started = Instant::now();
     let mut held = Vec::new();
     for raw in partial {
-        let mut connection = Held::connect(addr, ANSWER_WITHIN).await.unwrap();
-        connection.send(raw).await.unwrap();
+        let mut connection = Conn::connect(addr, ANSWER_WITHIN).await.unwrap();
+        connection.try_send(raw).await.unwrap();
         held.push(connection);
     }
-    let mut trickle = Held::connect(addr, ANSWER_WITHIN).await.unwrap();
-    trickle.send(b"GET /livez HT").await.unwrap();
+    let mut trickle = Conn::connect(addr, ANSWER_WITHIN).await.unwrap();
+    trickle.try_send(b"GET /livez HT").await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    trickle.send(b"TP/1.1\r\n\r\n").await.unwrap();
-    let served = trickle.answer(ANSWER_WITHIN).await;
+    trickle.try_send(b"TP/1.1\r\n\r\n").await.unwrap();
+    let served = trickle.answer_within(ANSWER_WITHIN).await;
     let mut failures = Vec::new();
     if !served.as_ref().is_ok_and(|a| a.status == 200) {
         failures.push(format!("a head complete in 150 ms: {served:?}"));
     }
     let closes = held.iter_mut().map(|connection| async {
         let closed = connection.closed_within(Duration::from_secs(5)).await;
+        let closed = closed.map(|closed| closed.bytes);
         (closed, started.elapsed())
     });
     for ((closed, after), raw) in join_all(closes).await.into_iter().zip(partial) {
@@ -109,7 +110,7 @@ async fn slow_partial_heads_are_closed_after_the_header_read_timeout() {
             ));
         }
         if !bytes.is_empty() {
-            let answer = Reader::new(bytes.as_slice()).answer().await;
+            let answer = Conn::new(bytes.as_slice()).read_answer().await;
             let timed_out = answer.and_then(|a| refusal(&a, 408, "request_timeout"));
             if let Err(error) = timed_out {
                 failures.push(format!("{name:?}: {error}"));
@@ -143,10 +144,14 @@ async fn a_connection_flood_is_refused_past_the_limit_and_the_api_recovers() {
     let rss_before = vm_rss_kib();
     let mut held = Vec::with_capacity(flood);
     for i in 0..flood {
-        let connection = Held::connect(addr, ANSWER_WITHIN).await;
+        let connection = Conn::connect(addr, ANSWER_WITHIN).await;
         held.push(connection.unwrap_or_else(|e| panic!("connection {i}: {e}")));
     }
-    let answers = join_all(held.iter_mut().map(|c| c.answer(Duration::from_secs(3)))).await;
+    let answers = join_all(
+        held.iter_mut()
+            .map(|c| c.answer_within(Duration::from_secs(3))),
+    )
+    .await;
     let (mut refused, mut idle, mut failures) = (0, 0, Vec::new());
     for (i, answer) in answers.iter().enumerate() {
         match answer
@@ -213,15 +218,15 @@ async fn event_streams_past_the_limit_are_refused() {
     let rss_before = vm_rss_kib();
     let (mut open, mut failures) = (Vec::new(), Vec::new());
     for i in 0..2 * MAX_STREAMS {
-        let mut connection = Held::connect(addr, ANSWER_WITHIN).await.unwrap();
-        connection.send(&request).await.unwrap();
-        let head = connection.head(ANSWER_WITHIN).await;
+        let mut connection = Conn::connect(addr, ANSWER_WITHIN).await.unwrap();
+        connection.try_send(&request).await.unwrap();
+        let head = connection.head_within(ANSWER_WITHIN).await;
         let outcome = match head {
             Ok(head) if i < MAX_STREAMS => stream_opened(&head),
             Ok(head) if head.status == 200 => Err("a stream opened past the limit".into()),
             Ok(mut head) => {
                 let body =
-                    tokio::time::timeout(ANSWER_WITHIN, connection.reader.body(&mut head)).await;
+                    tokio::time::timeout(ANSWER_WITHIN, connection.read_body(&mut head)).await;
                 let body = body.unwrap_or_else(|_| Err("no body within the limit".into()));
                 body.and_then(|()| refusal(&head, 429, "too_many_streams"))
             }
@@ -237,10 +242,10 @@ async fn event_streams_past_the_limit_are_refused() {
     open.truncate(open.len().saturating_sub(10));
     let deadline = Instant::now() + Duration::from_secs(3);
     let reopened = loop {
-        let mut connection = Held::connect(addr, ANSWER_WITHIN).await.unwrap();
-        connection.send(&request).await.unwrap();
+        let mut connection = Conn::connect(addr, ANSWER_WITHIN).await.unwrap();
+        connection.try_send(&request).await.unwrap();
         let opened = connection
-            .head(ANSWER_WITHIN)
+            .head_within(ANSWER_WITHIN)
             .await
             .and_then(|h| stream_opened(&h));
         if opened.is_ok() || Instant::now() > deadline {

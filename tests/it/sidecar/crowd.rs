@@ -5,11 +5,11 @@
 
 use futures_util::future::join_all;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
+use redlease_testkit::http::{request, Answer, Closed, Conn};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::*;
-use crate::support::raw_http::{Answer, Conn};
 
 const MAX_CONNECTIONS: usize = 4096;
 /// Blocking acquisitions that wait at once: every one of them blocks.
@@ -20,16 +20,6 @@ const EXTRA_WAITERS: usize = 2200;
 /// Extra waiters in flight at once (their refusals close their connections).
 const EXTRA_BATCH: usize = 400;
 const HOLDERS: usize = 50;
-
-fn request(method: &str, path: &str, body: &str) -> Vec<u8> {
-    let typed = if body.is_empty() {
-        String::new()
-    } else {
-        let length = body.len();
-        format!("content-type: application/json\r\ncontent-length: {length}\r\n")
-    };
-    format!("{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{typed}\r\n{body}").into_bytes()
-}
 
 fn wait_for_blocked(n: usize) -> Vec<u8> {
     let body = json!({"owner": format!("waiter-{n}"), "wait_ms": 55_000}).to_string();
@@ -100,7 +90,11 @@ async fn refused_waiter(
     if seen != wanted {
         return Err(format!("{seen:?}: {}", answer.body_text()));
     }
-    match conn.closed_within(Duration::from_secs(3)).await {
+    match conn
+        .closed_within(Duration::from_secs(3))
+        .await
+        .map(Closed::silent)
+    {
         Some(_) => Ok(()),
         None => Err("the refused waiter's connection stayed open".into()),
     }

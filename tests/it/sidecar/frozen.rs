@@ -14,11 +14,11 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use redlease::config::{Overrides, Settings};
 use redlease::server::{Listener, Sidecar};
+use redlease_testkit::http::{request, Conn};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::support::raw_http::Conn;
 
 /// The lease's idle timeout; its heartbeats are a quarter of it apart.
 const IDLE: Duration = Duration::from_millis(1000);
@@ -40,14 +40,7 @@ enum Api {
 
 impl Api {
     async fn call(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
-        let typed = if body.is_empty() {
-            String::new()
-        } else {
-            let length = body.len();
-            format!("content-type: application/json\r\ncontent-length: {length}\r\n")
-        };
-        let request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\n{typed}\r\n{body}")
-            .into_bytes();
+        let request = request(method, path, body);
         let answer = match self {
             Api::Tcp(addr) => {
                 let stream = TcpStream::connect(addr).await.unwrap();
@@ -106,7 +99,7 @@ impl Drop for Reader {
 
 /// An in-process sidecar on a Unix socket in a temporary directory.
 struct UnixSidecar {
-    served: JoinHandle<std::io::Result<()>>,
+    served: JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
 

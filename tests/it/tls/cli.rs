@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
+use redlease_testkit::tls::{Pki, TlsMaster};
 use serde_json::Value;
 
 use super::{tls_env, PASSWORD};
-use crate::support::tls::{Pki, TlsMaster};
 
 /// `redlease ARGS` with `env` (and no other `REDLEASE__*` variable of this process): exit
 /// code, stdout, stderr. The password must be in neither.

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use redlease_testkit::tls::{Pki, TlsMaster};
 use serde_json::json;
 
 use super::{tls_env, PASSWORD};
-use crate::support::tls::{Pki, TlsMaster};
 
 /// A password the masters do not accept, which must not be shown either.
 const WRONG: &str = "not-the-Pa55word";

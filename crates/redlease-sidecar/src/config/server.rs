@@ -80,7 +80,7 @@ impl Default for HttpSettings {
         Self {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
-            max_waiters: DEFAULT_MAX_CONNECTIONS / DEFAULT_WAITERS_SHARE,
+            max_waiters: default_max_waiters(DEFAULT_MAX_CONNECTIONS),
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_HTTP_IDLE_TIMEOUT,
             allowed_hosts: Vec::new(),
@@ -117,21 +117,23 @@ pub(super) struct RawHttp {
     allowed_hosts: Vec<String>,
 }
 
-/// The defaults of `listen`, `http.*` and `auth.*`.
+/// The defaults of `listen`, `http.*` and `auth.*`, in their raw form: the values of
+/// `HttpSettings::default()` and `AuthSettings::default()`, so each default is written once
+/// (`http.max_waiters` has none: left out, it is a share of `http.max_connections`).
 pub(super) fn defaults(
     b: ConfigBuilder<DefaultState>,
 ) -> Result<ConfigBuilder<DefaultState>, ::config::ConfigError> {
+    let (http, auth) = (HttpSettings::default(), AuthSettings::default());
+    // No token file is the empty path.
+    let token_file = auth.token_file.map(|file| file.display().to_string());
     b.set_default("listen", DEFAULT_LISTEN.to_string())?
-        .set_default("http.max_connections", DEFAULT_MAX_CONNECTIONS as u64)?
-        .set_default("http.max_event_streams", DEFAULT_MAX_EVENT_STREAMS as u64)?
-        .set_default(
-            "http.header_read_timeout_ms",
-            ms(DEFAULT_HEADER_READ_TIMEOUT),
-        )?
-        .set_default("http.idle_timeout_ms", ms(DEFAULT_HTTP_IDLE_TIMEOUT))?
-        .set_default("http.allowed_hosts", Vec::<String>::new())?
-        .set_default("auth.token_file", "")?
-        .set_default("auth.metrics_open", false)
+        .set_default("http.max_connections", http.max_connections as u64)?
+        .set_default("http.max_event_streams", http.max_event_streams as u64)?
+        .set_default("http.header_read_timeout_ms", ms(http.header_read_timeout))?
+        .set_default("http.idle_timeout_ms", ms(http.idle_timeout))?
+        .set_default("http.allowed_hosts", http.allowed_hosts)?
+        .set_default("auth.token_file", token_file.unwrap_or_default())?
+        .set_default("auth.metrics_open", auth.metrics_open)
 }
 
 /// The `listen` address (`ip:port` or `unix:/path`), with a problem pushed onto `p` when it is
@@ -201,7 +203,7 @@ impl RawHttp {
 /// `http.max_waiters`: given, at most half of `max_connections`; else a quarter of it.
 fn max_waiters(given: Option<u64>, max_connections: usize, p: &mut Vec<String>) -> usize {
     let Some(given) = given else {
-        return max_connections / DEFAULT_WAITERS_SHARE;
+        return default_max_waiters(max_connections);
     };
     let most = max_connections / MAX_WAITERS_SHARE;
     if given > most as u64 {
@@ -212,6 +214,11 @@ fn max_waiters(given: Option<u64>, max_connections: usize, p: &mut Vec<String>) 
         p.push(format!("http.max_waiters: {rule}"));
     }
     usize::try_from(given.min(most as u64)).unwrap_or(most)
+}
+
+/// `http.max_waiters` when it is not given: a share of `max_connections`.
+fn default_max_waiters(max_connections: usize) -> usize {
+    max_connections / DEFAULT_WAITERS_SHARE
 }
 
 /// Labels of letters, digits and '-', separated by dots, 253 bytes at most.

@@ -4,7 +4,7 @@
 
 use tokio::time::Instant;
 
-use super::record::{FaultSpan, Window, WindowId, Write};
+use super::{FaultSpan, Window, WindowId, Write};
 
 /// Pairs of windows of one resource whose holding times intersect, earlier start first.
 /// Empty windows hold nothing and overlap nothing.

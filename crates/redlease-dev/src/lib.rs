@@ -1,6 +1,11 @@
-//! Local `redis-server` processes: [`RedisServer`] (one process, in `dev/redis_server.rs`),
-//! and [`LocalFleet`], the throwaway fleet `redlease dev` and `redlease load --local-fleet`
-//! run on.
+//! redlease-dev: local `redis-server` processes — [`RedisServer`] (one process, in
+//! `redis_server.rs`, the only code that starts one) and [`LocalFleet`], the throwaway fleet
+//! `redlease dev` and `redlease load --local-fleet` run on. The tests and benches start their
+//! servers through it too (`redlease-testkit`).
+//!
+//! It knows nothing of Redlock: a server here is a process on a loopback port.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
 
 mod redis_server;
 

@@ -13,8 +13,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
-use super::resp::{self, Resp};
-use super::RedisServer;
+use crate::resp::{self, Resp};
+use crate::RedisServer;
 
 /// The commands redlease's ACL user needs: the ACL line of docs/security.md lists exactly
 /// these (a test holds the two together).
@@ -68,8 +68,13 @@ pub struct Pki {
 impl Pki {
     /// A fresh CA (its own key: no other `Pki` trusts it), a server certificate for
     /// 127.0.0.1 and localhost, and a client certificate.
+    #[allow(
+        clippy::new_without_default,
+        reason = "each call makes a new CA with openssl: no default value"
+    )]
     pub fn new() -> Self {
         let pki = Self {
+            // A temp dir that cannot be made fails the test.
             dir: tempfile::tempdir().unwrap(),
         };
         // A name of its own: a CA of the same name would be taken for the signer.
@@ -103,10 +108,12 @@ impl Pki {
         pki
     }
 
+    /// The file `name` in the temp dir.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
+    /// The CA certificate (`ca.pem`).
     pub fn ca(&self) -> PathBuf {
         self.path("ca.pem")
     }
@@ -114,6 +121,7 @@ impl Pki {
     /// Writes `text` into the file `name` of the temp dir; its path.
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.path(name);
+        // A temp file that cannot be written fails the test.
         std::fs::write(&path, text).unwrap();
         path
     }
@@ -127,6 +135,7 @@ impl Pki {
         );
         let ext = format!("{name}.ext");
         let extensions = format!("basicConstraints=CA:FALSE\n{extensions}\n");
+        // A temp file that cannot be written fails the test.
         std::fs::write(self.path(&ext), extensions).unwrap();
         self.openssl(&[
             "req",
@@ -176,6 +185,7 @@ impl Pki {
 
 /// A `redis-server` with a TLS port (`rediss://`) beside its plain one.
 pub struct TlsMaster {
+    /// The server, with its plain port for the test's own commands.
     pub server: RedisServer,
     tls_port: Arc<AtomicU16>,
 }
@@ -189,6 +199,7 @@ impl TlsMaster {
         let (cert, key, ca) = (pki.path("server.pem"), pki.path("server.key"), pki.ca());
         let server = RedisServer::start_with(move |command| {
             // A fresh port for every spawn, as the launcher does for the plain one.
+            // Binding loopback port 0 fails only when the machine is out of ports.
             let port = TcpListener::bind("127.0.0.1:0")
                 .unwrap()
                 .local_addr()
@@ -208,6 +219,7 @@ impl TlsMaster {
         Self { server, tls_port }
     }
 
+    /// The TLS port (a fresh one at every spawn).
     pub fn tls_port(&self) -> u16 {
         self.tls_port.load(Ordering::SeqCst)
     }

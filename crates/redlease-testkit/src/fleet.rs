@@ -4,14 +4,14 @@
 use std::ops::Deref;
 use std::time::Duration;
 
-use redlease::EngineOptions;
-use redlease::ProbeGuard;
-use redlease::{Fleet, FleetOptions, Redlock};
+use redlease_engine::{EngineOptions, Fleet, FleetOptions, ProbeGuard, Redlock};
 
-use super::resp;
-use super::RedisServer;
+use crate::resp;
+use crate::RedisServer;
 
+/// Real masters for one test; prints every master's log if the test panics.
 pub struct TestFleet {
+    /// The masters, in the order their URLs are given to engines and sidecars.
     pub servers: Vec<RedisServer>,
 }
 
@@ -26,6 +26,7 @@ impl TestFleet {
         }
     }
 
+    /// Every master's `redis://127.0.0.1:<port>`.
     pub fn urls(&self) -> Vec<String> {
         self.servers.iter().map(RedisServer::url).collect()
     }
@@ -40,8 +41,10 @@ impl TestFleet {
         self.engine_custom(options, test_fleet_options()).await
     }
 
+    /// An engine with `options`, on a fleet connected with `fleet` (and probed every 50 ms).
     pub async fn engine_custom(&self, options: EngineOptions, fleet: FleetOptions) -> TestEngine {
         init_test_logs();
+        // A fleet that cannot be reached fails the test here.
         let fleet = Fleet::connect(&self.urls(), &fleet).await.unwrap();
         let probe = fleet.spawn_probe(Duration::from_millis(50));
         TestEngine {
@@ -78,6 +81,7 @@ impl TestFleet {
 
     /// The `run_id` of master `i`'s current process.
     pub fn run_id(&self, i: usize) -> String {
+        // Every redis-server reports its run_id under INFO server.
         let info = self.command(i, &["INFO", "server"]).bulk().unwrap();
         let line = info.lines().find(|l| l.starts_with("run_id:")).unwrap();
         line.trim_end()["run_id:".len()..].to_string()
@@ -89,11 +93,14 @@ impl TestFleet {
         let info = info.unwrap_or_default();
         let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:"));
         let calls = line.and_then(|l| l.split(['=', ',']).nth(1));
+        // INFO counters are integers; a malformed one fails the test.
         calls.map_or(0, |n| n.parse().unwrap())
     }
 
+    /// The fence counter on master `i` (0 before the first grant).
     pub fn fence(&self, i: usize) -> u64 {
         let value = self.command(i, &["GET", "redlease:fence"]).bulk();
+        // The fence counter is an integer written by INCR; anything else fails the test.
         value.map_or(0, |v| v.parse().unwrap())
     }
 }
@@ -139,6 +146,7 @@ pub fn test_fleet_options() -> FleetOptions {
     }
 }
 
+/// The restart quarantine of [`test_fleet_options`].
 pub const QUARANTINE: Duration = Duration::from_secs(1);
 
 impl Drop for TestFleet {

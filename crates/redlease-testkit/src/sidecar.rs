@@ -4,21 +4,24 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redlease::config::{Listen, Overrides, Settings};
-use redlease::server::{Listener, Sidecar};
+use redlease_sidecar::config::{Listen, Overrides, Settings};
+use redlease_sidecar::server::{Listener, Sidecar};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::TestFleet;
+use crate::TestFleet;
 
+/// A sidecar serving in this process, shut down (or aborted) by the test.
 pub struct TestSidecar {
+    /// `http://127.0.0.1:<port>`.
     pub base: String,
     /// Where it listens (loopback, a port the kernel chose).
     pub addr: std::net::SocketAddr,
+    /// A client for the test's own requests.
     pub http: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
-    served: Option<JoinHandle<std::io::Result<()>>>,
+    served: Option<JoinHandle<()>>,
 }
 
 impl TestSidecar {
@@ -34,6 +37,7 @@ impl TestSidecar {
             masters: Some(urls),
             listen: Some("127.0.0.1:0".into()),
         };
+        // Settings the test wrote that do not load, bind or start fail the test.
         let settings = Settings::load(None, env, overrides).unwrap();
         let listener = Listener::bind(&settings.listen).await.unwrap();
         let Listen::Tcp(addr) = listener.local().unwrap() else {
@@ -60,12 +64,15 @@ impl TestSidecar {
             let _ = tx.send(());
         }
         if let Some(served) = self.served.take() {
-            served.await.unwrap().unwrap();
+            // A sidecar that panicked fails the test.
+            served.await.unwrap();
         }
     }
 
+    /// A POST of `body` to `/v1/locks/{resource}/acquire`: its status and JSON body.
     pub async fn acquire(&self, resource: &str, body: Value) -> (u16, Value) {
         let url = format!("{}/v1/locks/{resource}/acquire", self.base);
+        // A request that cannot be sent, or gets no answer, fails the test.
         let response = self.http.post(url).json(&body).send().await.unwrap();
         answer(response).await
     }
@@ -73,18 +80,22 @@ impl TestSidecar {
     /// A POST of the JSON `body` to `path`: its status and JSON body.
     pub async fn post_json(&self, path: &str, body: Value) -> (u16, Value) {
         let url = format!("{}{path}", self.base);
+        // A request that cannot be sent, or gets no answer, fails the test.
         let response = self.http.post(url).json(&body).send().await.unwrap();
         answer(response).await
     }
 
+    /// A GET of `path`: its status and JSON body (a string when not JSON).
     pub async fn get(&self, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::GET, path).await
     }
 
+    /// A body-less POST to `path`: its status and JSON body.
     pub async fn post(&self, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::POST, path).await
     }
 
+    /// A DELETE of `path`: its status and JSON body.
     pub async fn delete(&self, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::DELETE, path).await
     }
@@ -92,6 +103,7 @@ impl TestSidecar {
     /// A body-less `method` request to `path`: its status and JSON body.
     async fn call(&self, method: reqwest::Method, path: &str) -> (u16, Value) {
         let url = format!("{}{path}", self.base);
+        // A request that cannot be sent, or gets no answer, fails the test.
         let response = self.http.request(method, url).send().await.unwrap();
         answer(response).await
     }
@@ -99,6 +111,7 @@ impl TestSidecar {
     /// Opens the event stream of a lease.
     pub async fn events(&self, lease_id: &str) -> EventStream {
         let url = format!("{}/v1/leases/{lease_id}/events", self.base);
+        // A request that cannot be sent, or gets no answer, fails the test.
         let response = self.http.get(url).send().await.unwrap();
         assert_eq!(response.status(), 200);
         EventStream::new(response)
@@ -122,13 +135,13 @@ impl Drop for TestSidecar {
 
 async fn answer(response: reqwest::Response) -> (u16, Value) {
     let status = response.status().as_u16();
+    // A body that is not text fails the test.
     let text = response.text().await.unwrap();
     let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
     (status, body)
 }
 
-type Body =
-    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>;
+type Body = futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>;
 
 /// The event stream ended (the lease ended, or the connection went).
 #[derive(Debug)]

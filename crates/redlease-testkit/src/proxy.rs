@@ -37,9 +37,13 @@ const READ_SIZE: usize = 16 << 10;
 /// What happens to the bytes of one direction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
+    /// Bytes go through at once.
     Pass,
+    /// Each chunk goes through this long after it was read.
     Delay(Duration),
+    /// Nothing goes through while it lasts; bytes stay queued, delivered once it ends.
     Blackhole,
+    /// Queued bytes and every byte read while it lasts are discarded.
     BlackholeDrop,
 }
 
@@ -84,6 +88,7 @@ impl FaultProxy {
     /// A proxy on a kernel-chosen loopback port in front of `127.0.0.1:upstream_port`.
     pub async fn start(upstream_port: u16) -> Self {
         let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, upstream_port));
+        // Binding loopback port 0 fails only when the machine is out of ports: the test fails.
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let handle = ProxyHandle::new();
@@ -96,14 +101,17 @@ impl FaultProxy {
         }
     }
 
+    /// The proxy's own loopback port, where clients connect.
     pub fn port(&self) -> u16 {
         self.port
     }
 
+    /// `redis://127.0.0.1:<proxy port>`: the URL a client gives instead of the master's.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// A handle that controls this proxy from elsewhere (another task, a schedule).
     pub fn handle(&self) -> ProxyHandle {
         self.handle.clone()
     }
@@ -205,6 +213,7 @@ impl ProxyHandle {
 
     /// When (Unix ms) each client → server chunk containing `needle` was read by the proxy.
     pub fn sent_at(&self, needle: &[u8]) -> Vec<u64> {
+        // Poisoned only if a connection task panicked: the test fails with it.
         let sent = self.shared.sent.lock().unwrap();
         let has = |bytes: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
         sent.iter()
@@ -441,6 +450,7 @@ impl Pipe {
     fn record(&self, bytes: &[u8]) {
         let Some(log) = &self.log else { return };
         let now = std::time::SystemTime::now();
+        // The clock is after 1970; a poisoned log means a connection task panicked.
         let ms = now
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()

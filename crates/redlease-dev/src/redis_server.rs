@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::DevError;
+use crate::DevError;
 
 /// How long a spawned server may take to answer PING.
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
@@ -65,7 +65,7 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts `binary` (see [`super::redis_server_binary`]) on a free loopback port.
+    /// Starts `binary` (see [`crate::redis_server_binary`]) on a free loopback port.
     pub fn start(binary: &str) -> Result<Self, DevError> {
         Self::start_with(binary, |_| {})
     }

@@ -7,14 +7,20 @@ use std::time::Duration;
 /// A reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resp {
+    /// `+…`
     Simple(String),
+    /// `-…`
     Error(String),
+    /// `:…`
     Int(i64),
+    /// `$…`; `None` for the null bulk string.
     Bulk(Option<String>),
+    /// `*…`
     Array(Vec<Resp>),
 }
 
 impl Resp {
+    /// The integer (panics on any other reply).
     pub fn int(&self) -> i64 {
         match self {
             Resp::Int(n) => *n,
@@ -22,6 +28,7 @@ impl Resp {
         }
     }
 
+    /// The bulk string, `None` when null (panics on any other reply).
     pub fn bulk(&self) -> Option<String> {
         match self {
             Resp::Bulk(value) => value.clone(),
@@ -29,6 +36,7 @@ impl Resp {
         }
     }
 
+    /// The non-null bulk strings of an array (panics on any other reply).
     pub fn strings(&self) -> Vec<String> {
         match self {
             Resp::Array(items) => items.iter().filter_map(Resp::bulk).collect(),
@@ -43,6 +51,7 @@ pub struct RespConn {
 }
 
 impl RespConn {
+    /// Connects to the master on loopback `port`, reads bounded to 5 s.
     pub fn connect(port: u16) -> std::io::Result<Self> {
         let stream = TcpStream::connect(("127.0.0.1", port))?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -51,13 +60,16 @@ impl RespConn {
         })
     }
 
+    /// Bounds every later read to `timeout`.
     pub fn set_read_timeout(&self, timeout: Duration) {
+        // Fails only on a zero timeout, a caller's mistake.
         self.reader
             .get_ref()
             .set_read_timeout(Some(timeout))
             .unwrap();
     }
 
+    /// Writes one command without reading its reply (pipelining, or a blocking command).
     pub fn send(&mut self, args: &[&str]) -> std::io::Result<()> {
         let mut out = format!("*{}\r\n", args.len());
         for arg in args {
@@ -66,11 +78,14 @@ impl RespConn {
         self.reader.get_mut().write_all(out.as_bytes())
     }
 
+    /// Runs one command and reads its reply (panics on an I/O error).
     pub fn command(&mut self, args: &[&str]) -> Resp {
+        // An I/O error or a malformed reply fails the test.
         self.send(args).unwrap();
         self.read().unwrap()
     }
 
+    /// Reads the next reply.
     pub fn read(&mut self) -> std::io::Result<Resp> {
         let mut line = String::new();
         self.reader.read_line(&mut line)?;
@@ -79,6 +94,7 @@ impl RespConn {
         Ok(match kind {
             "+" => Resp::Simple(rest.to_string()),
             "-" => Resp::Error(rest.to_string()),
+            // A malformed length or integer from redis-server fails the test.
             ":" => Resp::Int(rest.parse().unwrap()),
             "$" => self.read_bulk(rest.parse().unwrap())?,
             "*" => {
@@ -99,11 +115,13 @@ impl RespConn {
         let mut buf = vec![0; len as usize + 2];
         self.reader.read_exact(&mut buf)?;
         buf.truncate(len as usize);
+        // The tests store and read UTF-8 values only.
         Ok(Resp::Bulk(Some(String::from_utf8(buf).unwrap())))
     }
 }
 
 /// Runs one command on the master at `port` over a fresh connection.
 pub fn command(port: u16, args: &[&str]) -> Resp {
+    // A master that refuses the connection fails the test.
     RespConn::connect(port).unwrap().command(args)
 }

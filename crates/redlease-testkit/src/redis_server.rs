@@ -1,4 +1,4 @@
-//! The tests' and benches' `redis-server`: `redlease::dev::RedisServer` (which starts it on a
+//! The tests' and benches' `redis-server`: `redlease_dev::RedisServer` (which starts it on a
 //! kernel-chosen loopback port, in a temp dir, killed on drop), here also killed when the
 //! thread that started it exits, so a killed run leaves no server behind.
 //!
@@ -11,8 +11,10 @@ use std::process::Command;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use redlease::dev;
+use redlease_dev as dev;
 
+/// One `redis-server` on a kernel-chosen loopback port, killed on drop and when the thread
+/// that started it exits.
 pub struct RedisServer {
     server: dev::RedisServer,
     paused: bool,
@@ -40,10 +42,12 @@ impl RedisServer {
         }
     }
 
+    /// Its plain loopback port (kept across `restart`).
     pub fn port(&self) -> u16 {
         self.server.port()
     }
 
+    /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         self.server.url()
     }
@@ -83,6 +87,7 @@ impl RedisServer {
 
     fn signal(&self, signal: Signal) {
         if let Some(pid) = self.server.pid() {
+            // Fails only if the process is gone, which the test should hear about.
             kill(Pid::from_raw(pid as i32), signal).unwrap();
         }
     }
@@ -95,6 +100,10 @@ impl Drop for RedisServer {
 }
 
 /// Has the server killed when the thread that spawns it exits.
+#[allow(
+    unsafe_code,
+    reason = "pre_exec: one async-signal-safe syscall in the forked child"
+)]
 fn die_with_parent(command: &mut Command) {
     // SAFETY: the closure runs in the forked child before exec and only makes one syscall
     // (prctl), which is async-signal-safe. The server is killed when the thread that started
