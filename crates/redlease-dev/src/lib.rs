@@ -4,6 +4,7 @@
 //! servers through it too (`redlease-testkit`).
 //!
 //! It knows nothing of Redlock: a server here is a process on a loopback port.
+#![warn(unreachable_pub, missing_docs)]
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -23,37 +24,76 @@ pub fn redis_server_binary() -> String {
 /// Why a local `redis-server` could not be started, stopped or restarted.
 #[derive(Debug, thiserror::Error)]
 pub enum DevError {
+    /// The binary could not be started.
     #[error("cannot start {binary} ({source}); install it with scripts/install-deps.sh or set REDIS_SERVER_BIN")]
     Spawn {
+        /// The binary tried.
         binary: String,
+        /// What the system said.
         source: std::io::Error,
     },
+    /// The server exited before it answered PING.
     #[error("redis-server for 127.0.0.1:{port} exited ({status}) before answering PING; log ends:\n{log}")]
     Exited {
+        /// Its port.
         port: u16,
+        /// How it exited.
         status: ExitStatus,
+        /// The end of its log.
         log: String,
     },
+    /// The server never answered PING in time.
     #[error("redis-server (pid {pid}) on 127.0.0.1:{port} gave no PONG within {START_TIMEOUT:?}; log ends:\n{log}")]
-    NotReady { port: u16, pid: u32, log: String },
+    NotReady {
+        /// Its port.
+        port: u16,
+        /// Its pid.
+        pid: u32,
+        /// The end of its log.
+        log: String,
+    },
+    /// Waiting for the server's exit failed.
     #[error("cannot wait for redis-server (pid {pid}): {source}")]
-    Wait { pid: u32, source: std::io::Error },
+    Wait {
+        /// Its pid.
+        pid: u32,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The server's temp dir could not be made.
     #[error("cannot create the temp dir {} for redis-server: {source}", .path.display())]
     TempDir {
+        /// The dir.
         path: PathBuf,
+        /// What the system said.
         source: std::io::Error,
     },
+    /// The server's log could not be opened.
     #[error("cannot open the redis-server log {}: {source}", .path.display())]
     Log {
+        /// The log file.
         path: PathBuf,
+        /// What the system said.
         source: std::io::Error,
     },
+    /// No free loopback port could be had from the kernel.
     #[error("cannot find a free loopback port for redis-server: {0}")]
     FreePort(std::io::Error),
+    /// A master index past the fleet's end.
     #[error("no master {index} in a fleet of {count}")]
-    NoMaster { index: usize, count: usize },
+    NoMaster {
+        /// The index asked for.
+        index: usize,
+        /// How many masters the fleet has.
+        count: usize,
+    },
+    /// A master whose kill or restart was cancelled half-way.
     #[error("master {index} is gone: a kill or restart of it was cancelled before it finished")]
-    Lost { index: usize },
+    Lost {
+        /// Its index.
+        index: usize,
+    },
+    /// The task driving the server failed.
     #[error("the task driving redis-server failed: {0}")]
     Task(#[from] tokio::task::JoinError),
 }
@@ -104,14 +144,17 @@ impl LocalFleet {
         self.on_master(index, RedisServer::restart).await
     }
 
+    /// How many masters the fleet has.
     pub fn len(&self) -> usize {
         self.urls.len()
     }
 
+    /// Whether the fleet has no master.
     pub fn is_empty(&self) -> bool {
         self.urls.is_empty()
     }
 
+    /// Every master's `redis://127.0.0.1:<port>` URL, in order.
     pub fn urls(&self) -> Vec<String> {
         self.urls.clone()
     }

@@ -100,6 +100,7 @@ impl RedisServer {
         }
     }
 
+    /// The loopback port it listens on.
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -154,6 +155,7 @@ impl RedisServer {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// Where its log is written.
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("redis.log")
     }
