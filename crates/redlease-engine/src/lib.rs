@@ -27,7 +27,8 @@
 //! 4. `scripts`: what each master is sent: the acquisition's plain commands and the Lua of
 //!    `lua/`.
 //! 5. Leaves: `resp` (RESP2 encoding and parsing), `metrics` (the engine's instruments), `keys`
-//!    (key names, resource and owner validation), `lease_id`, `error`.
+//!    (key names, resource and owner validation), `lease_id`, `error`, `backoff` (the one
+//!    doubling backoff, for whatever is retried after a failure).
 //!
 //! # Example
 //!
@@ -38,6 +39,7 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod backoff;
 pub mod error;
 pub mod fleet;
 pub mod keys;
@@ -48,6 +50,7 @@ pub mod resp;
 pub mod scripts;
 pub mod wakeup;
 
+pub use backoff::Backoff;
 pub use error::Error;
 pub use fleet::mark::{FleetMark, Membership};
 pub use fleet::quarantine::Loss;
