@@ -66,7 +66,7 @@ pub use redlock::quorum::{DriftPolicy, NodeTimeoutPolicy};
 pub use redlock::{
     AcquireOutcome, AuditRecord, EngineOptions, ExtendOutcome, Extension, ForceOptions,
     ForceRelease, ForceVerdict, ForcedMaster, Holding, Lease, LockPage, LockView, MasterAnswer,
-    MasterView, NodeVote, QuorumHolder, Redlock, Refusal, ReleaseOutcome, RemovedHolder, Renewal,
-    Shortfall,
+    MasterView, NodeVote, QuorumHolder, Redlock, Refusal, Release, ReleaseOutcome, RemovedHolder,
+    Renewal, Shortfall,
 };
 pub use wakeup::Wakeups;

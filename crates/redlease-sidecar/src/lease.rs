@@ -413,7 +413,7 @@ impl LeaseManager {
         let tracked = self.find(id)?;
         let mut progress = tracked.release_progress.subscribe();
         let seen = *progress.borrow_and_update();
-        let begin = renewal::start_release(&self.engine, &self.policy, &tracked, reason);
+        let begin = renewal::start_release(&self.engine, &tracked, reason);
         if begin != Begin::Ended {
             // The sender lives in `tracked`, which this function holds: it cannot close.
             let _ = progress.wait_for(|attempts| *attempts > seen).await;

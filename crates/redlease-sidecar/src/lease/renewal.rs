@@ -24,9 +24,6 @@ use crate::Error;
 
 /// A renewal that found no quorum is retried this often (or sooner, near the end of validity).
 const RETRY_NO_QUORUM: Duration = Duration::from_millis(50);
-/// A release short of a quorum is tried again after this, doubling up to `MAX_RELEASE_BACKOFF`.
-const FIRST_RELEASE_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_RELEASE_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Runs until the lease is lost or released.
 pub async fn drive(renewals: &Renewals, policy: &LeasePolicy, tracked: &Arc<Tracked>) {
@@ -42,7 +39,7 @@ pub async fn drive(renewals: &Renewals, policy: &LeasePolicy, tracked: &Arc<Trac
             }
             Step::Expire => lose(renewals.engine(), tracked, "expired"),
             Step::IdleRelease => {
-                start_release(renewals.engine(), policy, tracked, "idle");
+                start_release(renewals.engine(), tracked, "idle");
             }
             Step::Renew => {
                 let ttl = tracked.record().lease.ttl;
@@ -279,46 +276,46 @@ pub enum Begin {
 }
 
 /// Marks the lease `releasing` (validity 0 from now, renewals stopped) and starts its release
-/// task, which tries until a quorum of masters confirms the release (then `released`) or
+/// task, which follows the release until a quorum of masters confirms it (then `released`) or
 /// every key the lease may have left has expired.
-pub fn start_release(
-    engine: &Arc<Redlock>,
-    policy: &LeasePolicy,
-    tracked: &Arc<Tracked>,
-    reason: &'static str,
-) -> Begin {
+pub fn start_release(engine: &Arc<Redlock>, tracked: &Arc<Tracked>, reason: &'static str) -> Begin {
     let begin = tracked.begin_release(reason);
     if begin == Begin::Started {
         let (engine, tracked) = (Arc::clone(engine), Arc::clone(tracked));
-        let key_lifetime = policy.shadow_cap;
-        tokio::spawn(async move { release_until_confirmed(&engine, &tracked, key_lifetime).await });
+        tokio::spawn(async move { release_until_confirmed(&engine, &tracked).await });
     }
     begin
 }
 
-async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked, key_lifetime: Duration) {
+/// Sends the release once, after any renewal or shadow in flight, and follows it: the engine
+/// sends it again to every master that did not answer it with a result, and each of its rounds
+/// is an attempt the lease's `DELETE`s wait for.
+async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked) {
     // After any renewal or shadow in flight (cancelled by `begin_release`): on each master,
-    // the first release is sent after every write of this lease, and none follows (renewals
-    // stop once the lease is releasing), so the retries need not hold the lease's calls.
-    let mut op = Some(tracked.ops.lock().await);
+    // the release is sent after every write of this lease, and none follows (renewals stop
+    // once the lease is releasing), so its retries need not hold the lease's calls.
+    let op = tracked.ops.lock().await;
     let (resource, id) = tracked.key();
-    let give_up_at = Instant::now() + key_lifetime;
-    let mut backoff = FIRST_RELEASE_BACKOFF;
+    let started = engine.release_followed(&resource, id).await;
+    drop(op);
+    let mut release = match started {
+        Ok(release) => release,
+        Err(error) => {
+            tracing::error!(%error, lease = %id, "release refused");
+            let reason = tracked.record().reason.unwrap_or("released");
+            tracked.finish(LeaseState::Released, reason);
+            tracked
+                .release_progress
+                .send_modify(|attempts| *attempts += 1);
+            return;
+        }
+    };
     loop {
-        let released = engine.release(&resource, id).await;
-        op.take();
-        let confirmed = match released {
-            Ok(outcome) => outcome.confirmed(),
-            Err(error) => {
-                tracing::error!(%error, lease = %id, "release refused");
-                true
-            }
-        };
-        let over = confirmed || Instant::now() >= give_up_at;
+        let over = release.is_over(Instant::now());
         if over {
             // Given up: no quorum confirmed it, every key the lease could have left has
             // expired. That is what happened, not a release.
-            let reason = match confirmed {
+            let reason = match release.outcome().confirmed() {
                 true => tracked.record().reason.unwrap_or("released"),
                 false => "expired",
             };
@@ -330,7 +327,6 @@ async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked, key_lifeti
         if over {
             return;
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_RELEASE_BACKOFF);
+        release.next_round().await;
     }
 }
