@@ -1,11 +1,13 @@
 //! The leases this sidecar holds: acquiring them for apps, renewing them automatically while
 //! the app is alive, reporting loss at once, releasing them on request, on idleness and on
-//! shutdown. Each lease has one task (see `renewal`) that owns its timing.
+//! shutdown. Each lease has one task (see `renewal`) that owns its timing. The same table
+//! keeps a lease for a holder in this very process (`lock run` on the masters, see `holder`).
 
 #[macro_use]
 mod logs;
 
 pub mod escalation;
+pub mod holder;
 pub mod reading;
 pub mod renewal;
 pub mod state;
@@ -27,11 +29,15 @@ use crate::batch::Renewals;
 use crate::metrics::{self, METRICS};
 use crate::redlock::{AcquireOutcome, Lease, Redlock};
 use crate::{Error, LeaseId};
+pub use holder::Revocations;
 use renewal::Begin;
-pub use state::{LeaseEvent, LeaseRecord, LeaseState, LeaseView, Step};
+pub use state::{LeaseEvent, LeaseRecord, LeaseState, LeaseView, RecordGuard, Step};
 
 /// How long a lost or released lease stays visible to `GET /v1/leases/{id}`.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(60);
+/// An idle timeout that never passes: for a holder in this very process, alive as long as the
+/// lease table is.
+pub const NEVER_IDLE: Duration = Duration::MAX;
 /// Events buffered per lease for slow stream readers.
 const EVENT_BUFFER: usize = 16;
 
@@ -50,6 +56,8 @@ pub struct LeasePolicy {
     pub shadow_multiplier: u32,
     /// The longest a shadow may live: the fleet's restart quarantine.
     pub shadow_cap: Duration,
+    /// Who acknowledges a force release's revocation of a lease.
+    pub revocations: Revocations,
 }
 
 /// An app's request for a lock.
@@ -114,6 +122,11 @@ pub struct Tracked {
     release_progress: watch::Sender<u32>,
     /// Whether a request has already been told `released: true`.
     release_reported: AtomicBool,
+    /// `lease.valid_until` as renewals move it, for a holder in this process (`holder`).
+    validity: watch::Sender<Instant>,
+    /// With [`Revocations::ByTheHolder`]: the holder acknowledged the revocation, so every
+    /// later announcement of it is acknowledged at once.
+    holder_acknowledged: AtomicBool,
     /// The table's tally for the log summary.
     activity: Arc<Activity>,
 }
@@ -121,11 +134,13 @@ pub struct Tracked {
 // === impl Tracked ===
 
 impl Tracked {
-    pub fn record(&self) -> MutexGuard<'_, LeaseRecord> {
+    pub fn record(&self) -> RecordGuard<'_> {
         // Every critical section only assigns fields, so a poisoned record is still whole.
-        self.record
+        let record = self
+            .record
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        RecordGuard::new(record, &self.validity)
     }
 
     pub fn view(&self) -> LeaseView {
@@ -466,7 +481,7 @@ impl LeaseManager {
             last_seen: now,
             ended_at: None,
         };
-        let id = record.lease.id;
+        let (id, valid_until) = (record.lease.id, record.lease.valid_until);
         lease_event!(
             debug,
             &record.lease,
@@ -482,6 +497,8 @@ impl LeaseManager {
             ending: CancellationToken::new(),
             release_progress: watch::channel(0).0,
             release_reported: AtomicBool::new(false),
+            validity: watch::channel(valid_until).0,
+            holder_acknowledged: AtomicBool::new(false),
             activity: Arc::clone(&self.activity),
         });
         self.table().insert(id, Arc::clone(&tracked));
@@ -526,7 +543,7 @@ async fn tell_revoked(manager: Weak<LeaseManager>, mut revocations: broadcast::R
             return;
         };
         if let Some(tracked) = manager.find(id) {
-            renewal::revoke(&manager.engine, &tracked);
+            renewal::revoke(&manager.engine, &manager.policy, &tracked);
         }
     }
 }

@@ -11,12 +11,13 @@
 //! - shadows are sent only while `now + timeout < valid_until`;
 //! - a lease that ends (released, or lost) has its keys released on every master.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{escalation, LeasePolicy, LeaseState, LeaseView, Step, Tracked};
+use super::{escalation, LeasePolicy, LeaseState, LeaseView, Revocations, Step, Tracked};
 use crate::batch::Renewals;
 use crate::metrics::{self, METRICS};
 use crate::redlock::{ExtendOutcome, Redlock, Renewal};
@@ -88,7 +89,7 @@ pub async fn renew(
     match outcome {
         ExtendOutcome::Extended(renewal) => Ok(take(renewals, policy, tracked, &renewal, false)),
         ExtendOutcome::Lost(refusal) if refusal.revoked() => {
-            revoke(renewals.engine(), tracked);
+            revoke(renewals.engine(), policy, tracked);
             Ok(None)
         }
         ExtendOutcome::Lost(_) => {
@@ -254,8 +255,15 @@ pub fn lose(engine: &Arc<Redlock>, tracked: &Arc<Tracked>, reason: &'static str)
 /// A force release revoked the lease: lost (`revoked`) at once, watchers told, then the
 /// revocation acknowledged (the tombstone deleted and the release published), which lets
 /// others take the resource. Acknowledged again for every announcement of it, even once ended:
-/// a master the force release reached late still gets its tombstone deleted.
-pub fn revoke(engine: &Arc<Redlock>, tracked: &Arc<Tracked>) {
+/// a master the force release reached late still gets its tombstone deleted. With
+/// [`Revocations::ByTheHolder`], only marked lost until the holder acknowledged
+/// ([`super::holder::Following::let_go`]), which also releases its keys.
+pub fn revoke(engine: &Arc<Redlock>, policy: &LeasePolicy, tracked: &Arc<Tracked>) {
+    let by_holder = policy.revocations == Revocations::ByTheHolder;
+    if by_holder && !tracked.holder_acknowledged.load(Ordering::Acquire) {
+        tracked.finish(LeaseState::Lost, "revoked");
+        return;
+    }
     lose(engine, tracked, "revoked");
     let (engine, tracked) = (Arc::clone(engine), Arc::clone(tracked));
     tokio::spawn(async move {
