@@ -1,6 +1,8 @@
 //! `redlease lock run RESOURCE -- CMD ARGS…`: takes the lock (on the masters through the
-//! engine, or through a sidecar with [`crate::client`]), runs the command while keeping the
-//! lease, releases it when the command exits and passes the command's exit code through.
+//! sidecar crate's lease table, run in this process over its own engine; or through a sidecar
+//! with [`crate::client`]), runs the command while keeping the lease, releases it when the
+//! command exits and passes the command's exit code through. Either way the lease is kept by
+//! the sidecar's one renewal loop.
 //!
 //! The command never runs without the lock: nothing is started unless the lease is held and
 //! still valid; the command is stopped so that it has exited before the lease's validity ends
@@ -10,15 +12,15 @@
 mod child;
 mod deadline;
 mod group;
-mod renew;
 mod watchdog;
 
 pub use watchdog::{serve as serve_watchdog, WatchdogArgs, WATCHDOG_COMMAND};
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use tokio::sync::watch;
+use redlease_sidecar::{AcquireRequest, Acquired, Following, LeaseManager, LeaseState, LetGo};
 use tokio::time::Instant;
 
 use super::access::AccessArgs;
@@ -26,7 +28,8 @@ use super::fleet_args::{default_owner, finish, fleet_options};
 use super::fleet_args::{DEFAULT_CLI_CONNECT_TIMEOUT_MS, DEFAULT_CLI_TTL_MS};
 use super::{EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_QUORUM, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::client::ClientError;
-use crate::redlock::{AcquireOutcome, EngineOptions, Lease, Redlock};
+use crate::config::in_process_lease_policy;
+use crate::redlock::{EngineOptions, Redlock};
 use crate::{Error, Fleet, Wakeups, DEFAULT_PROBE_PERIOD};
 
 /// Where the masters are when `--masters` is not given.
@@ -34,6 +37,7 @@ const MASTERS_ENV: &str = "REDLEASE__MASTERS";
 /// Why the command was not run, after the resource's name.
 const HELD: &str = "is held by another lease";
 const NO_QUORUM: &str = "cannot be taken: too few masters answered";
+const LOST_AT_ONCE: &str = "was taken, but its lease ended before it could be followed";
 
 /// `lock run`'s arguments.
 #[derive(Debug, Args)]
@@ -108,7 +112,7 @@ pub async fn run(args: RunArgs) -> u8 {
     }
 }
 
-// === the masters, through the engine ===
+// === the masters, through the lease table ===
 
 async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
     let masters = args.masters.clone().unwrap_or_else(masters_from_env);
@@ -119,22 +123,46 @@ async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
     // Renewals may go on for hours: breakers must close and restarted masters rejoin.
     let _probe = fleet.spawn_probe(DEFAULT_PROBE_PERIOD);
     let wakeups = Wakeups::connect(&fleet)?;
+    // Listening before the lease is taken: a force release is then heard at once.
+    if !wakeups
+        .listening_for_revocations(Duration::from_secs(2))
+        .await
+    {
+        tracing::warn!("not every master confirmed the revocations subscription yet");
+    }
+    let policy = in_process_lease_policy(fleet.quarantine());
     let engine = Redlock::new(fleet, EngineOptions::default()).with_wakeups(wakeups);
-    let ttl = Duration::from_millis(args.ttl_ms.unwrap_or(DEFAULT_CLI_TTL_MS));
-    let wait = Duration::from_millis(args.wait_ms);
-    let acquired = engine.acquire_with_wait(&args.resource, owner, ttl, wait);
-    let code = match acquired.await {
-        Ok(AcquireOutcome::Acquired(lease)) => Ok(hold_on_masters(&engine, lease, args).await),
-        Ok(AcquireOutcome::Contended(_)) => Ok(not_run(&args.resource, HELD, EXIT_HELD)),
-        Ok(AcquireOutcome::NoQuorum(_)) => Ok(not_run(&args.resource, NO_QUORUM, EXIT_NO_QUORUM)),
+    let engine = Arc::new(engine);
+    let manager = LeaseManager::new(Arc::clone(&engine), policy);
+    let request = AcquireRequest {
+        resource: args.resource.clone(),
+        owner: owner.to_string(),
+        ttl: Some(Duration::from_millis(
+            args.ttl_ms.unwrap_or(DEFAULT_CLI_TTL_MS),
+        )),
+        wait: Duration::from_millis(args.wait_ms),
+        auto_renew: true,
+        idle_timeout: None,
+    };
+    let code = match manager.acquire(request).await {
+        Ok(Acquired::Granted(view)) => match manager.follow(&view) {
+            Some(following) => Ok(hold_on_masters(following, args).await),
+            None => Ok(not_run(&args.resource, LOST_AT_ONCE, EXIT_LEASE_LOST)),
+        },
+        Ok(Acquired::Held) => Ok(not_run(&args.resource, HELD, EXIT_HELD)),
+        // `Closing` never comes: this table is not shut down while it acquires.
+        Ok(Acquired::NoQuorum | Acquired::Closing) => {
+            Ok(not_run(&args.resource, NO_QUORUM, EXIT_NO_QUORUM))
+        }
         Err(error) => Err(error),
     };
     finish(&engine, code).await
 }
 
-/// Runs the command while renewing `lease`, then releases it.
-async fn hold_on_masters(engine: &Redlock, mut lease: Lease, args: &RunArgs) -> u8 {
-    let mut revoked = false;
+/// Runs the command while the lease table renews the lease `following` follows, then lets the
+/// lease go: released, or its revocation acknowledged once the command has stopped.
+async fn hold_on_masters(mut following: Following, args: &RunArgs) -> u8 {
+    let lease = following.lease.clone();
     let env = child::lease_env(lease.fencing_token, &lease.id.to_string(), &lease.resource);
     let code = match grace(args, lease.ttl.as_millis() as u64) {
         // Checked against this TTL in `run`.
@@ -151,36 +179,43 @@ async fn hold_on_masters(engine: &Redlock, mut lease: Lease, args: &RunArgs) -> 
             EXIT_LEASE_LOST
         }
         Ok(grace) => {
-            let (valid_until, followed) = watch::channel(lease.valid_until);
+            let valid_until = following.valid_until();
             let lost = async {
-                let loss = renew::keep(engine, &mut lease, &valid_until).await;
-                revoked = loss == renew::Loss::Revoked;
-                format!("on {} was lost: {loss}", args.resource)
+                let (state, reason) = following.ended().await;
+                format!("on {} was {}", args.resource, ending(state, reason))
             };
             let held = child::Held {
-                valid_until: followed,
+                valid_until,
                 lost,
                 grace,
             };
             child::supervise(&args.command, &env, held).await
         }
     };
-    if revoked {
-        // The command has stopped: now the resource may go to someone else.
-        engine
-            .acknowledge_revocation(&lease.resource, lease.id)
-            .await;
-    }
-    match engine.release(&lease.resource, lease.id).await {
-        Ok(released) if released.confirmed() => {}
-        Ok(_) => eprintln!(
+    // The command has stopped: now the resource may go to someone else.
+    if following.let_go().await == LetGo::Releasing {
+        eprintln!(
             "redlease: too few masters confirmed the release of {}: its keys expire within {} ms",
             lease.resource,
             lease.ttl.as_millis()
-        ),
-        Err(error) => eprintln!("redlease: cannot release {}: {error}", lease.resource),
+        );
     }
     code
+}
+
+/// How a lease held while the command ran ended, in words.
+fn ending(state: LeaseState, reason: &str) -> String {
+    let why = match reason {
+        "not_ours" => "a majority of masters no longer hold it",
+        "revoked" => "a force release revoked it",
+        "expired" => "its validity ran out before a renewal succeeded",
+        "invalid" => "the engine refused to renew it",
+        other => other,
+    };
+    match state {
+        LeaseState::Released => format!("released: {why}"),
+        _ => format!("lost: {why}"),
+    }
 }
 
 // === a sidecar, through the client ===

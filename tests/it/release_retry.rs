@@ -141,3 +141,47 @@ async fn settle_returns_at_its_timeout_while_a_master_answers_busy() {
     );
     assert!(fleet.lock_keys(0).is_empty(), "{:?}", fleet.lock_keys(0));
 }
+
+/// A release two of three masters answer `-BUSY` is not confirmed when it returns, and never
+/// while they are busy; followed, it is confirmed by the answers its retries get once their
+/// scripts end, each master counted once, without anyone sending the release again whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_release_is_confirmed_by_the_answers_its_retries_get() {
+    let fleet = TestFleet::start(3);
+    let engine = long_lived_engine(&fleet).await;
+    let id = held_everywhere(&fleet, &engine).await;
+    let scripts = [keep_busy(&fleet, 0), keep_busy(&fleet, 1)];
+    let busy_since = Instant::now();
+    let mut release = engine.release_followed("job", id).await.unwrap();
+    let first = release.outcome();
+    assert!(!first.confirmed(), "confirmed by one master: {first:?}");
+    assert_eq!((first.answered, first.deleted_on), (1, 1), "{first:?}");
+    let mut rounds = 0;
+    while !release.outcome().confirmed() {
+        let outcome = release.next_round().await;
+        rounds += 1;
+        if !outcome.confirmed() {
+            assert!(
+                busy_since.elapsed() < BUSY_FOR + Duration::from_secs(3),
+                "still unconfirmed long after the masters were free: {outcome:?}"
+            );
+        }
+    }
+    assert!(
+        busy_since.elapsed() >= BUSY_FOR - Duration::from_millis(100),
+        "confirmed while a majority was busy"
+    );
+    assert!(rounds >= 2, "followed without rounds: {rounds}");
+    let confirmed = release.outcome();
+    assert!((2..=3).contains(&confirmed.answered), "{confirmed:?}");
+    assert_eq!(confirmed.deleted_on, confirmed.answered, "{confirmed:?}");
+    for script in scripts {
+        assert_eq!(script.join().unwrap(), Resp::Int(1));
+    }
+    assert_eventually!(
+        fleet.lock_keys_on(&[0, 1, 2]).is_empty(),
+        3,
+        "keys left: {:?}",
+        fleet.lock_keys_on(&[0, 1, 2])
+    );
+}

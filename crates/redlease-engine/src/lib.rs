@@ -27,7 +27,8 @@
 //! 4. `scripts`: what each master is sent: the acquisition's plain commands and the Lua of
 //!    `lua/`.
 //! 5. Leaves: `resp` (RESP2 encoding and parsing), `metrics` (the engine's instruments), `keys`
-//!    (key names, resource and owner validation), `lease_id`, `error`.
+//!    (key names, resource and owner validation), `lease_id`, `error`, `backoff` (the one
+//!    doubling backoff, for whatever is retried after a failure).
 //!
 //! # Example
 //!
@@ -39,6 +40,7 @@
 #![deny(rust_2018_idioms)]
 #![warn(unreachable_pub, missing_docs)]
 
+pub mod backoff;
 pub mod error;
 pub mod fleet;
 pub mod keys;
@@ -49,6 +51,7 @@ pub mod resp;
 pub mod scripts;
 pub mod wakeup;
 
+pub use backoff::Backoff;
 pub use error::Error;
 pub use fleet::mark::{FleetMark, Membership};
 pub use fleet::quarantine::Loss;
@@ -64,7 +67,7 @@ pub use redlock::quorum::{DriftPolicy, NodeTimeoutPolicy};
 pub use redlock::{
     AcquireOutcome, AuditRecord, EngineOptions, ExtendOutcome, Extension, ForceOptions,
     ForceRelease, ForceVerdict, ForcedMaster, Holding, Lease, LockPage, LockView, MasterAnswer,
-    MasterView, NodeVote, QuorumHolder, Redlock, Refusal, ReleaseOutcome, RemovedHolder, Renewal,
-    Shortfall,
+    MasterView, NodeVote, QuorumHolder, Redlock, Refusal, Release, ReleaseOutcome, RemovedHolder,
+    Renewal, Shortfall,
 };
 pub use wakeup::Wakeups;

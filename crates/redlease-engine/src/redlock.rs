@@ -41,6 +41,7 @@ pub use inventory::{Holding, LockPage, LockView, MasterView, QuorumHolder};
 pub use outcome::{
     AcquireOutcome, ExtendOutcome, Lease, NodeVote, Refusal, ReleaseOutcome, Renewal, Shortfall,
 };
+pub use release::Release;
 
 /// Shortest TTL accepted.
 pub const DEFAULT_MIN_TTL: Duration = Duration::from_millis(10);

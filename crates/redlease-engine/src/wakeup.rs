@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use fred::prelude::{ClientLike, EventInterface, PubsubInterface};
@@ -54,6 +54,9 @@ pub struct Wakeups {
     revocations_channel: String,
     /// The lease ids force releases revoked, as each master announces them (so once per master).
     revocations: broadcast::Sender<LeaseId>,
+    /// Completes once every master answered the first subscription to the revocations channel:
+    /// `true` when all of them confirmed it.
+    revocations_subscribed: OnceLock<Shared<BoxFuture<'static, bool>>>,
 }
 
 /// A place in a resource's queue; the queue (and its subscription) is dropped when its last
@@ -79,6 +82,7 @@ impl Wakeups {
             channel_prefix: format!("{}released:", fleet.keyspace().prefix()),
             revocations_channel: fleet.keyspace().revocations_channel(),
             revocations: broadcast::channel(REVOCATION_BUFFER).0,
+            revocations_subscribed: OnceLock::new(),
         });
         for client in &hub.clients {
             listen(client, Arc::downgrade(&hub));
@@ -89,10 +93,27 @@ impl Wakeups {
             let channel = channel.clone();
             async move { subscribe(&client, vec![channel]).await }
         });
+        let subscribed = subscribed.shared();
+        // Set once, here, before anyone can read it.
+        let _ = hub.revocations_subscribed.set(subscribed.clone());
         if tokio::runtime::Handle::try_current().is_ok() {
             tokio::spawn(subscribed);
         }
         Ok(hub)
+    }
+
+    /// Waits (at most `timeout`) until every master confirmed the subscription to the
+    /// revocations channel; `false` when one has not by then. A holder should not start acting
+    /// on leases before: a revocation published earlier would reach it only at its next
+    /// renewal.
+    pub async fn listening_for_revocations(&self, timeout: Duration) -> bool {
+        let Some(subscribed) = self.revocations_subscribed.get() else {
+            return false;
+        };
+        matches!(
+            tokio::time::timeout(timeout, subscribed.clone()).await,
+            Ok(true)
+        )
     }
 
     /// The lease ids force releases revoke from now on, one message per master that announced

@@ -30,7 +30,7 @@ pub use crate::fleet::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PROBE_PERIOD, DEFAULT_QU
 use crate::keys::Keyspace;
 pub use crate::keys::DEFAULT_PREFIX;
 use crate::lease::ttl::{RenewalSchedule, TtlPolicy};
-use crate::lease::{LeasePolicy, DEFAULT_RETENTION};
+use crate::lease::{LeasePolicy, Revocations, DEFAULT_RETENTION, NEVER_IDLE};
 use crate::{EngineOptions, FleetOptions};
 
 /// Shortest lease a caller may ask for (the engine's own floor is [`MIN_TTL_FLOOR`]).
@@ -226,7 +226,34 @@ impl Settings {
             retention: DEFAULT_RETENTION,
             shadow_multiplier: lease.shadow_multiplier,
             shadow_cap: self.fleet.quarantine,
+            revocations: Revocations::AcknowledgedAtOnce,
         }
+    }
+}
+
+/// The lease table's policy for a holder in this very process (`lock run` on the masters):
+/// the sidecar's default renewal schedule and shadows (capped at `quarantine`, the fleet's),
+/// never idle (the holder is this process, alive as long as the table), any wait, and
+/// revocations acknowledged by the holder once it stopped acting on the lease.
+pub fn in_process_lease_policy(quarantine: Duration) -> LeasePolicy {
+    LeasePolicy {
+        ttl: TtlPolicy {
+            min_ttl: DEFAULT_MIN_TTL,
+            max_ttl: DEFAULT_MAX_TTL,
+            rtt_multiplier: DEFAULT_RTT_MULTIPLIER,
+            safety_margin: DEFAULT_SAFETY_MARGIN,
+        },
+        schedule: RenewalSchedule {
+            fraction: DEFAULT_RENEW_FRACTION,
+            jitter: DEFAULT_RENEW_JITTER,
+        },
+        idle_timeout: NEVER_IDLE,
+        max_idle_timeout: NEVER_IDLE,
+        max_wait: Duration::MAX,
+        retention: DEFAULT_RETENTION,
+        shadow_multiplier: DEFAULT_SHADOW_MULTIPLIER,
+        shadow_cap: quarantine,
+        revocations: Revocations::ByTheHolder,
     }
 }
 

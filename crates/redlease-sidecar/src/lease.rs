@@ -1,11 +1,13 @@
 //! The leases this sidecar holds: acquiring them for apps, renewing them automatically while
 //! the app is alive, reporting loss at once, releasing them on request, on idleness and on
-//! shutdown. Each lease has one task (see `renewal`) that owns its timing.
+//! shutdown. Each lease has one task (see `renewal`) that owns its timing. The same table
+//! keeps a lease for a holder in this very process (`lock run` on the masters, see `holder`).
 
 #[macro_use]
 mod logs;
 
 pub(crate) mod escalation;
+pub(crate) mod holder;
 pub(crate) mod reading;
 pub(crate) mod renewal;
 pub(crate) mod state;
@@ -27,11 +29,17 @@ use crate::batch::Renewals;
 use crate::metrics::{self, METRICS};
 use crate::redlock::{AcquireOutcome, Lease, Redlock};
 use crate::{Error, LeaseId};
+pub use holder::Revocations;
 use renewal::Begin;
-pub(crate) use state::{LeaseEvent, LeaseRecord, LeaseState, LeaseView, Step};
+pub(crate) use state::RecordGuard;
+pub(crate) use state::{LeaseEvent, LeaseState, LeaseView};
+pub(crate) use state::{LeaseRecord, Step};
 
 /// How long a lost or released lease stays visible to `GET /v1/leases/{id}`.
 pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(60);
+/// An idle timeout that never passes: for a holder in this very process, alive as long as the
+/// lease table is.
+pub const NEVER_IDLE: Duration = Duration::MAX;
 /// Events buffered per lease for slow stream readers.
 const EVENT_BUFFER: usize = 16;
 
@@ -54,16 +62,22 @@ pub struct LeasePolicy {
     pub shadow_multiplier: u32,
     /// The longest a shadow may live: the fleet's restart quarantine.
     pub shadow_cap: Duration,
+    /// Who acknowledges a force release's revocation of a lease.
+    pub revocations: Revocations,
 }
 
 /// An app's request for a lock.
 #[derive(Clone, Debug)]
 pub struct AcquireRequest {
+    /// The resource to lock.
     pub resource: String,
+    /// Who will hold it.
     pub owner: String,
     /// `None`: the adaptive TTL.
     pub ttl: Option<Duration>,
+    /// How long to wait for a lock that is held (capped by the policy).
     pub wait: Duration,
+    /// Whether the manager renews the lease.
     pub auto_renew: bool,
     /// `None`: the policy's idle timeout.
     pub idle_timeout: Option<Duration>,
@@ -72,8 +86,11 @@ pub struct AcquireRequest {
 /// The answer to an acquisition.
 #[derive(Clone, Debug)]
 pub enum Acquired {
+    /// The lease, now tracked and (with `auto_renew`) renewed.
     Granted(LeaseView),
+    /// Another lease holds the resource (after the wait).
     Held,
+    /// Too few masters answered.
     NoQuorum,
     /// The sidecar is shutting down.
     Closing,
@@ -118,6 +135,11 @@ pub(crate) struct Tracked {
     release_progress: watch::Sender<u32>,
     /// Whether a request has already been told `released: true`.
     release_reported: AtomicBool,
+    /// `lease.valid_until` as renewals move it, for a holder in this process (`holder`).
+    validity: watch::Sender<Instant>,
+    /// With [`Revocations::ByTheHolder`]: the holder acknowledged the revocation, so every
+    /// later announcement of it is acknowledged at once.
+    holder_acknowledged: AtomicBool,
     /// The table's tally for the log summary.
     activity: Arc<Activity>,
 }
@@ -125,11 +147,13 @@ pub(crate) struct Tracked {
 // === impl Tracked ===
 
 impl Tracked {
-    pub(crate) fn record(&self) -> MutexGuard<'_, LeaseRecord> {
+    pub(crate) fn record(&self) -> RecordGuard<'_> {
         // Every critical section only assigns fields, so a poisoned record is still whole.
-        self.record
+        let record = self
+            .record
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        RecordGuard::new(record, &self.validity)
     }
 
     pub(crate) fn view(&self) -> LeaseView {
@@ -422,7 +446,7 @@ impl LeaseManager {
         let tracked = self.find(id)?;
         let mut progress = tracked.release_progress.subscribe();
         let seen = *progress.borrow_and_update();
-        let begin = renewal::start_release(&self.engine, &self.policy, &tracked, reason);
+        let begin = renewal::start_release(&self.engine, &tracked, reason);
         if begin != Begin::Ended {
             // The sender lives in `tracked`, which this function holds: it cannot close.
             let _ = progress.wait_for(|attempts| *attempts > seen).await;
@@ -475,7 +499,7 @@ impl LeaseManager {
             last_seen: now,
             ended_at: None,
         };
-        let id = record.lease.id;
+        let (id, valid_until) = (record.lease.id, record.lease.valid_until);
         lease_event!(
             debug,
             &record.lease,
@@ -491,6 +515,8 @@ impl LeaseManager {
             ending: CancellationToken::new(),
             release_progress: watch::channel(0).0,
             release_reported: AtomicBool::new(false),
+            validity: watch::channel(valid_until).0,
+            holder_acknowledged: AtomicBool::new(false),
             activity: Arc::clone(&self.activity),
         });
         self.table().insert(id, Arc::clone(&tracked));
@@ -535,7 +561,7 @@ async fn tell_revoked(manager: Weak<LeaseManager>, mut revocations: broadcast::R
             return;
         };
         if let Some(tracked) = manager.find(id) {
-            renewal::revoke(&manager.engine, &tracked);
+            renewal::revoke(&manager.engine, &manager.policy, &tracked);
         }
     }
 }

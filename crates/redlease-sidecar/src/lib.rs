@@ -13,7 +13,8 @@
 //! 3. `config`: settings from defaults, TOML, `REDLEASE__…` variables and flags, turned into
 //!    each component's options.
 //! 4. `lease`: the lease table: auto-renewal, the adaptive TTL (`lease::ttl`), app liveness
-//!    (`lease::reading`), shadow escalation, revocations, releases until confirmed.
+//!    (`lease::reading`), shadow escalation, revocations, releases until confirmed; and a
+//!    lease held by this very process (`lease::holder`, for `lock run` on the masters).
 //! 5. `batch`: the renewals that fall due together, one script call per master.
 //! 6. Leaves: `metrics` (the exporter and the sidecar's instruments), `process` (CPU and
 //!    memory from `/proc`), `sockdiag` (how far a local connection's peer has read, asked of
@@ -41,6 +42,8 @@ use redlease_engine::{MasterAnswer, MasterView};
 pub use api::auth::ApiToken;
 pub use api::inventory::{audit_json, force_release_json, lock_json, page_json};
 pub use api::ApiOptions;
+pub use lease::holder::{Following, LetGo};
 pub use lease::state::{LeaseEvent, LeaseState, LeaseView};
 pub use lease::ttl::{RenewalSchedule, TtlPolicy};
-pub use lease::{LeaseManager, LeasePolicy};
+pub use lease::{AcquireRequest, Acquired, LeaseManager, LeasePolicy};
+pub use lease::{Revocations, NEVER_IDLE};

@@ -39,6 +39,9 @@ pub struct Sidecar {
     _probe: ProbeGuard,
 }
 
+/// How long start-up waits for every master to confirm the revocations subscription.
+const REVOCATIONS_WAIT: Duration = Duration::from_secs(2);
+
 // === impl Sidecar ===
 
 impl Sidecar {
@@ -59,6 +62,11 @@ impl Sidecar {
             );
         }
         let wakeups = Wakeups::connect(&fleet)?;
+        // Before any lease is granted: a force release is then heard at once, not at the next
+        // renewal. A master that does not confirm in time is listened to once it does.
+        if !wakeups.listening_for_revocations(REVOCATIONS_WAIT).await {
+            tracing::warn!("not every master confirmed the revocations subscription yet");
+        }
         let engine = Redlock::new(Arc::clone(&fleet), settings.engine_options());
         let engine = Arc::new(engine.with_wakeups(wakeups));
         let manager = LeaseManager::new(Arc::clone(&engine), settings.lease_policy());

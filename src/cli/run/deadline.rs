@@ -13,8 +13,8 @@ pub const KILL_MARGIN: Duration = Duration::from_millis(100);
 /// `--kill-grace-ms` when not given: this much, or less when the TTL leaves room for less.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_millis(2_000);
 /// The grace and the kill margin together take at most 1/`GRACE_SHARE` of the TTL. The rest
-/// is for renewals: one is sent at 40–50 % of the TTL (the sidecar's default is 50 %), and a
-/// quarter of the TTL is left for its retries before SIGTERM.
+/// is for renewals: one is sent at half the TTL (the lease table's default renewal fraction,
+/// less its jitter), and a quarter of the TTL is left for its retries before SIGTERM.
 const GRACE_SHARE: u32 = 4;
 
 /// When the command's process group gets SIGTERM, and SIGKILL for what is left of it.

@@ -40,6 +40,7 @@ use self::handshake::{open, Fence};
 use self::link::Link;
 pub use self::link::{MAX_WAITING, STALL_LIMIT};
 use self::stream::Stream;
+use crate::backoff::Backoff;
 use crate::fleet::credentials::Password;
 use crate::resp::Commands;
 
@@ -131,7 +132,6 @@ pub struct Wire {
 }
 
 /// The current link, and what making the next one needs to know.
-#[derive(Default)]
 struct Slot {
     current: Option<Arc<Link>>,
     /// A task is making a new link. Set and cleared under the same lock as `current`, so two
@@ -140,8 +140,19 @@ struct Slot {
     /// The last link as the server knows it (`CLIENT ID`, and its address as the server sees
     /// it): the next link kills it first.
     last_link: Option<Fence>,
-    /// The wait before the next attempt when the current link dies young.
-    backoff: Duration,
+    /// The waits before the next attempts when the current link dies young.
+    backoff: Backoff,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self {
+            current: None,
+            connecting: false,
+            last_link: None,
+            backoff: fresh_backoff(),
+        }
+    }
 }
 
 /// Backoff between connection attempts.
@@ -149,6 +160,12 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// A link that lived this long resets the backoff when it fails.
 pub const HEALTHY_LINK: Duration = Duration::from_secs(1);
+
+/// The backoff of a wire never connected, or whose link was healthy: the first attempt at
+/// once, then 10 ms doubling to 1 s.
+fn fresh_backoff() -> Backoff {
+    Backoff::at_once_then(FIRST_BACKOFF, MAX_BACKOFF)
+}
 // === impl Wire ===
 
 impl Wire {
@@ -243,7 +260,7 @@ impl Wire {
         self.connected.send_replace(false);
     }
 
-    fn install(&self, stream: Stream, fence: Option<Fence>, backoff: Duration) {
+    fn install(&self, stream: Stream, fence: Option<Fence>, backoff: Backoff) {
         if self.closed.load(Ordering::Acquire) {
             lock(&self.link).connecting = false;
             return;
@@ -270,7 +287,7 @@ impl Wire {
         if slot.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, link)) {
             slot.current = None;
             if link.age() >= HEALTHY_LINK {
-                slot.backoff = Duration::ZERO;
+                slot.backoff = fresh_backoff();
             }
             drop(slot);
             self.connected.send_replace(false);
@@ -285,19 +302,14 @@ impl Drop for Wire {
     }
 }
 
-/// The next backoff after `backoff`: 10 ms doubling to 1 s.
-fn next_backoff(backoff: Duration) -> Duration {
-    (backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF)
-}
-
-/// Makes a link, retrying with backoff (starting after `backoff`) until one is up or the wire
-/// is gone.
-async fn keep_connecting(wire: Weak<Wire>, target: Target, mut backoff: Duration) {
+/// Makes a link, retrying with `backoff` (its first wait comes before the first attempt) until
+/// one is up or the wire is gone.
+async fn keep_connecting(wire: Weak<Wire>, target: Target, mut backoff: Backoff) {
     loop {
-        if !backoff.is_zero() {
-            tokio::time::sleep(backoff).await;
+        let wait = backoff.next_wait();
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
         }
-        backoff = next_backoff(backoff);
         let Some(fence) = wire.upgrade().map(|w| lock(&w.link).last_link.clone()) else {
             return;
         };

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::fanout::Reply;
+use super::release::ReleaseTally;
 use super::retry::ReleaseRetries;
 use super::NodeVote;
 use crate::fleet::{Admission, CallError, Deadline, Node};
@@ -72,7 +73,10 @@ pub(super) async fn acquire_on(
         let own = Deadline::After(timeout);
         let call = release.call();
         let result = Box::pin(node.eval::<i64>(&call, &own, Admission::Always)).await;
-        release.retries.push_unless_answered(&node, call, &result);
+        if result.is_err() {
+            // Whatever the error, the release may not have run there.
+            release.retries.push(Arc::clone(&node), call, None);
+        }
         reply.send(AcquireEvent::Released);
     }
 }
@@ -109,19 +113,23 @@ pub(super) async fn eval_values_on(
     reply.send(result);
 }
 
-/// One master's part of a release: a release this master did not answer with a result (down,
-/// reconnecting, timed out, an error reply) is handed to `retries`, which sends it again until
-/// it does.
+/// One master's part of a release: its result goes to `tally`; a release this master did not
+/// answer with a result (down, reconnecting, timed out, an error reply) is handed to
+/// `retries`, which sends it again until it does (and tells `tally`). `reply` says the master
+/// answered or gave up.
 pub(super) async fn release_on(
     node: Arc<Node>,
     call: Arc<ScriptCall>,
     deadline: Deadline,
     retries: Arc<ReleaseRetries>,
-    reply: Reply<Result<i64, CallError>>,
+    tally: Arc<ReleaseTally>,
+    reply: Reply<()>,
 ) {
-    let result = node.eval(&call, &deadline, Admission::Always).await;
-    retries.push_unless_answered(&node, call, &result);
-    reply.send(result);
+    match node.eval::<i64>(&call, &deadline, Admission::Always).await {
+        Ok(deleted) => tally.answered(node.index(), node.counts_in_quorum(), deleted > 0),
+        Err(_) => retries.push(node, call, Some(tally)),
+    }
+    reply.send(());
 }
 
 pub(super) async fn eval_on(

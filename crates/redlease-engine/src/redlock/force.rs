@@ -16,6 +16,7 @@ use self::audit::{audit_command, unix_ms, AuditRecord};
 use self::verdict::{MasterAnswer, Verdict, TOMBSTONE_PREFIX};
 use super::inventory::{text, INSPECT_TIMEOUT};
 use super::Redlock;
+use crate::backoff::Backoff;
 use crate::fleet::{Admission, Deadline};
 use crate::keys::{validate_actor, validate_reason, validate_resource};
 use crate::lease_id::parse_value;
@@ -28,7 +29,8 @@ use crate::{Error, LeaseId};
 pub const FORCE_DEADLINE: Duration = Duration::from_secs(5);
 /// How long a force release waits for the holder to acknowledge the revocation.
 pub const HOLDER_WAIT: Duration = Duration::from_secs(1);
-/// First pause between two sends to masters that did not answer (doubled after each).
+/// First pause between two sends to masters that did not answer (doubled after each, up to
+/// `MAX_RESEND`).
 const FIRST_RESEND: Duration = Duration::from_millis(100);
 const MAX_RESEND: Duration = Duration::from_secs(1);
 /// Pause between two looks for the holder's acknowledgement.
@@ -212,7 +214,7 @@ impl Redlock {
         ];
         let mut named = options.lease_id;
         let give_up = Instant::now() + FORCE_DEADLINE;
-        let mut pause = FIRST_RESEND;
+        let mut resend = Backoff::new(FIRST_RESEND, MAX_RESEND);
         loop {
             let named_text = named.map(|id| id.to_string()).unwrap_or_default();
             let call = ScriptCall::new(
@@ -246,11 +248,11 @@ impl Redlock {
             }
             named = named.or_else(|| verdict::pinned_lease(&answers));
             let settled = verdict::verdict(&answers, quorum, options.lease_id) != Verdict::NoQuorum;
+            let pause = resend.next_wait();
             if settled || Instant::now() + pause >= give_up {
                 return answers;
             }
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(MAX_RESEND);
         }
     }
 

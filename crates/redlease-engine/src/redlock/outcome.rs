@@ -230,7 +230,8 @@ impl ExtendOutcome {
 pub struct ReleaseOutcome {
     /// Masters where a key of this lease was deleted.
     pub deleted_on: usize,
-    /// Masters that answered before the release returned (a quorum at least when they could).
+    /// Masters that answered with a result so far (when [`super::Redlock::release`] returned:
+    /// a quorum at least when they could).
     pub answered: usize,
     /// Masters a grant needs (⌊N/2⌋+1).
     pub quorum: usize,

@@ -6,7 +6,8 @@
 //! script runs too long, `-READONLY`, ...), would otherwise leave the lease's key there until
 //! its TTL ran out — up to the shadow TTL for a degraded lease, and on a majority when the
 //! release met a reset connection. Sending a release again is harmless: it deletes the key
-//! only while it holds this very lease.
+//! only while it holds this very lease. The answers a release gets here count towards its
+//! quorum ([`super::release::Release`]): nobody needs to send the whole release again.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +17,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::fleet::{Admission, CallError, Deadline, Node};
+use super::release::ReleaseTally;
+use crate::fleet::{Admission, Deadline, Node};
 use crate::scripts::ScriptCall;
 
 /// How often the masters that owe a release its result are tried again.
@@ -32,6 +34,8 @@ struct Pending {
     call: Arc<ScriptCall>,
     /// Past this, every key the release could delete has expired: nothing left to do.
     give_up_at: Instant,
+    /// Where the master's answer counts, for a release someone follows.
+    tally: Option<Arc<ReleaseTally>>,
 }
 
 /// The releases still owed a result: those waiting for the next round, and how many the round
@@ -50,6 +54,8 @@ pub(crate) struct ReleaseRetries {
     dropped: AtomicU64,
     /// How long a key of a lease can live at the most (the longest shadow TTL).
     key_lifetime: Duration,
+    /// Rounds made so far.
+    rounds: AtomicU64,
     /// Wakes the retry task when the first release is queued.
     queued: Arc<Notify>,
     /// Wakes `wait_until_settled` after every round.
@@ -68,6 +74,7 @@ impl ReleaseRetries {
             pending: Mutex::new(Queue::default()),
             dropped: AtomicU64::new(0),
             key_lifetime,
+            rounds: AtomicU64::new(0),
             queued: Arc::new(Notify::new()),
             emptied: Notify::new(),
             me: me.clone(),
@@ -75,21 +82,20 @@ impl ReleaseRetries {
         })
     }
 
-    /// Queues `call` for `node` again unless `result` is the master's result: whatever the
-    /// error (no connection, a timeout, an error reply), the release may not have run there.
-    pub(crate) fn push_unless_answered<T>(
-        &self,
-        node: &Arc<Node>,
-        call: Arc<ScriptCall>,
-        result: &Result<T, CallError>,
-    ) {
-        if result.is_err() {
-            self.push(Arc::clone(node), call);
-        }
+    /// How long after its first send a release is given up: every key it could delete has
+    /// expired by then.
+    pub(crate) fn key_lifetime(&self) -> Duration {
+        self.key_lifetime
     }
 
-    /// Queues `call` for `node` to be sent again until it answers with a result.
-    pub(crate) fn push(&self, node: Arc<Node>, call: Arc<ScriptCall>) {
+    /// Queues `call` for `node` to be sent again until it answers with a result (told to
+    /// `tally`, when someone follows the release).
+    pub(crate) fn push(
+        &self,
+        node: Arc<Node>,
+        call: Arc<ScriptCall>,
+        tally: Option<Arc<ReleaseTally>>,
+    ) {
         let give_up_at = Instant::now() + self.key_lifetime;
         {
             let pending = &mut lock(&self.pending).waiting;
@@ -108,6 +114,7 @@ impl ReleaseRetries {
                 node,
                 call,
                 give_up_at,
+                tally,
             });
         }
         self.start();
@@ -153,8 +160,9 @@ impl ReleaseRetries {
     }
 
     /// Sends every pending release whose master has a connection; keeps those that got no
-    /// result again.
+    /// result again, and tells every release still waiting that the round went by.
     async fn round(&self) {
+        let round = self.rounds.fetch_add(1, Ordering::Relaxed) + 1;
         let now = Instant::now();
         let due: Vec<Pending> = {
             let mut queue = lock(&self.pending);
@@ -166,12 +174,7 @@ impl ReleaseRetries {
             queue.sending = due.len();
             due
         };
-        let sends = due.into_iter().map(|p| async move {
-            let deadline = Deadline::After(RETRY_TIMEOUT);
-            let result = p.node.eval::<i64>(&p.call, &deadline, Admission::Always);
-            result.await.is_err().then_some(p)
-        });
-        let unanswered: Vec<Pending> = futures_util::future::join_all(sends)
+        let unanswered: Vec<Pending> = futures_util::future::join_all(due.into_iter().map(send))
             .await
             .into_iter()
             .flatten()
@@ -180,9 +183,28 @@ impl ReleaseRetries {
             let mut queue = lock(&self.pending);
             queue.waiting.extend(unanswered);
             queue.sending = 0;
+            let followed = queue.waiting.iter().filter_map(|p| p.tally.as_ref());
+            followed.for_each(|tally| tally.round_passed(round));
         }
         self.emptied.notify_waiters();
     }
+}
+
+/// Sends `pending` again; `Some(pending)` when the master did not answer with a result.
+async fn send(pending: Pending) -> Option<Pending> {
+    let deadline = Deadline::After(RETRY_TIMEOUT);
+    let result = pending
+        .node
+        .eval::<i64>(&pending.call, &deadline, Admission::Always)
+        .await;
+    let Ok(deleted) = result else {
+        return Some(pending);
+    };
+    if let Some(tally) = &pending.tally {
+        let node = &pending.node;
+        tally.answered(node.index(), node.counts_in_quorum(), deleted > 0);
+    }
+    None
 }
 
 /// Retries every `RETRY_INTERVAL` while releases are pending; sleeps until one is queued.

@@ -11,12 +11,13 @@
 //! - shadows are sent only while `now + timeout < valid_until`;
 //! - a lease that ends (released, or lost) has its keys released on every master.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{escalation, LeasePolicy, LeaseState, LeaseView, Step, Tracked};
+use super::{escalation, LeasePolicy, LeaseState, LeaseView, Revocations, Step, Tracked};
 use crate::batch::Renewals;
 use crate::metrics::{self, METRICS};
 use crate::redlock::{ExtendOutcome, Redlock, Renewal};
@@ -24,12 +25,9 @@ use crate::Error;
 
 /// A renewal that found no quorum is retried this often (or sooner, near the end of validity).
 const RETRY_NO_QUORUM: Duration = Duration::from_millis(50);
-/// A release short of a quorum is tried again after this, doubling up to `MAX_RELEASE_BACKOFF`.
-const FIRST_RELEASE_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_RELEASE_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Runs until the lease is lost or released.
-pub async fn drive(renewals: &Renewals, policy: &LeasePolicy, tracked: &Arc<Tracked>) {
+pub(crate) async fn drive(renewals: &Renewals, policy: &LeasePolicy, tracked: &Arc<Tracked>) {
     loop {
         let step = tracked.record().next_step(Instant::now());
         match step {
@@ -42,7 +40,7 @@ pub async fn drive(renewals: &Renewals, policy: &LeasePolicy, tracked: &Arc<Trac
             }
             Step::Expire => lose(renewals.engine(), tracked, "expired"),
             Step::IdleRelease => {
-                start_release(renewals.engine(), policy, tracked, "idle");
+                start_release(renewals.engine(), tracked, "idle");
             }
             Step::Renew => {
                 let ttl = tracked.record().lease.ttl;
@@ -58,7 +56,7 @@ pub async fn drive(renewals: &Renewals, policy: &LeasePolicy, tracked: &Arc<Trac
 /// Extends the lease to `ttl`. `Some(view)` when renewed (or degraded onto shadows); `None`
 /// when it ended meanwhile (lost: then marked so) or when no quorum answered (the next try
 /// is scheduled).
-pub async fn renew(
+pub(crate) async fn renew(
     renewals: &Renewals,
     policy: &LeasePolicy,
     tracked: &Arc<Tracked>,
@@ -91,7 +89,7 @@ pub async fn renew(
     match outcome {
         ExtendOutcome::Extended(renewal) => Ok(take(renewals, policy, tracked, &renewal, false)),
         ExtendOutcome::Lost(refusal) if refusal.revoked() => {
-            revoke(renewals.engine(), tracked);
+            revoke(renewals.engine(), policy, tracked);
             Ok(None)
         }
         ExtendOutcome::Lost(_) => {
@@ -240,7 +238,7 @@ fn settle(
 /// Marks the lease lost (once) and releases whatever keys it still has, in the background:
 /// after the renewal or shadow in flight, on every master, sent again to any master that does
 /// not answer it with a result.
-pub fn lose(engine: &Arc<Redlock>, tracked: &Arc<Tracked>, reason: &'static str) {
+pub(crate) fn lose(engine: &Arc<Redlock>, tracked: &Arc<Tracked>, reason: &'static str) {
     if !tracked.finish(LeaseState::Lost, reason) {
         return;
     }
@@ -257,8 +255,15 @@ pub fn lose(engine: &Arc<Redlock>, tracked: &Arc<Tracked>, reason: &'static str)
 /// A force release revoked the lease: lost (`revoked`) at once, watchers told, then the
 /// revocation acknowledged (the tombstone deleted and the release published), which lets
 /// others take the resource. Acknowledged again for every announcement of it, even once ended:
-/// a master the force release reached late still gets its tombstone deleted.
-pub fn revoke(engine: &Arc<Redlock>, tracked: &Arc<Tracked>) {
+/// a master the force release reached late still gets its tombstone deleted. With
+/// [`Revocations::ByTheHolder`], only marked lost until the holder acknowledged
+/// ([`super::holder::Following::let_go`]), which also releases its keys.
+pub(crate) fn revoke(engine: &Arc<Redlock>, policy: &LeasePolicy, tracked: &Arc<Tracked>) {
+    let by_holder = policy.revocations == Revocations::ByTheHolder;
+    if by_holder && !tracked.holder_acknowledged.load(Ordering::Acquire) {
+        tracked.finish(LeaseState::Lost, "revoked");
+        return;
+    }
     lose(engine, tracked, "revoked");
     let (engine, tracked) = (Arc::clone(engine), Arc::clone(tracked));
     tokio::spawn(async move {
@@ -269,7 +274,7 @@ pub fn revoke(engine: &Arc<Redlock>, tracked: &Arc<Tracked>) {
 
 /// Whether `start_release` began the release or found it under way or over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Begin {
+pub(crate) enum Begin {
     /// The lease was held: it is now `releasing`, and its release task runs.
     Started,
     /// Already releasing: its release task runs.
@@ -279,46 +284,50 @@ pub enum Begin {
 }
 
 /// Marks the lease `releasing` (validity 0 from now, renewals stopped) and starts its release
-/// task, which tries until a quorum of masters confirms the release (then `released`) or
+/// task, which follows the release until a quorum of masters confirms it (then `released`) or
 /// every key the lease may have left has expired.
-pub fn start_release(
+pub(crate) fn start_release(
     engine: &Arc<Redlock>,
-    policy: &LeasePolicy,
     tracked: &Arc<Tracked>,
     reason: &'static str,
 ) -> Begin {
     let begin = tracked.begin_release(reason);
     if begin == Begin::Started {
         let (engine, tracked) = (Arc::clone(engine), Arc::clone(tracked));
-        let key_lifetime = policy.shadow_cap;
-        tokio::spawn(async move { release_until_confirmed(&engine, &tracked, key_lifetime).await });
+        tokio::spawn(async move { release_until_confirmed(&engine, &tracked).await });
     }
     begin
 }
 
-async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked, key_lifetime: Duration) {
+/// Sends the release once, after any renewal or shadow in flight, and follows it: the engine
+/// sends it again to every master that did not answer it with a result, and each of its rounds
+/// is an attempt the lease's `DELETE`s wait for.
+async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked) {
     // After any renewal or shadow in flight (cancelled by `begin_release`): on each master,
-    // the first release is sent after every write of this lease, and none follows (renewals
-    // stop once the lease is releasing), so the retries need not hold the lease's calls.
-    let mut op = Some(tracked.ops.lock().await);
+    // the release is sent after every write of this lease, and none follows (renewals stop
+    // once the lease is releasing), so its retries need not hold the lease's calls.
+    let op = tracked.ops.lock().await;
     let (resource, id) = tracked.key();
-    let give_up_at = Instant::now() + key_lifetime;
-    let mut backoff = FIRST_RELEASE_BACKOFF;
+    let started = engine.release_followed(&resource, id).await;
+    drop(op);
+    let mut release = match started {
+        Ok(release) => release,
+        Err(error) => {
+            tracing::error!(%error, lease = %id, "release refused");
+            let reason = tracked.record().reason.unwrap_or("released");
+            tracked.finish(LeaseState::Released, reason);
+            tracked
+                .release_progress
+                .send_modify(|attempts| *attempts += 1);
+            return;
+        }
+    };
     loop {
-        let released = engine.release(&resource, id).await;
-        op.take();
-        let confirmed = match released {
-            Ok(outcome) => outcome.confirmed(),
-            Err(error) => {
-                tracing::error!(%error, lease = %id, "release refused");
-                true
-            }
-        };
-        let over = confirmed || Instant::now() >= give_up_at;
+        let over = release.is_over(Instant::now());
         if over {
             // Given up: no quorum confirmed it, every key the lease could have left has
             // expired. That is what happened, not a release.
-            let reason = match confirmed {
+            let reason = match release.outcome().confirmed() {
                 true => tracked.record().reason.unwrap_or("released"),
                 false => "expired",
             };
@@ -330,7 +339,6 @@ async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked, key_lifeti
         if over {
             return;
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_RELEASE_BACKOFF);
+        release.next_round().await;
     }
 }

@@ -1,9 +1,13 @@
 //! One tracked lease: its record, its state machine (`held ⇄ degraded → releasing →
-//! released`, `held | degraded → lost`) and the pure decision of what its task does next.
+//! released`, `held | degraded → lost`), the pure decision of what its task does next, and
+//! the record's lock, which tells the lease's followers where its validity ends.
 
+use std::ops::{Deref, DerefMut};
+use std::sync::MutexGuard;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::redlock::Lease;
@@ -92,11 +96,13 @@ impl LeaseRecord {
         }
         let mut wake = self.lease.valid_until;
         if self.auto_renew {
-            let idle_at = self.last_seen + self.idle_timeout;
-            if now >= idle_at {
-                return Step::IdleRelease;
+            // An idle timeout past the end of time (`NEVER_IDLE`) never passes.
+            if let Some(idle_at) = self.last_seen.checked_add(self.idle_timeout) {
+                if now >= idle_at {
+                    return Step::IdleRelease;
+                }
+                wake = wake.min(idle_at);
             }
-            wake = wake.min(idle_at);
             if now >= self.renew_at {
                 return Step::Renew;
             }
@@ -153,6 +159,54 @@ impl LeaseRecord {
             state: self.state_at(now),
             auto_renew: self.auto_renew,
             reason: self.reason,
+        }
+    }
+}
+
+/// A lease's record, locked. When the lease's `valid_until` moved meanwhile (a renewal, a
+/// shadow, a cap after a renewal that fell short), the new end is published to the lease's
+/// followers as the lock is let go, in the order the changes were made.
+pub(crate) struct RecordGuard<'a> {
+    record: MutexGuard<'a, LeaseRecord>,
+    /// `valid_until` when the lock was taken.
+    before: Instant,
+    validity: &'a watch::Sender<Instant>,
+}
+
+impl<'a> RecordGuard<'a> {
+    /// Holds `record`, publishing a moved `valid_until` to `validity` when let go.
+    pub(crate) fn new(
+        record: MutexGuard<'a, LeaseRecord>,
+        validity: &'a watch::Sender<Instant>,
+    ) -> Self {
+        let before = record.lease.valid_until;
+        Self {
+            record,
+            before,
+            validity,
+        }
+    }
+}
+
+impl Deref for RecordGuard<'_> {
+    type Target = LeaseRecord;
+
+    fn deref(&self) -> &LeaseRecord {
+        &self.record
+    }
+}
+
+impl DerefMut for RecordGuard<'_> {
+    fn deref_mut(&mut self) -> &mut LeaseRecord {
+        &mut self.record
+    }
+}
+
+impl Drop for RecordGuard<'_> {
+    fn drop(&mut self) {
+        let valid_until = self.record.lease.valid_until;
+        if valid_until != self.before {
+            self.validity.send_replace(valid_until);
         }
     }
 }

@@ -89,3 +89,35 @@ async fn terminal_states_end_the_task() {
         LeaseState::Released
     );
 }
+
+/// A lease whose holder is this process (an idle timeout past the end of time) is never
+/// released as idle, however long it goes without a sign of life: it only renews.
+#[tokio::test(start_paused = true)]
+async fn a_lease_that_is_never_idle_only_renews() {
+    let now = Instant::now();
+    let mut r = record(now, true);
+    r.idle_timeout = Duration::MAX;
+    r.renew_at = now + Duration::from_secs(10);
+    r.lease.valid_until = now + Duration::from_secs(20);
+    assert_eq!(r.next_step(now), Step::Wait(now + Duration::from_secs(10)));
+    let late = now + Duration::from_secs(10);
+    assert_eq!(r.next_step(late), Step::Renew);
+}
+
+/// The record's lock publishes a moved `valid_until` when let go, and nothing otherwise.
+#[tokio::test(start_paused = true)]
+async fn the_records_lock_publishes_a_moved_validity() {
+    let now = Instant::now();
+    let record = std::sync::Mutex::new(self::record(now, true));
+    let before = record.lock().unwrap().lease.valid_until;
+    let validity = watch::channel(before).0;
+    let mut followed = validity.subscribe();
+    RecordGuard::new(record.lock().unwrap(), &validity).last_seen = now;
+    assert!(!followed.has_changed().unwrap());
+    let shorter = now + Duration::from_millis(300);
+    RecordGuard::new(record.lock().unwrap(), &validity)
+        .lease
+        .valid_until = shorter;
+    assert!(followed.has_changed().unwrap());
+    assert_eq!(*followed.borrow_and_update(), shorter);
+}
