@@ -123,9 +123,11 @@ async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
     // Renewals may go on for hours: breakers must close and restarted masters rejoin.
     let _probe = fleet.spawn_probe(DEFAULT_PROBE_PERIOD);
     let wakeups = Wakeups::connect(&fleet)?;
-    // Listening before the lease is taken: a force release is then heard at once.
+    // Listening before the lease is taken: a force release is then heard at once. Bounded as a
+    // waiter's queue is (a down master must not delay every run); a master that has not
+    // confirmed by then is heard from at the next renewal.
     if !wakeups
-        .listening_for_revocations(Duration::from_secs(2))
+        .listening_for_revocations(redlease_engine::wakeup::SUBSCRIBE_TIMEOUT)
         .await
     {
         tracing::warn!("not every master confirmed the revocations subscription yet");

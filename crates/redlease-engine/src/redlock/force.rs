@@ -128,8 +128,8 @@ impl Redlock {
             .filter_map(|a| a.removed().map(String::from))
             .collect();
         let removed = removed_holders(&values);
-        let audits_recorded = self.record_audit(resource, actor, reason, &removed).await;
-        let (audit_id, time_ms) = audits_recorded.1;
+        let audit = self.record_audit(resource, actor, reason, &removed).await;
+        let (audit_id, time_ms, audits_recorded) = (audit.audit_id, audit.time_ms, audit.masters);
         let tombstones: Vec<(usize, LeaseId)> = answers
             .iter()
             .enumerate()
@@ -162,7 +162,7 @@ impl Redlock {
             answers = ?labels,
             ?verdict,
             ?holder_told,
-            audits_recorded = audits_recorded.0,
+            audits_recorded,
             audit_id,
             "force release"
         );
@@ -179,7 +179,7 @@ impl Redlock {
             masters: masters.collect(),
             masters_answered,
             masters_removed: values.len(),
-            audits_recorded: audits_recorded.0,
+            audits_recorded,
             removed,
             holder_told,
             free_at_ms,
@@ -256,16 +256,16 @@ impl Redlock {
         }
     }
 
-    /// Appends the audit record on every master; returns how many recorded it, with its id
-    /// and time.
+    /// Appends the audit record on every master; returns it, with `masters` the number of
+    /// masters that recorded it.
     async fn record_audit(
         &self,
         resource: &str,
         actor: &str,
         reason: &str,
         removed: &[RemovedHolder],
-    ) -> (usize, (String, u64)) {
-        let record = AuditRecord {
+    ) -> AuditRecord {
+        let mut record = AuditRecord {
             audit_id: LeaseId::random().to_string(),
             resource: resource.to_string(),
             actor: actor.to_string(),
@@ -279,11 +279,11 @@ impl Redlock {
         let nodes = self.fleet.nodes();
         let appends = nodes.iter().map(|node| node.query(&xadd, &deadline));
         let appended = futures_util::future::join_all(appends).await;
-        let recorded = appended
+        record.masters = appended
             .iter()
             .filter(|a| matches!(a.as_deref(), Ok([Ok(_)])))
             .count();
-        (recorded, (record.audit_id, record.time_ms))
+        record
     }
 
     /// Waits up to [`HOLDER_WAIT`] for every tombstone of `tombstones` (master index, lease)
