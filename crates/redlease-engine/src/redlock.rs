@@ -173,7 +173,7 @@ impl Redlock {
     }
 
     /// One attempt to take `resource` for `owner` for `ttl`.
-    #[tracing::instrument(skip(self), fields(ttl_ms = ttl.as_millis() as u64))]
+    #[tracing::instrument(level = "debug", skip(self), fields(ttl_ms = ttl.as_millis() as u64))]
     pub async fn acquire(
         &self,
         resource: &str,
@@ -301,6 +301,7 @@ impl Redlock {
         let confirmed = plan.at_token.len() + self.raise_fence(&plan, attempt.timeout).await;
         if confirmed < self.fleet.quorum() {
             tracing::warn!(
+                resource,
                 token = plan.token,
                 confirmed,
                 "fencing token not confirmed by a quorum"

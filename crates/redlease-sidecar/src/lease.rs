@@ -13,9 +13,9 @@ pub(crate) mod renewal;
 pub(crate) mod state;
 pub(crate) mod ttl;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, Notify};
@@ -120,10 +120,13 @@ pub enum RenewError {
     Invalid(#[from] Error),
 }
 
-/// One lease and the means to reach its task and its watchers.
+/// One lease and the means to reach its task and its watchers. What only a watcher or a
+/// holder in this process needs (the event channel, the validity channel) is made when the
+/// first one asks, not for every lease.
 pub(crate) struct Tracked {
     record: Mutex<LeaseRecord>,
-    events: broadcast::Sender<LeaseEvent>,
+    /// Made by the first watcher; events sent before it have nobody to reach.
+    events: OnceLock<broadcast::Sender<LeaseEvent>>,
     /// Wakes the task after a change it must see (renewal, keepalive, release).
     wake: Notify,
     /// Serialises the engine calls of this lease (manual and automatic renewals, release).
@@ -132,11 +135,14 @@ pub(crate) struct Tracked {
     /// stops waiting, so the release goes out at once, after what was already sent.
     ending: CancellationToken,
     /// Release attempts made so far (see `renewal::start_release`).
-    release_progress: watch::Sender<u32>,
+    release_rounds: AtomicU32,
+    /// Told after each release attempt (its `DELETE`s wait for one).
+    release_round: Notify,
     /// Whether a request has already been told `released: true`.
     release_reported: AtomicBool,
-    /// `lease.valid_until` as renewals move it, for a holder in this process (`holder`).
-    validity: watch::Sender<Instant>,
+    /// `lease.valid_until` as renewals move it, for a holder in this process (`holder`):
+    /// made when the holder first asks.
+    validity: OnceLock<watch::Sender<Instant>>,
     /// With [`Revocations::ByTheHolder`]: the holder acknowledged the revocation, so every
     /// later announcement of it is acknowledged at once.
     holder_acknowledged: AtomicBool,
@@ -158,6 +164,51 @@ impl Tracked {
 
     pub(crate) fn view(&self) -> LeaseView {
         self.record().view(Instant::now())
+    }
+
+    /// The lease's future events.
+    fn subscribe(&self) -> broadcast::Receiver<LeaseEvent> {
+        let sender = self
+            .events
+            .get_or_init(|| broadcast::channel(EVENT_BUFFER).0);
+        sender.subscribe()
+    }
+
+    /// Tells the lease's watchers, if it has any.
+    pub(crate) fn send_event(&self, event: LeaseEvent) {
+        if let Some(sender) = self.events.get() {
+            let _ = sender.send(event);
+        }
+    }
+
+    /// Where the lease's validity ends, followed as renewals move it.
+    fn validity(&self) -> watch::Receiver<Instant> {
+        // Made under the record's lock, which every change of `valid_until` holds: the
+        // channel starts from the value in force and misses no later change.
+        let record = self.record();
+        let sender = self
+            .validity
+            .get_or_init(|| watch::channel(record.lease.valid_until).0);
+        sender.subscribe()
+    }
+
+    /// Counts a release attempt and wakes the `DELETE`s waiting for one.
+    pub(crate) fn release_round_done(&self) {
+        self.release_rounds.fetch_add(1, Ordering::AcqRel);
+        self.release_round.notify_waiters();
+    }
+
+    /// Waits until more than `seen` release attempts were made.
+    async fn release_round_after(&self, seen: u32) {
+        loop {
+            let notified = self.release_round.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.release_rounds.load(Ordering::Acquire) > seen {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// The lease's resource and id.
@@ -219,7 +270,7 @@ impl Tracked {
         let lease = record.view(now);
         drop(record);
         self.ending.cancel();
-        let _ = self.events.send(LeaseEvent { event, lease });
+        self.send_event(LeaseEvent { event, lease });
         self.wake.notify_one();
         true
     }
@@ -264,6 +315,8 @@ pub struct LeaseManager {
     renewals: Arc<Renewals>,
     policy: LeasePolicy,
     table: Mutex<HashMap<LeaseId, Arc<Tracked>>>,
+    /// Ended leases in the order their tasks ended, with when each is forgotten.
+    retired: Mutex<VecDeque<(Instant, LeaseId)>>,
     tasks: TaskTracker,
     /// Set at shutdown: no new lease is granted.
     closing: AtomicBool,
@@ -281,12 +334,15 @@ impl LeaseManager {
             engine,
             policy,
             table: Mutex::new(HashMap::new()),
+            retired: Mutex::new(VecDeque::new()),
             tasks: TaskTracker::new(),
             closing: AtomicBool::new(false),
             activity: Arc::default(),
         });
         let summaries = logs::log_summaries(Arc::downgrade(&manager), SUMMARY_INTERVAL);
         tokio::spawn(summaries);
+        let sweep_every = (manager.policy.retention / 4).max(Duration::from_millis(10));
+        tokio::spawn(sweep_retired(Arc::downgrade(&manager), sweep_every));
         if let Some(revocations) = manager.engine.revocations() {
             tokio::spawn(tell_revoked(Arc::downgrade(&manager), revocations));
         }
@@ -444,12 +500,10 @@ impl LeaseManager {
     /// stop it), and waits for its first attempt. `None` when this sidecar does not know it.
     pub async fn release(&self, id: LeaseId, reason: &'static str) -> Option<ReleaseAnswer> {
         let tracked = self.find(id)?;
-        let mut progress = tracked.release_progress.subscribe();
-        let seen = *progress.borrow_and_update();
+        let seen = tracked.release_rounds.load(Ordering::Acquire);
         let begin = renewal::start_release(&self.engine, &tracked, reason);
         if begin != Begin::Ended {
-            // The sender lives in `tracked`, which this function holds: it cannot close.
-            let _ = progress.wait_for(|attempts| *attempts > seen).await;
+            tracked.release_round_after(seen).await;
         }
         let view = tracked.view();
         let ours = reason == "released" && view.reason == Some("released");
@@ -463,7 +517,7 @@ impl LeaseManager {
     /// app alive as long as it reads, through its guard).
     pub fn watch(&self, id: LeaseId) -> Option<Watch> {
         let tracked = self.find(id)?;
-        let events = tracked.events.subscribe();
+        let events = tracked.subscribe();
         tracked.record().last_seen = Instant::now();
         Some(Watch {
             view: tracked.view(),
@@ -499,7 +553,7 @@ impl LeaseManager {
             last_seen: now,
             ended_at: None,
         };
-        let (id, valid_until) = (record.lease.id, record.lease.valid_until);
+        let id = record.lease.id;
         lease_event!(
             debug,
             &record.lease,
@@ -509,13 +563,14 @@ impl LeaseManager {
         self.activity.granted();
         let tracked = Arc::new(Tracked {
             record: Mutex::new(record),
-            events: broadcast::channel(EVENT_BUFFER).0,
+            events: OnceLock::new(),
             wake: Notify::new(),
             ops: tokio::sync::Mutex::new(()),
             ending: CancellationToken::new(),
-            release_progress: watch::channel(0).0,
+            release_rounds: AtomicU32::new(0),
+            release_round: Notify::new(),
             release_reported: AtomicBool::new(false),
-            validity: watch::channel(valid_until).0,
+            validity: OnceLock::new(),
             holder_acknowledged: AtomicBool::new(false),
             activity: Arc::clone(&self.activity),
         });
@@ -528,10 +583,50 @@ impl LeaseManager {
         let view = tracked.view();
         self.tasks.spawn(async move {
             renewal::drive(&renewals, &policy, &tracked).await;
-            tokio::time::sleep(policy.retention).await;
-            forget(&manager, id);
+            drop(tracked);
+            if let Some(manager) = manager.upgrade() {
+                manager.retire(id, Instant::now());
+            }
         });
         view
+    }
+
+    /// The lease `id` has ended and its task is over: it stays readable for the retention
+    /// period (no task of its own waits for it), and the leases whose period is over are
+    /// forgotten.
+    fn retire(&self, id: LeaseId, now: Instant) {
+        let mut retired = self.retired();
+        retired.push_back((now + self.policy.retention, id));
+        self.forget_retired(&mut retired, now);
+    }
+
+    /// Forgets the ended leases whose retention is over at `now`.
+    fn forget_retired(&self, retired: &mut VecDeque<(Instant, LeaseId)>, now: Instant) {
+        // Deadlines are pushed in order (one retention period after each end).
+        let over = retired
+            .iter()
+            .take_while(|(until, _)| *until <= now)
+            .count();
+        if over == 0 {
+            return;
+        }
+        let mut table = self.table();
+        for (_, id) in retired.drain(..over) {
+            table.remove(&id);
+        }
+    }
+
+    /// Forgets the ended leases whose retention is over, when no lease ends to do it.
+    fn sweep_retired(&self, now: Instant) {
+        let mut retired = self.retired();
+        self.forget_retired(&mut retired, now);
+    }
+
+    fn retired(&self) -> MutexGuard<'_, VecDeque<(Instant, LeaseId)>> {
+        // Pushes and drains only: a poisoned queue is still consistent.
+        self.retired
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn find(&self, id: LeaseId) -> Option<Arc<Tracked>> {
@@ -566,8 +661,16 @@ async fn tell_revoked(manager: Weak<LeaseManager>, mut revocations: broadcast::R
     }
 }
 
-fn forget(manager: &Weak<LeaseManager>, id: LeaseId) {
-    if let Some(manager) = manager.upgrade() {
-        manager.table().remove(&id);
+/// Forgets ended leases past their retention every `interval` while `manager` lives (a
+/// sidecar where no lease ends would keep them otherwise).
+async fn sweep_retired(manager: Weak<LeaseManager>, interval: Duration) {
+    let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(manager) = manager.upgrade() else {
+            return;
+        };
+        manager.sweep_retired(Instant::now());
     }
 }

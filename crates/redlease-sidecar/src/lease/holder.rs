@@ -62,7 +62,7 @@ impl LeaseManager {
     pub fn follow(self: &Arc<Self>, view: &LeaseView) -> Option<Following> {
         let id: LeaseId = view.lease_id.parse().ok()?;
         let tracked = self.find(id)?;
-        let events = tracked.events.subscribe();
+        let events = tracked.subscribe();
         let lease = tracked.record().lease.clone();
         Some(Following {
             lease,
@@ -80,7 +80,7 @@ impl Following {
     /// renewal that reached some masters without a majority (`docs/safety.md`, "Renewals and
     /// validity").
     pub fn valid_until(&self) -> watch::Receiver<Instant> {
-        self.tracked.validity.subscribe()
+        self.tracked.validity()
     }
 
     /// Resolves once the lease has ended, lost or released: its state and why (`expired`,

@@ -227,7 +227,7 @@ fn settle(
     record.renew_at = policy.schedule.renew_at(now, ttl, rand::random());
     let view = record.view(now);
     drop(record);
-    let _ = tracked.events.send(super::LeaseEvent {
+    tracked.send_event(super::LeaseEvent {
         event,
         lease: view.clone(),
     });
@@ -316,9 +316,7 @@ async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked) {
             tracing::error!(%error, lease = %id, "release refused");
             let reason = tracked.record().reason.unwrap_or("released");
             tracked.finish(LeaseState::Released, reason);
-            tracked
-                .release_progress
-                .send_modify(|attempts| *attempts += 1);
+            tracked.release_round_done();
             return;
         }
     };
@@ -333,9 +331,7 @@ async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked) {
             };
             tracked.finish(LeaseState::Released, reason);
         }
-        tracked
-            .release_progress
-            .send_modify(|attempts| *attempts += 1);
+        tracked.release_round_done();
         if over {
             return;
         }

@@ -3,7 +3,7 @@
 //! the record's lock, which tells the lease's followers where its validity ends.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::MutexGuard;
+use std::sync::{MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -170,14 +170,14 @@ pub(crate) struct RecordGuard<'a> {
     record: MutexGuard<'a, LeaseRecord>,
     /// `valid_until` when the lock was taken.
     before: Instant,
-    validity: &'a watch::Sender<Instant>,
+    validity: &'a OnceLock<watch::Sender<Instant>>,
 }
 
 impl<'a> RecordGuard<'a> {
     /// Holds `record`, publishing a moved `valid_until` to `validity` when let go.
     pub(crate) fn new(
         record: MutexGuard<'a, LeaseRecord>,
-        validity: &'a watch::Sender<Instant>,
+        validity: &'a OnceLock<watch::Sender<Instant>>,
     ) -> Self {
         let before = record.lease.valid_until;
         Self {
@@ -206,7 +206,9 @@ impl Drop for RecordGuard<'_> {
     fn drop(&mut self) {
         let valid_until = self.record.lease.valid_until;
         if valid_until != self.before {
-            self.validity.send_replace(valid_until);
+            if let Some(validity) = self.validity.get() {
+                validity.send_replace(valid_until);
+            }
         }
     }
 }

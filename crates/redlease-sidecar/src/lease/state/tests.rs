@@ -104,14 +104,20 @@ async fn a_lease_that_is_never_idle_only_renews() {
     assert_eq!(r.next_step(late), Step::Renew);
 }
 
-/// The record's lock publishes a moved `valid_until` when let go, and nothing otherwise.
+/// The record's lock publishes a moved `valid_until` when let go, and nothing otherwise; with
+/// no follower yet (no channel), it publishes nothing and fails nothing.
 #[tokio::test(start_paused = true)]
 async fn the_records_lock_publishes_a_moved_validity() {
     let now = Instant::now();
     let record = std::sync::Mutex::new(self::record(now, true));
+    let validity = std::sync::OnceLock::new();
+    RecordGuard::new(record.lock().unwrap(), &validity)
+        .lease
+        .valid_until += Duration::from_millis(1);
     let before = record.lock().unwrap().lease.valid_until;
-    let validity = watch::channel(before).0;
-    let mut followed = validity.subscribe();
+    let mut followed = validity
+        .get_or_init(|| watch::channel(before).0)
+        .subscribe();
     RecordGuard::new(record.lock().unwrap(), &validity).last_seen = now;
     assert!(!followed.has_changed().unwrap());
     let shorter = now + Duration::from_millis(300);
