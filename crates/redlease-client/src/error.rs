@@ -4,6 +4,8 @@
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use crate::http::{Answer, TransportError};
+
 /// Why a request to the sidecar did not succeed. [`ClientError::reason`] gives the API's
 /// `reason` string whenever the sidecar sent one.
 #[derive(Debug, thiserror::Error)]
@@ -71,8 +73,8 @@ pub enum ClientError {
         detail: String,
     },
     /// The sidecar could not be reached, or did not answer in time.
-    #[error("cannot reach the sidecar: {}", with_causes(.0))]
-    Transport(#[from] reqwest::Error),
+    #[error("cannot reach the sidecar: {0}")]
+    Transport(#[from] TransportError),
     /// A sidecar URL the client cannot use.
     #[error("invalid sidecar url {url}: {detail}")]
     InvalidUrl {
@@ -129,8 +131,7 @@ impl ClientError {
             Self::Invalid { status, .. }
             | Self::Unavailable { status, .. }
             | Self::Unexpected { status, .. } => Some(*status),
-            Self::Transport(error) => error.status().map(|s| s.as_u16()),
-            Self::InvalidUrl { .. } => None,
+            Self::Transport(_) | Self::InvalidUrl { .. } => None,
         }
     }
 
@@ -176,41 +177,24 @@ impl ClientError {
     }
 }
 
-/// `error: its cause: …`, since reqwest's own message leaves the causes out (a refused
-/// connection reads "error sending request" alone).
-fn with_causes(error: &reqwest::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = std::error::Error::source(error);
-    while let Some(error) = cause {
-        text.push_str(": ");
-        text.push_str(&error.to_string());
-        cause = error.source();
-    }
-    text
-}
-
 /// The JSON body of a successful answer, or the error a refusal stands for.
-pub(super) async fn read<T: DeserializeOwned>(
-    response: reqwest::Response,
-) -> Result<T, ClientError> {
-    let status = response.status().as_u16();
-    let success = response.status().is_success();
-    let body = response.text().await?;
-    if !success {
+pub(super) fn read<T: DeserializeOwned>(answer: Answer) -> Result<T, ClientError> {
+    let status = answer.status;
+    if !(200..300).contains(&status) {
+        let body = String::from_utf8_lossy(&answer.body);
         return Err(ClientError::from_answer(status, &body));
     }
-    serde_json::from_str(&body).map_err(|error| ClientError::Unexpected {
+    serde_json::from_slice(&answer.body).map_err(|error| ClientError::Unexpected {
         status,
-        detail: format!("{error}: {body}"),
+        detail: format!("{error}: {}", String::from_utf8_lossy(&answer.body)),
     })
 }
 
 /// The text body of a successful answer, or the error a refusal stands for.
-pub(super) async fn read_text(response: reqwest::Response) -> Result<String, ClientError> {
-    let status = response.status().as_u16();
-    let success = response.status().is_success();
-    let body = response.text().await?;
-    if !success {
+pub(super) fn read_text(answer: Answer) -> Result<String, ClientError> {
+    let status = answer.status;
+    let body = String::from_utf8_lossy(&answer.body).into_owned();
+    if !(200..300).contains(&status) {
         return Err(ClientError::from_answer(status, &body));
     }
     Ok(body)

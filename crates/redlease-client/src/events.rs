@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{LeaseEnd, LeaseInfo};
+use crate::http::{Streaming, Transport};
 
 /// A stream that broke is reopened after this, doubling up to `MAX_REOPEN_BACKOFF`.
 const FIRST_REOPEN_BACKOFF: Duration = Duration::from_millis(50);
@@ -17,8 +17,9 @@ const MAX_REOPEN_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Keeps a lease's event stream open until the lease ends.
 pub(super) struct Watcher {
-    http: reqwest::Client,
-    url: reqwest::Url,
+    http: Transport,
+    /// `…/v1/leases/{id}/events`.
+    path: String,
     ended: Arc<watch::Sender<Option<LeaseEnd>>>,
     /// When the validity last reported runs out (as of when the report arrived): with no
     /// word from the sidecar by then, the lease is taken as ended.
@@ -42,15 +43,15 @@ pub(super) fn settle(ended: &watch::Sender<Option<LeaseEnd>>, end: LeaseEnd) {
 
 impl Watcher {
     pub(super) fn new(
-        http: reqwest::Client,
-        url: reqwest::Url,
+        http: Transport,
+        path: String,
         ended: Arc<watch::Sender<Option<LeaseEnd>>>,
         validity: watch::Sender<Instant>,
     ) -> Self {
         let deadline = *validity.borrow();
         Self {
             http,
-            url,
+            path,
             ended,
             deadline,
             validity,
@@ -91,11 +92,11 @@ impl Watcher {
 
     /// Opens the stream: the response, or how the lease ended (the sidecar does not know it),
     /// or `None` to try again (no answer, or a passing error).
-    async fn open(&self) -> Result<reqwest::Response, Option<LeaseEnd>> {
-        let Ok(response) = self.http.get(self.url.clone()).send().await else {
+    async fn open(&self) -> Result<Streaming, Option<LeaseEnd>> {
+        let Ok(response) = self.http.stream(&self.path).await else {
             return Err(None);
         };
-        match response.status().as_u16() {
+        match response.status {
             200 => Ok(response),
             404 => Err(Some(LeaseEnd::Lost {
                 reason: "unknown_lease".to_string(),
@@ -105,17 +106,14 @@ impl Watcher {
     }
 
     /// Reads events until the lease ends (`Some`) or the stream breaks (`None`).
-    async fn read(&mut self, response: reqwest::Response) -> Option<LeaseEnd> {
-        let mut body = std::pin::pin!(response.bytes_stream());
+    async fn read(&mut self, mut response: Streaming) -> Option<LeaseEnd> {
         let mut parser = SseParser::default();
         loop {
             let chunk = tokio::select! {
-                chunk = body.next() => chunk,
+                chunk = response.next() => chunk,
                 _ = tokio::time::sleep_until(self.deadline) => return Some(LeaseEnd::Expired),
             };
-            let Some(Ok(bytes)) = chunk else {
-                return None;
-            };
+            let bytes = chunk?;
             for event in parser.push(&bytes) {
                 if let Some(end) = self.take(&event) {
                     return Some(end);
@@ -257,9 +255,12 @@ mod tests {
             )
         };
         let (tx, _rx) = watch::channel(None);
-        let url = reqwest::Url::parse("http://127.0.0.1:1/").unwrap();
+        let endpoint = crate::http::Endpoint::Tcp("127.0.0.1:1".into());
+        let host = hyper::header::HeaderValue::from_static("127.0.0.1:1");
+        let http = Transport::new(endpoint, host);
         let (validity, valid_until) = watch::channel(Instant::now());
-        let mut watcher = Watcher::new(reqwest::Client::new(), url, Arc::new(tx), validity);
+        let path = "/v1/leases/ab/events".to_string();
+        let mut watcher = Watcher::new(http, path, Arc::new(tx), validity);
         let renewed = event("renewed", &lease("held", ""));
         assert_eq!(watcher.take(&renewed), None);
         assert!(watcher.deadline > Instant::now() + Duration::from_millis(800));

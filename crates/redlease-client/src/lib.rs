@@ -1,6 +1,8 @@
 //! redlease-client: a Rust client of the redlease sidecar's HTTP API: take a lock, hold it
-//! while the lease's event stream says how it stands, release it. It speaks HTTP to a sidecar
-//! and uses nothing of the engine (no Redis client, no TLS stack of its own beyond reqwest's).
+//! while the lease's event stream says how it stands, release it. It speaks HTTP/1.1 to a
+//! sidecar (hyper's client connection, driven in the caller's own task: see `http`) and uses
+//! nothing of the engine (no Redis client, and no TLS: the sidecar listens on loopback or on a
+//! socket file).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -26,6 +28,7 @@
 
 mod error;
 mod events;
+mod http;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -37,6 +40,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use error::ClientError;
+pub use http::TransportError;
+use http::{Endpoint, Transport};
+use hyper::header::HeaderValue;
+use hyper::Method;
 
 /// How much longer than the wait it asked for a request may take before the client gives up
 /// on it (the sidecar's own request timeout is its longest wait plus 10 s).
@@ -47,8 +54,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A handle on one sidecar. Cheap to clone: clones share one pool of connections.
 #[derive(Clone, Debug)]
 pub struct Client {
-    http: reqwest::Client,
-    base: reqwest::Url,
+    http: Transport,
+    /// The URL given, whose path (a prefix, perhaps) every request's path starts with.
+    base: url::Url,
     /// The `unix:/path` URL of a sidecar on a Unix socket, as given (requests then go to
     /// `http://localhost/` over the socket).
     unix_url: Option<String>,
@@ -77,9 +85,9 @@ pub struct LockRequest<'a> {
 #[derive(Debug)]
 pub struct LockGuard {
     lease: LeaseInfo,
-    http: reqwest::Client,
+    http: Transport,
     /// `…/v1/leases/{id}`.
-    lease_url: reqwest::Url,
+    lease_path: String,
     /// How the lease ended, once it has; set once, by the watcher or by the release.
     ended: Arc<watch::Sender<Option<LeaseEnd>>>,
     /// Without an event stream and without auto-renewal: when the validity the acquisition
@@ -196,23 +204,38 @@ impl Client {
                 return Err(invalid("expected unix:/absolute/path/to/the.sock"));
             }
             // A constant URL that parses.
-            let base = reqwest::Url::parse("http://localhost/").expect("a valid URL");
-            let unix_url = Some(url.to_string());
-            let http = Self::http(None, unix_url.as_deref())?;
+            let base = url::Url::parse("http://localhost/").expect("a valid URL");
+            let endpoint = Endpoint::Unix(path.into());
+            let http = Transport::new(endpoint, HeaderValue::from_static("localhost"));
             return Ok(Self {
                 http,
                 base,
-                unix_url,
+                unix_url: Some(url.to_string()),
             });
         }
-        let base = reqwest::Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
+        let base = url::Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
         if base.scheme() != "http" {
             return Err(invalid("the sidecar speaks http:// (or unix:/path)"));
         }
-        if base.cannot_be_a_base() || base.host().is_none() {
+        if base.cannot_be_a_base() {
             return Err(invalid("no host"));
         }
-        let http = Self::http(None, None)?;
+        if !base.username().is_empty() || base.password().is_some() {
+            return Err(invalid(
+                "credentials go in the token (with_token), not the URL",
+            ));
+        }
+        let (Some(host), Some(port)) = (base.host_str(), base.port_or_known_default()) else {
+            return Err(invalid("no host"));
+        };
+        let authority = match base.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        };
+        // A host the URL parser accepted is visible ASCII.
+        let host_header =
+            HeaderValue::from_str(&authority).map_err(|_| invalid("a host that is not ASCII"))?;
+        let http = Transport::new(Endpoint::Tcp(format!("{host}:{port}")), host_header);
         Ok(Self {
             http,
             base,
@@ -227,35 +250,20 @@ impl Client {
             url: self.base_url().to_string(),
             detail: "the token must be printable ASCII".into(),
         };
-        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|_| invalid())?;
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| invalid())?;
         value.set_sensitive(true);
-        let http = Self::http(Some(value), self.unix_url.as_deref())?;
+        let http = self.http.authorized(value);
         Ok(Self { http, ..self })
-    }
-
-    fn http(
-        authorization: Option<reqwest::header::HeaderValue>,
-        unix_url: Option<&str>,
-    ) -> Result<reqwest::Client, ClientError> {
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(value) = authorization {
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-        }
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .default_headers(headers);
-        if let Some(path) = unix_url.and_then(|url| url.strip_prefix(UNIX_SCHEME)) {
-            builder = builder.unix_socket(std::path::Path::new(path));
-        }
-        builder.build().map_err(ClientError::Transport)
     }
 
     /// The sidecar's Prometheus text exposition (`GET /metrics`).
     pub async fn metrics(&self) -> Result<String, ClientError> {
-        let url = self.url(&["metrics"]);
-        let response = self.http.get(url).timeout(REQUEST_MARGIN).send().await?;
-        error::read_text(response).await
+        let path = self.path(&["metrics"]);
+        let answer = self
+            .http
+            .call(Method::GET, &path, None, REQUEST_MARGIN)
+            .await?;
+        error::read_text(answer)
     }
 
     /// The sidecar's URL, without a trailing slash (`unix:/path` for a Unix socket).
@@ -283,19 +291,22 @@ impl Client {
     /// The lease `lease_id` as the sidecar sees it now (`GET /v1/leases/{id}`; reading does
     /// not count as a sign of life).
     pub async fn lease(&self, lease_id: &str) -> Result<LeaseInfo, ClientError> {
-        let url = self.url(&["v1", "leases", lease_id]);
-        let response = self.http.get(url).timeout(REQUEST_MARGIN).send().await?;
-        error::read(response).await
+        let path = self.path(&["v1", "leases", lease_id]);
+        let answer = self
+            .http
+            .call(Method::GET, &path, None, REQUEST_MARGIN)
+            .await?;
+        error::read(answer)
     }
 
-    /// The base URL with `segments` appended, each percent-encoded.
-    fn url(&self, segments: &[&str]) -> reqwest::Url {
+    /// The base URL's path with `segments` appended, each percent-encoded.
+    fn path(&self, segments: &[&str]) -> String {
         let mut url = self.base.clone();
         // `new` refused URLs that cannot be a base, the only ones without path segments.
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty().extend(segments);
         }
-        url
+        url.path().to_string()
     }
 }
 
@@ -358,23 +369,22 @@ impl LockRequest<'_> {
             auto_renew: self.auto_renew,
             idle_timeout_ms: self.idle_timeout.map(|idle| idle.as_millis() as u64),
         };
-        let url = client.url(&["v1", "locks", &self.resource, "acquire"]);
-        let request = client.http.post(url).json(&body);
+        let path = client.path(&["v1", "locks", &self.resource, "acquire"]);
+        // Plain strings and numbers: serialising them cannot fail.
+        let body = serde_json::to_vec(&body).unwrap_or_default();
+        let limit = self.wait + REQUEST_MARGIN;
         let sent_at = Instant::now();
-        let response = request.timeout(self.wait + REQUEST_MARGIN).send().await?;
-        let lease: LeaseInfo = error::read(response).await?;
+        let answer = client.http.call(Method::POST, &path, Some(body), limit);
+        let lease: LeaseInfo = error::read(answer.await?)?;
         let valid_until = deadline_of(&lease, sent_at, self.wait, Instant::now());
-        let lease_url = client.url(&["v1", "leases", &lease.lease_id]);
+        let lease_path = client.path(&["v1", "leases", &lease.lease_id]);
         let ended = Arc::new(watch::Sender::new(None));
         let (validity, valid_until_rx) = watch::channel(valid_until);
         let watcher = self.events.then(|| {
-            let mut events_url = lease_url.clone();
-            if let Ok(mut path) = events_url.path_segments_mut() {
-                path.push("events");
-            }
+            let events_path = format!("{lease_path}/events");
             let watcher = events::Watcher::new(
                 client.http.clone(),
-                events_url,
+                events_path,
                 Arc::clone(&ended),
                 validity,
             );
@@ -385,7 +395,7 @@ impl LockRequest<'_> {
             valid_until: valid_until_rx,
             lease,
             http: client.http.clone(),
-            lease_url,
+            lease_path,
             ended,
             watcher,
             released: false,
@@ -480,10 +490,12 @@ impl LockGuard {
     /// until a quorum does or the keys expire, and the lease is no longer yours either way.
     pub async fn release(mut self) -> Result<bool, ClientError> {
         self.released = true;
-        let request = self.http.delete(self.lease_url.clone());
-        let answer = request.timeout(REQUEST_MARGIN).send().await;
+        let answer = self
+            .http
+            .call(Method::DELETE, &self.lease_path, None, REQUEST_MARGIN);
+        let answer = answer.await;
         self.stop();
-        let body: ReleaseBody = error::read(answer?).await?;
+        let body: ReleaseBody = error::read(answer?)?;
         Ok(body.released)
     }
 
@@ -509,10 +521,9 @@ impl Drop for LockGuard {
         }
         self.stop();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let request = self.http.delete(self.lease_url.clone());
-            let sent = request.timeout(REQUEST_MARGIN).send();
+            let (http, path) = (self.http.clone(), std::mem::take(&mut self.lease_path));
             runtime.spawn(async move {
-                let _ = sent.await;
+                let _ = http.call(Method::DELETE, &path, None, REQUEST_MARGIN).await;
             });
         }
     }
@@ -530,9 +541,12 @@ impl std::fmt::Display for LeaseEnd {
     }
 }
 
-/// `client:<pid>@<host>`, so a lease's owner tells which process holds it.
+/// `client:<pid>@<host>`, so a lease's owner tells which process holds it (read once).
 fn default_owner() -> String {
-    owner_of_this_process("client")
+    static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OWNER
+        .get_or_init(|| owner_of_this_process("client"))
+        .clone()
 }
 
 /// `<kind>:<pid>@<host>`: a default owner that tells which process holds a lock.

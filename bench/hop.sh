@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The sidecar hop against the library engine, in one run on 5 local masters: medians of
+# ROUNDS (default 3) rounds of the sequential, 16-client and 16x4 contended workloads,
+# alternating targets, a loopback round-trip probe, and the sidecar's CPU per cycle.
+#   bench/hop.sh
+#   ROUNDS=5 DURATION=5s bench/hop.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MASTERS=5 scripts/fleet.sh python3 bench/hop.py

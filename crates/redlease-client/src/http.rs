@@ -1,0 +1,435 @@
+//! The client's HTTP/1.1 transport to one sidecar, over TCP or a Unix socket: keep-alive
+//! connections, each driven by hyper's client connection inside the caller's own task (no
+//! connection task, no channel or wake-up between tasks per request), kept in a small pool
+//! between requests. An event stream gets a connection of its own, driven by the task that
+//! reads it.
+
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::pin::{pin, Pin};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+
+use crate::CONNECT_TIMEOUT;
+
+/// Idle connections kept for later requests; more are closed when let go.
+const MAX_IDLE: usize = 64;
+
+/// Why a request got no answer: the sidecar could not be reached, the connection broke, or
+/// the answer did not come in time.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct TransportError {
+    message: String,
+    timeout: bool,
+}
+
+impl TransportError {
+    /// The request (or the connection) was given up on after its time.
+    pub fn is_timeout(&self) -> bool {
+        self.timeout
+    }
+
+    fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            timeout: false,
+        }
+    }
+
+    fn timed_out(what: &str, limit: Duration) -> Self {
+        Self {
+            message: format!("{what}: no answer within {} ms", limit.as_millis()),
+            timeout: true,
+        }
+    }
+
+    fn io(what: &str, error: &io::Error) -> Self {
+        Self::new(format!("{what}: {error}"))
+    }
+
+    fn http(error: &hyper::Error) -> Self {
+        let mut message = error.to_string();
+        let mut cause = std::error::Error::source(error);
+        while let Some(error) = cause {
+            message.push_str(": ");
+            message.push_str(&error.to_string());
+            cause = error.source();
+        }
+        Self::new(message)
+    }
+}
+
+/// Where the sidecar listens.
+#[derive(Clone, Debug)]
+pub(crate) enum Endpoint {
+    /// `host:port`, resolved at each new connection.
+    Tcp(String),
+    Unix(PathBuf),
+}
+
+/// A status and a whole body.
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) body: Bytes,
+}
+
+/// An answer whose body is read as it comes (an event stream), with its connection.
+pub(crate) struct Streaming {
+    pub(crate) status: u16,
+    body: Incoming,
+    conn: Conn,
+}
+
+/// Requests to one sidecar. Cheap to clone: clones share the pool.
+#[derive(Clone)]
+pub(crate) struct Transport {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    endpoint: Endpoint,
+    /// The `Host` header: the URL's authority, or `localhost` on a Unix socket.
+    host: HeaderValue,
+    authorization: Option<HeaderValue>,
+    idle: Mutex<Vec<Conn>>,
+}
+
+/// One connection: hyper's handle to send on it, and the connection itself, polled only
+/// while a request of the caller's is in flight.
+struct Conn {
+    send: http1::SendRequest<Full<Bytes>>,
+    conn: http1::Connection<TokioIo<Stream>, Full<Bytes>>,
+}
+
+// === impl Transport ===
+
+impl Transport {
+    pub(crate) fn new(endpoint: Endpoint, host: HeaderValue) -> Self {
+        Self::with(endpoint, host, None)
+    }
+
+    /// The same transport (a new pool) sending `authorization` with every request.
+    pub(crate) fn authorized(&self, authorization: HeaderValue) -> Self {
+        let shared = &self.shared;
+        Self::with(
+            shared.endpoint.clone(),
+            shared.host.clone(),
+            Some(authorization),
+        )
+    }
+
+    fn with(endpoint: Endpoint, host: HeaderValue, authorization: Option<HeaderValue>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                endpoint,
+                host,
+                authorization,
+                idle: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Sends `method path` with `json` as its body and reads the whole answer, within `limit`.
+    /// A pooled connection found closed before the request went out is replaced once.
+    pub(crate) async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        json: Option<Vec<u8>>,
+        limit: Duration,
+    ) -> Result<Answer, TransportError> {
+        let exchange = async {
+            let body = Bytes::from(json.clone().unwrap_or_default());
+            let (mut conn, reused) = match self.take_idle() {
+                Some(conn) => (conn, true),
+                None => (self.connect().await?, false),
+            };
+            let json = json.is_some();
+            match conn
+                .exchange(self.request(&method, path, body.clone(), json))
+                .await
+            {
+                Ok(answer) => {
+                    self.put_idle(conn);
+                    Ok(answer)
+                }
+                Err(Failure::NotSent(_)) if reused => {
+                    let mut conn = self.connect().await?;
+                    let request = self.request(&method, path, body, json);
+                    let answer = conn.exchange(request).await.map_err(Failure::into_error)?;
+                    self.put_idle(conn);
+                    Ok(answer)
+                }
+                Err(failure) => Err(failure.into_error()),
+            }
+        };
+        match tokio::time::timeout(limit, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(TransportError::timed_out(
+                &format!("{method} {path}"),
+                limit,
+            )),
+        }
+    }
+
+    /// Opens `GET path` on a connection of its own and returns once the head has arrived.
+    pub(crate) async fn stream(&self, path: &str) -> Result<Streaming, TransportError> {
+        let mut conn = self.connect().await?;
+        let request = self.request(&Method::GET, path, Bytes::new(), false);
+        let response = drive(&mut conn.conn, conn.send.send_request(request))
+            .await
+            .map_err(Failure::into_error)?
+            .map_err(|error| TransportError::http(&error))?;
+        let status = response.status().as_u16();
+        Ok(Streaming {
+            status,
+            body: response.into_body(),
+            conn,
+        })
+    }
+
+    fn request(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Bytes,
+        json: bool,
+    ) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = method.clone();
+        // Paths are built by the client from percent-encoded segments: always a valid URI.
+        *request.uri_mut() = path.parse().unwrap_or_default();
+        let headers = request.headers_mut();
+        headers.insert(header::HOST, self.shared.host.clone());
+        if json {
+            let media = HeaderValue::from_static("application/json");
+            headers.insert(header::CONTENT_TYPE, media);
+        }
+        if let Some(authorization) = &self.shared.authorization {
+            headers.insert(header::AUTHORIZATION, authorization.clone());
+        }
+        request
+    }
+
+    async fn connect(&self) -> Result<Conn, TransportError> {
+        let what = match &self.shared.endpoint {
+            Endpoint::Tcp(authority) => format!("connect to {authority}"),
+            Endpoint::Unix(path) => format!("connect to unix:{}", path.display()),
+        };
+        let stream = async {
+            match &self.shared.endpoint {
+                Endpoint::Tcp(authority) => {
+                    let stream = TcpStream::connect(authority.as_str()).await?;
+                    stream.set_nodelay(true)?;
+                    Ok(Stream::Tcp(stream))
+                }
+                Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+            }
+        };
+        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, stream).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => return Err(TransportError::io(&what, &error)),
+            Err(_) => return Err(TransportError::timed_out(&what, CONNECT_TIMEOUT)),
+        };
+        let (send, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|error| TransportError::http(&error))?;
+        Ok(Conn { send, conn })
+    }
+
+    /// An idle connection still open (one the sidecar closed meanwhile is dropped).
+    fn take_idle(&self) -> Option<Conn> {
+        loop {
+            let mut conn = self.idle().pop()?;
+            // Polled once: a connection the sidecar closed is over (or failed) at once.
+            if (&mut conn.conn).now_or_never().is_none() {
+                return Some(conn);
+            }
+        }
+    }
+
+    fn put_idle(&self, conn: Conn) {
+        let mut idle = self.idle();
+        if idle.len() < MAX_IDLE {
+            idle.push(conn);
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
+        // Pushes and pops only: a poisoned pool is still consistent.
+        self.shared
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("endpoint", &self.shared.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl Conn ===
+
+/// How an exchange failed.
+enum Failure {
+    /// The connection was over before the request went out: nothing reached the sidecar.
+    NotSent(TransportError),
+    Failed(TransportError),
+}
+
+impl Failure {
+    fn into_error(self) -> TransportError {
+        match self {
+            Self::NotSent(error) | Self::Failed(error) => error,
+        }
+    }
+}
+
+impl Conn {
+    /// Sends `request` and reads its whole answer, driving the connection meanwhile.
+    async fn exchange(&mut self, request: Request<Full<Bytes>>) -> Result<Answer, Failure> {
+        let response = match drive(&mut self.conn, self.send.send_request(request)).await? {
+            Ok(response) => response,
+            Err(error) if error.is_canceled() => {
+                return Err(Failure::NotSent(TransportError::http(&error)))
+            }
+            Err(error) => return Err(Failure::Failed(TransportError::http(&error))),
+        };
+        let status = response.status().as_u16();
+        let body = drive(&mut self.conn, response.into_body().collect()).await?;
+        let body = body.map_err(|error| Failure::Failed(TransportError::http(&error)))?;
+        Ok(Answer {
+            status,
+            body: body.to_bytes(),
+        })
+    }
+}
+
+/// Polls `work` and, while it waits, the connection it needs; the connection ending first
+/// (the sidecar closed it, or it failed) ends the exchange.
+async fn drive<F: Future>(
+    conn: &mut http1::Connection<TokioIo<Stream>, Full<Bytes>>,
+    work: F,
+) -> Result<F::Output, Failure> {
+    let mut work = pin!(work);
+    let mut over: Option<Result<(), hyper::Error>> = None;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(output) = work.as_mut().poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        if over.is_none() {
+            match Pin::new(&mut *conn).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                // Over: `work` is polled once more, as it may have finished with it.
+                Poll::Ready(result) => over = Some(result),
+            }
+            if let Poll::Ready(output) = work.as_mut().poll(cx) {
+                return Poll::Ready(Ok(output));
+            }
+        }
+        let error = match over.take() {
+            Some(Err(error)) => TransportError::http(&error),
+            _ => TransportError::new("the sidecar closed the connection"),
+        };
+        Poll::Ready(Err(Failure::NotSent(error)))
+    })
+    .await
+}
+
+// === impl Streaming ===
+
+impl Streaming {
+    /// The next piece of the body; `None` at its end or when the connection breaks.
+    pub(crate) async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            let frame = drive(&mut self.conn.conn, self.body.frame()).await.ok()?;
+            match frame? {
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some(data);
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// A connection's socket.
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
+            Self::Unix(stream) => Pin::new(stream).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(stream) => Pin::new(stream).poll_write(cx, buf),
+            Self::Unix(stream) => Pin::new(stream).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
+            Self::Unix(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(stream) => Pin::new(stream).poll_flush(cx),
+            Self::Unix(stream) => Pin::new(stream).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
+            Self::Unix(stream) => Pin::new(stream).poll_shutdown(cx),
+        }
+    }
+}
