@@ -104,10 +104,23 @@ pub fn main() -> ExitCode {
         Command::Serve(_) | Command::Dev(_) => "redlease=info",
     };
     init_tracing(cli.log_format, default_filter);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let worker_threads = match &cli.command {
+        Command::Serve(args) => serve::serve_worker_threads(args),
+        Command::Dev(args) => serve::dev_worker_threads(args),
+        _ => None,
+    };
+    let mut builder = match worker_threads {
+        // The sidecar's default: every task on this thread, no hand-off between threads.
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(threads) if threads > 1 => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(threads);
+            builder
+        }
+        // One worker per CPU: the other commands, and `runtime.worker_threads = 0`.
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("redlease: cannot start the async runtime: {error}");

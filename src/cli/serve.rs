@@ -35,6 +35,29 @@ pub struct DevArgs {
     config: Option<PathBuf>,
 }
 
+/// Threads of the runtime `redlease serve` runs on (`runtime.worker_threads`), read before it
+/// starts; `None` when the settings do not load (`serve` then says why, and exits 64).
+pub fn serve_worker_threads(args: &ServeArgs) -> Option<usize> {
+    let overrides = Overrides {
+        masters: args.masters.clone(),
+        listen: args.listen.clone(),
+    };
+    let settings = Settings::load(args.config.as_deref(), std::env::vars(), overrides);
+    settings.ok().map(|settings| settings.worker_threads)
+}
+
+/// The same for `redlease dev`, whose masters are not known before it starts them (any
+/// placeholder stands in for them here).
+pub fn dev_worker_threads(args: &DevArgs) -> Option<usize> {
+    let overrides = Overrides {
+        masters: Some(vec!["redis://127.0.0.1:6379".to_string()]),
+        listen: args.listen.clone(),
+    };
+    let env = std::env::vars().filter(|(key, _)| key != "REDLEASE__MASTERS");
+    let settings = Settings::load(args.config.as_deref(), env, overrides);
+    settings.ok().map(|settings| settings.worker_threads)
+}
+
 /// Loads and validates the configuration (exit 64 on any invalid key), then serves.
 pub async fn serve(args: ServeArgs) -> u8 {
     let overrides = Overrides {

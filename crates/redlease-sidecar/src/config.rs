@@ -56,6 +56,11 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(60);
 pub const DEFAULT_SHADOW_MULTIPLIER: u32 = 10;
 /// How long shutdown waits for held leases to be released.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Threads of the sidecar's async runtime: one, which spares every request the hand-offs and
+/// wake-ups between threads (`bench/README.md`, "The sidecar hop").
+pub const DEFAULT_WORKER_THREADS: usize = 1;
+/// The most `runtime.worker_threads` accepted.
+pub const MAX_WORKER_THREADS: usize = 256;
 /// The lowest `lease.min_ttl_ms` accepted: the engine's own minimum TTL.
 pub const MIN_TTL_FLOOR: Duration = crate::redlock::DEFAULT_MIN_TTL;
 
@@ -74,6 +79,8 @@ pub struct Settings {
     pub fleet: FleetSettings,
     /// Key `shutdown.grace_ms`.
     pub shutdown_grace: Duration,
+    /// Key `runtime.worker_threads`: threads of the async runtime; 0: one per CPU.
+    pub worker_threads: usize,
     /// Keys `auth.*`.
     pub auth: AuthSettings,
     /// Keys `http.*`.
@@ -139,6 +146,7 @@ struct Raw {
     lease: RawLease,
     fleet: RawFleet,
     shutdown: RawShutdown,
+    runtime: RawRuntime,
     auth: RawAuth,
     http: RawHttp,
 }
@@ -162,6 +170,12 @@ struct RawLease {
 #[serde(deny_unknown_fields)]
 struct RawShutdown {
     grace_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRuntime {
+    worker_threads: usize,
 }
 
 // === impl Settings ===
@@ -268,6 +282,7 @@ impl fmt::Debug for Settings {
             .field("lease", &self.lease)
             .field("fleet", &self.fleet)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("worker_threads", &self.worker_threads)
             .field("auth", &self.auth)
             .field("http", &self.http)
             .finish()
@@ -310,7 +325,8 @@ fn defaults(
         .set_default("lease.max_idle_timeout_ms", ms(DEFAULT_MAX_IDLE_TIMEOUT))?
         .set_default("lease.max_wait_ms", ms(DEFAULT_MAX_WAIT))?
         .set_default("lease.shadow_multiplier", DEFAULT_SHADOW_MULTIPLIER)?
-        .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))
+        .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))?
+        .set_default("runtime.worker_threads", DEFAULT_WORKER_THREADS as u64)
 }
 
 /// The `REDLEASE__*` variables as two sources. `REDLEASE__MASTERS` and
@@ -361,6 +377,12 @@ impl Raw {
         let fleet = self.fleet.validate(&mut p);
         check_against_masters(&fleet, &masters, &mut p);
         let shutdown_grace = positive("shutdown.grace_ms", self.shutdown.grace_ms, &mut p);
+        let worker_threads = self.runtime.worker_threads;
+        if worker_threads > MAX_WORKER_THREADS {
+            p.push(format!(
+                "runtime.worker_threads: must be at most {MAX_WORKER_THREADS} (0: one per CPU)"
+            ));
+        }
         let auth = self.auth.validate(&mut p);
         let http = self.http.validate(&mut p);
         match listen {
@@ -371,6 +393,7 @@ impl Raw {
                 lease,
                 fleet,
                 shutdown_grace,
+                worker_threads,
                 auth,
                 http,
             }),

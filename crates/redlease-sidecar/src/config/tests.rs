@@ -88,6 +88,23 @@ fn a_toml_file_overrides_the_defaults() {
     assert_eq!(s.lease.max_ttl, DEFAULT_MAX_TTL);
     assert_eq!(s.fleet.quarantine, Duration::from_secs(60));
     assert_eq!(s.shutdown_grace, Duration::from_millis(100));
+    assert_eq!(s.worker_threads, DEFAULT_WORKER_THREADS);
+}
+
+/// `runtime.worker_threads`: one by default, 0 (one per CPU) up to 256, nothing more.
+#[test]
+fn the_runtime_takes_one_thread_unless_told_otherwise() {
+    let threads =
+        |value: &str| load(&[ONE_MASTER[0], ("REDLEASE__RUNTIME__WORKER_THREADS", value)]);
+    assert_eq!(load(ONE_MASTER).unwrap().worker_threads, 1);
+    assert_eq!(threads("0").unwrap().worker_threads, 0);
+    assert_eq!(threads("8").unwrap().worker_threads, 8);
+    let refused = problems(threads("257"));
+    assert_eq!(refused.len(), 1);
+    assert!(
+        refused[0].starts_with("runtime.worker_threads:"),
+        "{refused:?}"
+    );
 }
 
 /// An environment variable beats the file; keys the environment does not name keep the file's.
