@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The sidecar hop against the library engine, in one run on one fleet (run by bench/hop.sh).
 
-Starts a sidecar (the release binary) on the fleet in $REDLEASE__MASTERS, then for each round:
+Starts two sidecars (the release binary: TCP and a Unix socket) on the fleet in
+$REDLEASE__MASTERS, then for each round:
 a loopback round-trip probe (`redis-benchmark -t ping -c 1` against one master), and the
 sequential, 16-client parallel and 16x4 contended workloads of `redlease load`, taking turns
 between the engine (`--masters`) and the sidecar (`--sidecar`, over TCP and over a Unix
@@ -24,6 +25,8 @@ BIN = "target/release/redlease"
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = os.environ.get("DURATION", "4s")
 SEQ_OPS = os.environ.get("SEQ_OPS", "4000")
+# Threads of `redlease load`'s runtime (its --worker-threads: 1, or 0 for one per CPU).
+LOAD_THREADS = os.environ.get("LOAD_THREADS", "1")
 WARMUP = 20
 CLIENTS = 16
 TICK = os.sysconf("SC_CLK_TCK")
@@ -64,7 +67,8 @@ def ping_p50_us(url):
 
 
 def load(target, workload):
-    args = [BIN, "load", *target, "--workload", workload, "--json", "--warmup", str(WARMUP)]
+    args = [BIN, "load", *target, "--workload", workload, "--json", "--warmup", str(WARMUP),
+            "--worker-threads", LOAD_THREADS]
     if workload == "sequential":
         args += ["--ops", SEQ_OPS]
     else:
@@ -131,7 +135,7 @@ def main():
     med = lambda xs: statistics.median(xs)
     ping = med(pings)
     print(f"Loopback round trip (`redis-benchmark -t ping -c 1`, p50, median of {ROUNDS}): "
-          f"{ping:.0f} µs")
+          f"{ping:.0f} µs; `redlease load --worker-threads {LOAD_THREADS}`")
     print()
     print("| workload | target | ops/s | p50 µs | p99 µs | p99.9 µs | errors "
           "| load process CPU µs/cycle | sidecar CPU µs/cycle "

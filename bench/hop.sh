@@ -4,6 +4,7 @@
 # alternating targets, a loopback round-trip probe, and the sidecar's CPU per cycle.
 #   bench/hop.sh
 #   ROUNDS=5 DURATION=5s bench/hop.sh
+#   LOAD_THREADS=0 bench/hop.sh   # the load generator on one thread per CPU (default: one)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MASTERS=5 scripts/fleet.sh python3 bench/hop.py

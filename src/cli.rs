@@ -107,6 +107,7 @@ pub fn main() -> ExitCode {
     let worker_threads = match &cli.command {
         Command::Serve(args) => serve::serve_worker_threads(args),
         Command::Dev(args) => serve::dev_worker_threads(args),
+        Command::Load(args) => Some(args.worker_threads),
         _ => None,
     };
     let mut builder = match worker_threads {

@@ -71,6 +71,10 @@ pub struct LoadArgs {
     /// How long each cycle holds the lock before releasing it.
     #[arg(long, default_value_t = 0)]
     hold_ms: u64,
+    /// Threads of the load generator's runtime: 1 (the default) runs every client on one
+    /// thread, which costs the least CPU per cycle for either target; 0: one per CPU.
+    #[arg(long, default_value_t = 1)]
+    pub worker_threads: usize,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
