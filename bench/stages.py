@@ -95,7 +95,7 @@ def main():
         us = f"{share * cpu_per_cycle:.1f}" if cpu_per_cycle else ""
         print(f"| {name} | {share:.1%} | {kernel_counts[name] / counts[name]:.0%} | {us} |")
     print(f"| all ({total} samples) | 100% | {sum(kernel_counts.values()) / total:.0%} "
-          f"| {cpu_per_cycle or ''} |")
+          f"| {f'{cpu_per_cycle:.1f}' if cpu_per_cycle else ''} |")
 
 
 if __name__ == "__main__":

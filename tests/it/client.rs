@@ -210,3 +210,28 @@ async fn errors_carry_the_api_reason() {
         );
     }
 }
+
+/// A kept-alive connection the sidecar closed while idle is replaced without the caller
+/// seeing it: the next acquisition goes out on a new connection and is granted once (the
+/// old one is not used, and nothing is sent twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_the_sidecar_closed_while_idle_is_replaced() {
+    let fleet = TestFleet::start(3);
+    let idle = [("REDLEASE__HTTP__IDLE_TIMEOUT_MS", "200")];
+    let sidecar = TestSidecar::start(&fleet, &idle).await;
+    let client = Client::new(&sidecar.base).unwrap();
+    for round in 0..3 {
+        let guard = client
+            .lock("idle-closed")
+            .owner("w")
+            .events(false)
+            .auto_renew(false)
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("round {round}: {error}"));
+        assert!(guard.release().await.unwrap(), "round {round}");
+        // Past the sidecar's idle timeout: it closes the connection the client keeps.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(fleet.data_keys(0), Vec::<String>::new());
+}

@@ -3,6 +3,7 @@
 
 mod crowd;
 mod frozen;
+mod retention;
 mod waiters;
 
 use std::time::Duration;

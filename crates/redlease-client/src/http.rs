@@ -290,7 +290,8 @@ impl std::fmt::Debug for Transport {
 
 /// How an exchange failed.
 enum Failure {
-    /// The connection was over before the request went out: nothing reached the sidecar.
+    /// The connection was over before the request went out (hyper cancelled it): nothing
+    /// reached the sidecar, so it may be sent again on another connection.
     NotSent(TransportError),
     Failed(TransportError),
 }
@@ -345,11 +346,13 @@ async fn drive<F: Future>(
                 return Poll::Ready(Ok(output));
             }
         }
+        // The request may have reached the sidecar: never taken as unsent (hyper tells an
+        // unsent one apart itself, as a cancelled request).
         let error = match over.take() {
             Some(Err(error)) => TransportError::http(&error),
             _ => TransportError::new("the sidecar closed the connection"),
         };
-        Poll::Ready(Err(Failure::NotSent(error)))
+        Poll::Ready(Err(Failure::Failed(error)))
     })
     .await
 }

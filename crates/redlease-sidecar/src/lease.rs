@@ -341,7 +341,9 @@ impl LeaseManager {
         });
         let summaries = logs::log_summaries(Arc::downgrade(&manager), SUMMARY_INTERVAL);
         tokio::spawn(summaries);
-        let sweep_every = (manager.policy.retention / 4).max(Duration::from_millis(10));
+        // Ended leases stay readable for the retention, and for at most a second more.
+        let sweep_every =
+            (manager.policy.retention / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         tokio::spawn(sweep_retired(Arc::downgrade(&manager), sweep_every));
         if let Some(revocations) = manager.engine.revocations() {
             tokio::spawn(tell_revoked(Arc::downgrade(&manager), revocations));

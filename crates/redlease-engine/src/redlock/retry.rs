@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -27,6 +28,8 @@ pub(crate) const RETRY_INTERVAL: Duration = Duration::from_millis(100);
 const RETRY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Releases kept for retrying at most; past it the oldest are dropped (their keys expire).
 pub(crate) const MAX_PENDING: usize = 100_000;
+/// Retried releases in flight at once, over every master.
+const RETRY_CONCURRENCY: usize = 1024;
 
 /// One release a master still has to answer with a result.
 struct Pending {
@@ -174,11 +177,12 @@ impl ReleaseRetries {
             queue.sending = due.len();
             due
         };
-        let unanswered: Vec<Pending> = futures_util::future::join_all(due.into_iter().map(send))
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
+        // At most `RETRY_CONCURRENCY` in flight: a master back after a spell down may owe tens
+        // of thousands, and sending them all from one poll would hold the runtime's thread
+        // (the sidecar's only one) for as long as that takes.
+        let sent = futures_util::stream::iter(due.into_iter().map(send))
+            .buffer_unordered(RETRY_CONCURRENCY);
+        let unanswered: Vec<Pending> = sent.filter_map(std::future::ready).collect().await;
         {
             let mut queue = lock(&self.pending);
             queue.waiting.extend(unanswered);

@@ -1,0 +1,56 @@
+//! The lease table keeps an ended lease readable for its retention, and then forgets it,
+//! whether or not other leases end meanwhile; a lease still held is never forgotten.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlease::{Fleet, FleetOptions, Redlock};
+use redlease_sidecar::config::in_process_lease_policy;
+use redlease_sidecar::{AcquireRequest, Acquired, LeaseManager};
+use redlease_testkit::assert_eventually;
+use redlease_testkit::TestFleet;
+
+fn request(resource: &str) -> AcquireRequest {
+    AcquireRequest {
+        resource: resource.to_string(),
+        owner: "retention".to_string(),
+        ttl: Some(Duration::from_secs(10)),
+        wait: Duration::ZERO,
+        auto_renew: false,
+        idle_timeout: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_lease_is_readable_for_its_retention_then_forgotten() {
+    let fleet = TestFleet::start(3);
+    let masters = Fleet::connect(&fleet.urls(), &FleetOptions::default())
+        .await
+        .unwrap();
+    let engine = Arc::new(Redlock::new(masters, Default::default()));
+    let mut policy = in_process_lease_policy(engine.fleet().quarantine());
+    policy.retention = Duration::from_millis(400);
+    let manager = LeaseManager::new(engine, policy);
+    let granted = |acquired| match acquired {
+        Acquired::Granted(view) => view.lease_id.parse().unwrap(),
+        other => panic!("not granted: {other:?}"),
+    };
+    let held = granted(manager.acquire(request("held")).await.unwrap());
+    let ended = granted(manager.acquire(request("ended")).await.unwrap());
+    let answer = manager.release(ended, "released").await.unwrap();
+    assert!(answer.released);
+    // Readable at once, with how it ended; then, with no other lease ending, forgotten.
+    let view = manager.get(ended).expect("readable after its end");
+    assert_eq!(view.reason, Some("released"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        manager.get(ended).is_some(),
+        "forgotten before its retention"
+    );
+    assert_eventually!(
+        manager.get(ended).is_none(),
+        3,
+        "an ended lease never forgotten"
+    );
+    assert!(manager.get(held).is_some(), "a held lease was forgotten");
+}
