@@ -9,10 +9,12 @@
 //!
 //! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Before the
 //! router, the server puts every request through the [`guard`] (head and target size, `Host`,
-//! encodings). Bodies are limited to 64 KiB on every route (tower-http: a declared length
-//! over it is refused before the body is read); JSON bodies are read by [`body`] (in time).
-//! Every route but the event stream has a request timeout (408); event streams are capped,
-//! and so are blocking acquisitions (`http.max_waiters`: their refusal closes the connection).
+//! encodings, a declared body length over 64 KiB, the bearer token of [`auth`]), limits its
+//! body to 64 KiB as it is read, and gives every request but an event stream its timeout
+//! (408): checks made once per request there rather than as the router's layers, which box
+//! and clone a service per request. JSON bodies are read by [`body`] (in time). Event
+//! streams are capped, and so are blocking acquisitions (`http.max_waiters`: their refusal
+//! closes the connection).
 
 pub(crate) mod auth;
 mod body;
@@ -25,14 +27,10 @@ pub(crate) mod inventory;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::Router;
 use tokio::sync::Semaphore;
-use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::timeout::TimeoutLayer;
 
-use self::auth::ApiToken;
 use crate::config::HttpSettings;
 use crate::fleet::Fleet;
 use crate::lease::LeaseManager;
@@ -87,14 +85,14 @@ pub(crate) struct AppState {
     pub body_timeout: Duration,
 }
 
+/// How long a request other than an event stream may take: the longest blocking wait a
+/// caller may ask for, and a margin.
+pub(crate) fn request_timeout(manager: &LeaseManager) -> Duration {
+    manager.policy().max_wait.saturating_add(TIMEOUT_MARGIN)
+}
+
 /// The API router; the server puts requests through [`guard::Guard`] first.
-pub(crate) fn app(
-    manager: Arc<LeaseManager>,
-    engine: Arc<Redlock>,
-    token: Arc<ApiToken>,
-    options: ApiOptions,
-) -> Router {
-    let timeout = manager.policy().max_wait + TIMEOUT_MARGIN;
+pub(crate) fn app(manager: Arc<LeaseManager>, engine: Arc<Redlock>, options: ApiOptions) -> Router {
     let fleet = Arc::clone(engine.fleet());
     let state = AppState {
         manager,
@@ -105,7 +103,7 @@ pub(crate) fn app(
         max_waiters: options.max_waiters,
         body_timeout: options.body_timeout,
     };
-    let bounded = Router::new()
+    Router::new()
         .route("/v1/locks/{resource}/acquire", post(handlers::acquire))
         .route("/v1/locks", get(inventory::list))
         .route("/v1/locks/{resource}", get(inventory::show))
@@ -121,21 +119,8 @@ pub(crate) fn app(
         .route("/livez", get(handlers::livez))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics))
-        // An empty 408: the server gives it its problem+json body (`request_timeout`).
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            timeout,
-        ));
-    let streams = Router::new().route("/v1/leases/{id}/events", get(events::events));
-    bounded
-        .merge(streams)
+        .route("/v1/leases/{id}/events", get(events::events))
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            token,
-            auth::require_token,
-        ))
-        // Its own 413 is plain text: the server gives it its problem+json (`body_too_large`).
-        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .with_state(state)
 }

@@ -116,13 +116,12 @@ impl Sidecar {
             }
         };
         let options = ApiOptions::new(&self.http, listener.is_unix());
-        let guard = Guard::new(options.allowed_hosts.clone());
-        let router = api::app(
-            Arc::clone(&self.manager),
-            Arc::clone(&self.engine),
+        let guard = Guard::new(
+            options.allowed_hosts.clone(),
             Arc::clone(&self.token),
-            options,
+            api::request_timeout(&self.manager),
         );
+        let router = api::app(Arc::clone(&self.manager), Arc::clone(&self.engine), options);
         let abort = CancellationToken::new();
         let serve = accept::serve(
             listener,

@@ -6,9 +6,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
-use axum::middleware::Next;
+use axum::http::{header, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
@@ -75,15 +73,11 @@ impl ApiToken {
     }
 }
 
-/// Refuses a request without the token (axum middleware).
-pub(crate) async fn require_token(
-    State(token): State<Arc<ApiToken>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// The 401 for a request without the token; `None` when it may pass.
+pub(crate) fn refusal<B>(token: &ApiToken, request: &Request<B>) -> Option<Response> {
     let authorization = request.headers().get(header::AUTHORIZATION);
     if token.admits(request.uri().path(), authorization.map(|v| v.as_bytes())) {
-        return next.run(request).await;
+        return None;
     }
     let refused = ApiError::new(
         StatusCode::UNAUTHORIZED,
@@ -95,7 +89,7 @@ pub(crate) async fn require_token(
     response
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, challenge);
-    response
+    Some(response)
 }
 
 /// `a == b` in a time that depends on their lengths only, not on where they differ.

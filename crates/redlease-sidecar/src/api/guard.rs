@@ -1,7 +1,9 @@
 //! What every request must pass before it is routed: the size of its head (431) and its
 //! target (414), the `Host` header against DNS rebinding (403), content and transfer
-//! encodings (415). The server calls [`Guard::admit`] on each request before the router
-//! (cheaper than a middleware, which clones the router's service stack per request).
+//! encodings (415), a declared body length (413), and the API token ([`Guard::unauthorized`],
+//! 401). The server calls [`Guard::admit`] and [`Guard::unauthorized`] on each request before
+//! the router and bounds it by [`Guard::request_limit`] (cheaper than middleware and layers,
+//! which box and clone the router's service stack per request).
 //!
 //! hyper's own head limit, [`PARSER_MAX_HEAD_BYTES`], is above ours, so a head over our limit
 //! but within it is parsed and refused here as problem+json; one over it, one with more than
@@ -13,9 +15,12 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::{header, HeaderMap, Request, StatusCode, Uri};
+use axum::response::Response;
 
+use super::auth::{self, ApiToken};
 use super::error::ApiError;
 use super::MAX_BODY_BYTES;
 
@@ -31,11 +36,33 @@ pub(crate) struct Guard {
     /// Names a `Host` may carry besides IP literals and `localhost`; `None`: no `Host` check
     /// (a Unix socket, which no browser reaches).
     allowed_hosts: Option<Arc<[String]>>,
+    /// The token every route but the probes needs, when there is one.
+    token: Arc<ApiToken>,
+    /// How long a request other than an event stream may take.
+    request_limit: Duration,
 }
 
 impl Guard {
-    pub(crate) fn new(allowed_hosts: Option<Arc<[String]>>) -> Arc<Self> {
-        Arc::new(Self { allowed_hosts })
+    pub(crate) fn new(
+        allowed_hosts: Option<Arc<[String]>>,
+        token: Arc<ApiToken>,
+        request_limit: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            allowed_hosts,
+            token,
+            request_limit,
+        })
+    }
+
+    /// The 401 for a request without the API token; `None` when it may pass.
+    pub(crate) fn unauthorized<B>(&self, request: &Request<B>) -> Option<Response> {
+        auth::refusal(&self.token, request)
+    }
+
+    /// How long a request other than an event stream may take (then 408 `request_timeout`).
+    pub(crate) fn request_limit(&self) -> Duration {
+        self.request_limit
     }
 
     /// Whether `request` may be routed (its body is not looked at).
@@ -50,7 +77,8 @@ impl Guard {
         if let Some(allowed) = &self.allowed_hosts {
             check_host(uri, headers, allowed)?;
         }
-        check_encodings(headers)
+        check_encodings(headers)?;
+        check_declared_length(headers)
     }
 }
 
@@ -91,6 +119,17 @@ pub(crate) fn body_too_large() -> ApiError {
 pub(crate) fn request_timeout() -> ApiError {
     let detail = "the request did not arrive in time";
     ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", detail)
+}
+
+/// A body declared longer than the limit is refused before it is read; one that streams past
+/// it is cut where it does (the server reads every body through that limit).
+fn check_declared_length(headers: &HeaderMap) -> Result<(), ApiError> {
+    let declared = headers.get(header::CONTENT_LENGTH);
+    let length = declared.and_then(|value| value.to_str().ok()?.trim().parse::<u64>().ok());
+    match length {
+        Some(length) if length > MAX_BODY_BYTES as u64 => Err(body_too_large()),
+        _ => Ok(()),
+    }
 }
 
 fn unsupported_transfer_encoding() -> ApiError {
@@ -306,7 +345,7 @@ mod tests {
     /// not; a target over 8 KiB is 414 first (more than 100 fields never reach the guard).
     #[test]
     fn heads_over_the_limits_are_refused() {
-        let guard = Guard::new(None);
+        let guard = Guard::new(None, ApiToken::none(), Duration::from_secs(60));
         let judged = |request: Request<()>| guard.admit(&request).err().map(|e| e.reason);
         // "GET /livez HTTP/1.1\r\n" is 21 bytes, "x-pad: " and the line end 9 more.
         let padded = |value_len: usize| {

@@ -14,6 +14,7 @@ use axum::body::Body;
 use axum::http::{header, Request, Response};
 use axum::response::IntoResponse;
 use axum::Router;
+use http_body_util::Limited;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -25,6 +26,7 @@ use super::listener::Identify;
 use crate::api::error::PROBLEM_JSON;
 use crate::api::events::StreamConn;
 use crate::api::guard::{self, Guard, PARSER_MAX_HEAD_BYTES};
+use crate::api::MAX_BODY_BYTES;
 
 /// How long a closing connection keeps reading what its client still sends.
 const LINGER: Duration = Duration::from_millis(500);
@@ -144,20 +146,36 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         self.activity.dispatch();
-        if is_event_stream(&request) {
+        let streaming = is_event_stream(&request);
+        if streaming {
             self.activity.want_socket();
             let conn = StreamConn(Arc::clone(&self.activity) as _);
             request.extensions_mut().insert(conn);
         }
         let finished = Finished(Arc::clone(&self.activity));
-        if let Err(refused) = self.guard.admit(&request) {
-            let response = TrackedBody::wrap(refused.into_response(), finished);
+        let refused = match self.guard.admit(&request) {
+            Err(refused) => Some(refused.into_response()),
+            Ok(()) => self.guard.unauthorized(&request),
+        };
+        if let Some(refused) = refused {
+            let response = TrackedBody::wrap(refused, finished);
             return Box::pin(std::future::ready(Ok(response)));
         }
+        let request = request.map(|body| Limited::new(body, MAX_BODY_BYTES));
         let mut router = self.router.clone();
         // A `Router` is always ready: `poll_ready` need not be called first.
         let answer = tower_service::Service::call(&mut router, request);
-        Box::pin(async move { Ok(TrackedBody::wrap(typed(answer.await?), finished)) })
+        if streaming {
+            return Box::pin(async move { Ok(TrackedBody::wrap(typed(answer.await?), finished)) });
+        }
+        let limit = self.guard.request_limit();
+        Box::pin(async move {
+            let response = match tokio::time::timeout(limit, answer).await {
+                Ok(answer) => typed(answer?),
+                Err(_) => guard::request_timeout().into_response(),
+            };
+            Ok(TrackedBody::wrap(response, finished))
+        })
     }
 }
 
