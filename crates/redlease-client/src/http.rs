@@ -9,7 +9,7 @@ use std::io;
 use std::path::PathBuf;
 use std::pin::{pin, Pin};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,13 +20,16 @@ use hyper::client::conn::http1;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+use tokio_util::either::Either;
 
 use crate::CONNECT_TIMEOUT;
 
 /// Idle connections kept for later requests; more are closed when let go.
 const MAX_IDLE: usize = 64;
+
+/// A connection's socket.
+type Stream = Either<TcpStream, UnixStream>;
 
 /// Why a request got no answer: the sidecar could not be reached, the connection broke, or
 /// the answer did not come in time.
@@ -152,13 +155,12 @@ impl Transport {
         json: Option<Vec<u8>>,
         limit: Duration,
     ) -> Result<Answer, TransportError> {
+        let (json, body) = (json.is_some(), Bytes::from(json.unwrap_or_default()));
         let exchange = async {
-            let body = Bytes::from(json.clone().unwrap_or_default());
             let (mut conn, reused) = match self.take_idle() {
                 Some(conn) => (conn, true),
                 None => (self.connect().await?, false),
             };
-            let json = json.is_some();
             match conn
                 .exchange(self.request(&method, path, body.clone(), json))
                 .await
@@ -235,9 +237,9 @@ impl Transport {
                 Endpoint::Tcp(authority) => {
                     let stream = TcpStream::connect(authority.as_str()).await?;
                     stream.set_nodelay(true)?;
-                    Ok(Stream::Tcp(stream))
+                    Ok(Either::Left(stream))
                 }
-                Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+                Endpoint::Unix(path) => Ok(Either::Right(UnixStream::connect(path).await?)),
             }
         };
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, stream).await {
@@ -372,67 +374,6 @@ impl Streaming {
                 }
                 Err(_) => return None,
             }
-        }
-    }
-}
-
-/// A connection's socket.
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
-            Self::Unix(stream) => Pin::new(stream).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Tcp(stream) => Pin::new(stream).poll_write(cx, buf),
-            Self::Unix(stream) => Pin::new(stream).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Tcp(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
-            Self::Unix(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Tcp(stream) => Pin::new(stream).poll_flush(cx),
-            Self::Unix(stream) => Pin::new(stream).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
-            Self::Unix(stream) => Pin::new(stream).poll_shutdown(cx),
         }
     }
 }
