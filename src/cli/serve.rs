@@ -157,7 +157,9 @@ fn raise_open_files(settings: &Settings) {
 fn announce(settings: &Settings, listener: &Listener) {
     let listen = listener.local().unwrap_or_else(|_| settings.listen.clone());
     let masters = settings.masters.len();
-    tracing::info!(listen = %listen, masters, "redlease sidecar serving");
+    // The threads the runtime really runs on (1 for the current-thread runtime).
+    let runtime_threads = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(listen = %listen, masters, runtime_threads, "redlease sidecar serving");
     let (base, curl) = match &listen {
         Listen::Tcp(addr) => (format!("http://{addr}"), String::from("curl")),
         Listen::Unix(path) => (
