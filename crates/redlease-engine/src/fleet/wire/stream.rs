@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 
 use super::{OpenError, Target};
 use crate::fleet::tls::tls_failure;
@@ -28,17 +29,11 @@ pub(super) enum Stream {
 }
 
 /// The reading half of a [`Stream`].
-pub(super) enum ReadHalf {
-    Plain(OwnedReadHalf),
-    Tls(tokio::io::ReadHalf<TlsStream<TcpStream>>),
-}
+pub(super) type ReadHalf = Either<OwnedReadHalf, tokio::io::ReadHalf<TlsStream<TcpStream>>>;
 
 /// The writing half of a [`Stream`]. A TLS write may leave bytes inside rustls when the socket
 /// is full: a writer flushes after each write (a no-op on plain TCP).
-pub(super) enum WriteHalf {
-    Plain(OwnedWriteHalf),
-    Tls(tokio::io::WriteHalf<TlsStream<TcpStream>>),
-}
+pub(super) type WriteHalf = Either<OwnedWriteHalf, tokio::io::WriteHalf<TlsStream<TcpStream>>>;
 
 // === impl Stream ===
 
@@ -77,11 +72,11 @@ impl Stream {
         match self {
             Self::Plain(socket) => {
                 let (read, write) = socket.into_split();
-                (ReadHalf::Plain(read), WriteHalf::Plain(write))
+                (Either::Left(read), Either::Left(write))
             }
             Self::Tls(stream) => {
                 let (read, write) = tokio::io::split(*stream);
-                (ReadHalf::Tls(read), WriteHalf::Tls(write))
+                (Either::Right(read), Either::Right(write))
             }
         }
     }
@@ -133,48 +128,6 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Self::Plain(socket) => Pin::new(socket).poll_shutdown(cx),
             Self::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
-
-// === impl ReadHalf, WriteHalf ===
-
-impl AsyncRead for ReadHalf {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(read) => Pin::new(read).poll_read(cx, buf),
-            Self::Tls(read) => Pin::new(read).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for WriteHalf {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(write) => Pin::new(write).poll_write(cx, buf),
-            Self::Tls(write) => Pin::new(write).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(write) => Pin::new(write).poll_flush(cx),
-            Self::Tls(write) => Pin::new(write).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(write) => Pin::new(write).poll_shutdown(cx),
-            Self::Tls(write) => Pin::new(write).poll_shutdown(cx),
         }
     }
 }
