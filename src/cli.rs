@@ -104,8 +104,16 @@ pub fn main() -> ExitCode {
         Command::Serve(_) | Command::Dev(_) => "redlease=info",
     };
     init_tracing(cli.log_format, default_filter);
+    // Loaded once, before the runtime: they say which runtime the sidecar runs on.
+    let serving = match &cli.command {
+        Command::Serve(args) => Some(serve::load_settings(args)),
+        _ => None,
+    };
     let worker_threads = match &cli.command {
-        Command::Serve(args) => serve::serve_worker_threads(args),
+        Command::Serve(_) => {
+            let settings = serving.as_ref().and_then(|loaded| loaded.as_ref().ok());
+            settings.map(|settings| settings.worker_threads)
+        }
         Command::Dev(args) => serve::dev_worker_threads(args),
         Command::Load(args) => Some(args.worker_threads),
         _ => None,
@@ -134,7 +142,10 @@ pub fn main() -> ExitCode {
             Command::Locks(command) => locks::run(command).await,
             Command::Audit(args) => locks::run_audit(args).await,
             Command::Fleet(command) => fleet::run(command).await,
-            Command::Serve(args) => serve::serve(args).await,
+            Command::Serve(args) => {
+                let loaded = serving.unwrap_or_else(|| serve::load_settings(&args));
+                serve::serve(loaded).await
+            }
             Command::Dev(args) => serve::dev(args).await,
             Command::Load(args) => load::run(args).await,
             Command::Watchdog(_) => EXIT_OK, // served above, without a runtime

@@ -6,7 +6,7 @@ use clap::Args;
 use redlease_dev::{redis_server_binary, LocalFleet};
 
 use super::{EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
-use crate::config::{Listen, Overrides, Settings};
+use crate::config::{ConfigError, Listen, Overrides, Settings};
 use crate::server::{Listener, Sidecar};
 
 #[derive(Debug, Args)]
@@ -35,15 +35,14 @@ pub struct DevArgs {
     config: Option<PathBuf>,
 }
 
-/// Threads of the runtime `redlease serve` runs on (`runtime.worker_threads`), read before it
-/// starts; `None` when the settings do not load (`serve` then says why, and exits 64).
-pub fn serve_worker_threads(args: &ServeArgs) -> Option<usize> {
+/// The settings of `redlease serve`, loaded and validated before the runtime starts (their
+/// `runtime.worker_threads` says which runtime it is).
+pub fn load_settings(args: &ServeArgs) -> Result<Settings, ConfigError> {
     let overrides = Overrides {
         masters: args.masters.clone(),
         listen: args.listen.clone(),
     };
-    let settings = Settings::load(args.config.as_deref(), std::env::vars(), overrides);
-    settings.ok().map(|settings| settings.worker_threads)
+    Settings::load(args.config.as_deref(), std::env::vars(), overrides)
 }
 
 /// The same for `redlease dev`, whose masters are not known before it starts them (any
@@ -58,13 +57,9 @@ pub fn dev_worker_threads(args: &DevArgs) -> Option<usize> {
     settings.ok().map(|settings| settings.worker_threads)
 }
 
-/// Loads and validates the configuration (exit 64 on any invalid key), then serves.
-pub async fn serve(args: ServeArgs) -> u8 {
-    let overrides = Overrides {
-        masters: args.masters,
-        listen: args.listen,
-    };
-    match Settings::load(args.config.as_deref(), std::env::vars(), overrides) {
+/// Serves with the settings [`load_settings`] loaded; exit 64 on any invalid key.
+pub async fn serve(loaded: Result<Settings, ConfigError>) -> u8 {
+    match loaded {
         Ok(settings) => run(settings).await,
         Err(error) => {
             eprintln!("redlease: {error}");

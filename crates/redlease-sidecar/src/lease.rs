@@ -344,7 +344,7 @@ impl LeaseManager {
         // Ended leases stay readable for the retention, and for at most a second more.
         let sweep_every =
             (manager.policy.retention / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-        tokio::spawn(sweep_retired(Arc::downgrade(&manager), sweep_every));
+        tokio::spawn(sweep_retired_every(Arc::downgrade(&manager), sweep_every));
         if let Some(revocations) = manager.engine.revocations() {
             tokio::spawn(tell_revoked(Arc::downgrade(&manager), revocations));
         }
@@ -665,7 +665,7 @@ async fn tell_revoked(manager: Weak<LeaseManager>, mut revocations: broadcast::R
 
 /// Forgets ended leases past their retention every `interval` while `manager` lives (a
 /// sidecar where no lease ends would keep them otherwise).
-async fn sweep_retired(manager: Weak<LeaseManager>, interval: Duration) {
+async fn sweep_retired_every(manager: Weak<LeaseManager>, interval: Duration) {
     let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
