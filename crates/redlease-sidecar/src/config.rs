@@ -30,7 +30,7 @@ pub use crate::fleet::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PROBE_PERIOD, DEFAULT_QU
 use crate::keys::Keyspace;
 pub use crate::keys::DEFAULT_PREFIX;
 use crate::lease::ttl::{RenewalSchedule, TtlPolicy};
-use crate::lease::{LeasePolicy, Revocations, DEFAULT_RETENTION, NEVER_IDLE};
+use crate::lease::{LeasePolicy, Revocations, DEFAULT_RETAINED_MAX, DEFAULT_RETENTION, NEVER_IDLE};
 use crate::{EngineOptions, FleetOptions};
 
 /// Shortest lease a caller may ask for (the engine's own floor is [`MIN_TTL_FLOOR`]).
@@ -110,7 +110,12 @@ pub struct LeaseSettings {
     pub max_wait: Duration,
     /// Shadow TTL = TTL × this, capped at `fleet.quarantine`.
     pub shadow_multiplier: u32,
+    /// Ended leases kept readable at most (the oldest forgotten first).
+    pub retained_max: usize,
 }
+
+/// Upper bound of `lease.retained_max` (~6 GiB of ended leases).
+pub const MAX_RETAINED_MAX: usize = 10_000_000;
 
 /// Read by the command line before any configuration (it sets up logging), so the
 /// configuration layers skip it.
@@ -164,6 +169,7 @@ struct RawLease {
     max_idle_timeout_ms: u64,
     max_wait_ms: u64,
     shadow_multiplier: u32,
+    retained_max: u64,
 }
 
 #[derive(Deserialize)]
@@ -238,6 +244,7 @@ impl Settings {
             max_idle_timeout: lease.max_idle_timeout,
             max_wait: lease.max_wait,
             retention: DEFAULT_RETENTION,
+            retained_max: lease.retained_max,
             shadow_multiplier: lease.shadow_multiplier,
             shadow_cap: self.fleet.quarantine,
             revocations: Revocations::AcknowledgedAtOnce,
@@ -265,6 +272,7 @@ pub fn in_process_lease_policy(quarantine: Duration) -> LeasePolicy {
         max_idle_timeout: NEVER_IDLE,
         max_wait: Duration::MAX,
         retention: DEFAULT_RETENTION,
+        retained_max: DEFAULT_RETAINED_MAX,
         shadow_multiplier: DEFAULT_SHADOW_MULTIPLIER,
         shadow_cap: quarantine,
         revocations: Revocations::ByTheHolder,
@@ -325,6 +333,7 @@ fn defaults(
         .set_default("lease.max_idle_timeout_ms", ms(DEFAULT_MAX_IDLE_TIMEOUT))?
         .set_default("lease.max_wait_ms", ms(DEFAULT_MAX_WAIT))?
         .set_default("lease.shadow_multiplier", DEFAULT_SHADOW_MULTIPLIER)?
+        .set_default("lease.retained_max", DEFAULT_RETAINED_MAX as u64)?
         .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))?
         .set_default("runtime.worker_threads", DEFAULT_WORKER_THREADS as u64)
 }
@@ -436,6 +445,15 @@ impl RawLease {
         if self.shadow_multiplier == 0 {
             p.push("lease.shadow_multiplier: must be at least 1".into());
         }
+        let retained_max = usize::try_from(self.retained_max)
+            .ok()
+            .filter(|max| *max <= MAX_RETAINED_MAX);
+        if retained_max.is_none() {
+            let got = self.retained_max;
+            p.push(format!(
+                "lease.retained_max: must be at most {MAX_RETAINED_MAX} (got {got})"
+            ));
+        }
         LeaseSettings {
             min_ttl: Duration::from_millis(min),
             max_ttl: Duration::from_millis(max),
@@ -447,6 +465,7 @@ impl RawLease {
             max_idle_timeout: Duration::from_millis(self.max_idle_timeout_ms),
             max_wait: Duration::from_millis(self.max_wait_ms),
             shadow_multiplier: self.shadow_multiplier,
+            retained_max: retained_max.unwrap_or(DEFAULT_RETAINED_MAX),
         }
     }
 

@@ -54,3 +54,43 @@ async fn an_ended_lease_is_readable_for_its_retention_then_forgotten() {
     );
     assert!(manager.get(held).is_some(), "a held lease was forgotten");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_more_ended_leases_than_retained_max_stay_readable_oldest_forgotten_first() {
+    let fleet = TestFleet::start(3);
+    let masters = Fleet::connect(&fleet.urls(), &FleetOptions::default())
+        .await
+        .unwrap();
+    let engine = Arc::new(Redlock::new(masters, Default::default()));
+    let mut policy = in_process_lease_policy(engine.fleet().quarantine());
+    policy.retained_max = 2;
+    let manager = LeaseManager::new(engine, policy);
+    let granted = |acquired| match acquired {
+        Acquired::Granted(view) => view.lease_id.parse().unwrap(),
+        other => panic!("not granted: {other:?}"),
+    };
+    let held = granted(manager.acquire(request("held")).await.unwrap());
+    let mut ended = Vec::new();
+    for n in 0..3 {
+        let id = granted(
+            manager
+                .acquire(request(&format!("ended-{n}")))
+                .await
+                .unwrap(),
+        );
+        assert!(manager.release(id, "released").await.unwrap().released);
+        ended.push(id);
+    }
+    // Each is retired once its task is over; the third pushes out the first.
+    assert_eventually!(
+        manager.get(ended[0]).is_none(),
+        3,
+        "the oldest ended lease kept beyond the cap"
+    );
+    assert!(manager.get(ended[1]).is_some(), "forgotten within the cap");
+    assert!(
+        manager.get(ended[2]).is_some(),
+        "the newest ended lease forgotten"
+    );
+    assert!(manager.get(held).is_some(), "a held lease was forgotten");
+}

@@ -58,6 +58,7 @@ fn one_master_and_nothing_else_gives_the_documented_defaults() {
         max_idle_timeout: Duration::from_millis(300_000),
         max_wait: Duration::from_millis(60_000),
         shadow_multiplier: 10,
+        retained_max: 50_000,
     };
     assert_eq!(s.lease, lease);
     let fleet = FleetSettings {
@@ -439,5 +440,21 @@ fn invalid_http_settings_are_each_reported() {
             "http.idle_timeout_ms",
         ],
         "{lines:#?}"
+    );
+}
+
+/// `lease.retained_max` is taken as given up to its ceiling, and refused above it.
+#[test]
+fn retained_max_is_bounded() {
+    let s = load(&[ONE_MASTER[0], ("REDLEASE__LEASE__RETAINED_MAX", "0")]).unwrap();
+    assert_eq!(s.lease.retained_max, 0);
+    assert_eq!(s.lease_policy().retained_max, 0);
+    let lines = problems(load(&[
+        ONE_MASTER[0],
+        ("REDLEASE__LEASE__RETAINED_MAX", "10000001"),
+    ]));
+    assert_eq!(
+        lines,
+        ["lease.retained_max: must be at most 10000000 (got 10000001)"]
     );
 }
