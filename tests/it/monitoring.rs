@@ -1,6 +1,6 @@
 //! What on-call relies on: the metrics listener of its own (`metrics.listen`, only `GET
 //! /metrics`, its own token), a lease without auto-renewal running out counted apart from
-//! the losses the alert pages on.
+//! the losses the alert pages on, and the alert rules' own `promtool test rules` cases.
 
 use std::path::Path;
 use std::time::Duration;
@@ -167,6 +167,35 @@ async fn a_chosen_expiry_is_not_a_lost_lease() {
             .any(|l| l.contains("lease lost") && l.contains("report")),
         "{log}"
     );
+}
+
+/// `promtool test rules dashboards/alerts.test.yml`: every alert fires on its cases, naming
+/// the instance, and stays silent on the ones that must not page (a chosen expiry, a healthy
+/// instance beside a failing one, a blip shorter than `for:`). promtool's output on failure.
+#[test]
+fn alert_rules_pass_their_promtool_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tests = root.join("dashboards/alerts.test.yml");
+    let output = std::process::Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&tests)
+        .current_dir(root.join("dashboards"))
+        .output()
+        .expect("promtool is not installed: scripts/install-deps.sh installs it");
+    let report = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "promtool test rules:\n{report}");
+    let rules = std::fs::read_to_string(root.join("dashboards/alerts.yml")).unwrap();
+    let cases = std::fs::read_to_string(&tests).unwrap();
+    for alert in rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+    {
+        assert!(
+            cases.contains(&format!("alertname: {alert}")),
+            "{alert} has no case in alerts.test.yml"
+        );
+    }
 }
 
 /// The sum of every `lock_leases_lost_total` series in exposition `text`.
