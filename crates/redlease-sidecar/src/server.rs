@@ -127,20 +127,9 @@ impl Sidecar {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) {
         let listener = listener.into();
-        let (manager, grace) = (Arc::clone(&self.manager), self.grace);
+        let grace = self.grace;
         let draining = CancellationToken::new();
-        let drain_started = draining.clone();
-        let release_then_drain = async move {
-            shutdown.await;
-            drain_started.cancel();
-            tracing::info!(
-                active = manager.active(),
-                "shutting down: releasing every lease"
-            );
-            if tokio::time::timeout(grace, manager.close()).await.is_err() {
-                tracing::warn!("grace period expired before every lease was released");
-            }
-        };
+        let release_then_drain = release_on(shutdown, &self.manager, grace, draining.clone());
         let options = ApiOptions::new(&self.http, listener.is_unix());
         let allowed_hosts = options.allowed_hosts.clone();
         let guard = Guard::new(
@@ -210,6 +199,28 @@ impl Sidecar {
                 abort,
             )
             .await;
+        }
+    }
+}
+
+/// Once `shutdown` resolves: tells `draining`, then releases every lease of `manager` within
+/// `grace`. The accept loop stops taking connections when this resolves, and drains them.
+fn release_on(
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    manager: &Arc<LeaseManager>,
+    grace: Duration,
+    draining: CancellationToken,
+) -> impl Future<Output = ()> + Send + 'static {
+    let manager = Arc::clone(manager);
+    async move {
+        shutdown.await;
+        draining.cancel();
+        tracing::info!(
+            active = manager.active(),
+            "shutting down: releasing every lease"
+        );
+        if tokio::time::timeout(grace, manager.close()).await.is_err() {
+            tracing::warn!("grace period expired before every lease was released");
         }
     }
 }

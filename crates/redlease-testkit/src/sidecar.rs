@@ -50,6 +50,7 @@ impl TestSidecar {
         let mut sidecar = Sidecar::start(&settings).await.unwrap();
         let mut metrics_addr = None;
         if let Some(metrics) = settings.metrics.listen {
+            // A metrics address the test chose that cannot be bound fails the test.
             let listener = Listener::bind(&Listen::Tcp(metrics)).await.unwrap();
             let Listen::Tcp(bound) = listener.local().unwrap() else {
                 unreachable!("bound on a TCP address")
