@@ -1,8 +1,9 @@
-//! The process's signals: SIGINT or SIGTERM shut it down; SIGHUP reads the API token again.
+//! The process's signals: SIGINT or SIGTERM shut it down; SIGHUP reads the API token (and the
+//! metrics listener's) again.
 
 use std::sync::Arc;
 
-use redlease_sidecar::ApiToken;
+use redlease_sidecar::{ApiToken, MetricsToken};
 
 /// Resolves on the first SIGINT or SIGTERM.
 pub async fn signal() {
@@ -20,8 +21,9 @@ pub async fn signal() {
     }
 }
 
-/// Reads the API token from its file again on every SIGHUP, for as long as the process runs.
-pub fn reload_token_on_hangup(token: Arc<ApiToken>) {
+/// Reads the API token and the metrics listener's token from their files again on every
+/// SIGHUP, for as long as the process runs.
+pub fn reload_tokens_on_hangup(token: Arc<ApiToken>, metrics: Arc<MetricsToken>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hangups) = signal(SignalKind::hangup()) else {
         tracing::error!("cannot install the SIGHUP handler; the API token is read at start only");
@@ -34,6 +36,9 @@ pub fn reload_token_on_hangup(token: Arc<ApiToken>) {
                 Err(problem) => {
                     tracing::warn!(%problem, "SIGHUP: API token not read; the one in force stays")
                 }
+            }
+            if let Err(problem) = metrics.reload() {
+                tracing::warn!(%problem, "SIGHUP: metrics token not read; the one in force stays");
             }
         }
     });

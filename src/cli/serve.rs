@@ -7,7 +7,7 @@ use redlease_dev::{redis_server_binary, LocalFleet};
 
 use super::{EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::config::{ConfigError, Listen, Overrides, Settings};
-use crate::server::{Listener, Sidecar};
+use crate::server::{ListenError, Listener, Sidecar};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -113,10 +113,32 @@ async fn run(settings: Settings) -> u8 {
             return EXIT_USAGE;
         }
     };
-    crate::shutdown::reload_token_on_hangup(std::sync::Arc::clone(sidecar.token()));
-    announce(&settings, &listener);
+    let (sidecar, metrics) = match bind_metrics(&settings).await {
+        Ok(Some(metrics)) => {
+            let local = metrics.local().ok();
+            (sidecar.with_metrics_listener(metrics), local)
+        }
+        Ok(None) => (sidecar, None),
+        Err(error) => {
+            eprintln!("redlease: metrics.listen: {error}");
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    crate::shutdown::reload_tokens_on_hangup(
+        std::sync::Arc::clone(sidecar.token()),
+        std::sync::Arc::clone(sidecar.metrics_token()),
+    );
+    announce(&settings, &listener, metrics.as_ref());
     sidecar.run(listener, crate::shutdown::signal()).await;
     EXIT_OK
+}
+
+/// The metrics listener of `metrics.listen`, bound; `None` when there is none.
+async fn bind_metrics(settings: &Settings) -> Result<Option<Listener>, ListenError> {
+    match settings.metrics.listen {
+        Some(addr) => Listener::bind(&Listen::Tcp(addr)).await.map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Descriptors the sidecar needs besides its API connections: connections to each master
@@ -148,13 +170,22 @@ fn raise_open_files(settings: &Settings) {
     }
 }
 
-/// Tells the newcomer where the API is, with a first request to try.
-fn announce(settings: &Settings, listener: &Listener) {
+/// Tells the newcomer where the API (and the metrics listener, if any) is, with a first
+/// request to try.
+fn announce(settings: &Settings, listener: &Listener, metrics: Option<&Listen>) {
     let listen = listener.local().unwrap_or_else(|_| settings.listen.clone());
     let masters = settings.masters.len();
     // The threads the runtime really runs on (1 for the current-thread runtime).
     let runtime_threads = tokio::runtime::Handle::current().metrics().num_workers();
-    tracing::info!(listen = %listen, masters, runtime_threads, "redlease sidecar serving");
+    // "none": /metrics is served on the API listener only.
+    let metrics_listen = metrics.map_or_else(|| "none".to_string(), Listen::to_string);
+    tracing::info!(
+        listen = %listen,
+        metrics_listen = %metrics_listen,
+        masters,
+        runtime_threads,
+        "redlease sidecar serving"
+    );
     let (base, curl) = match &listen {
         Listen::Tcp(addr) => (format!("http://{addr}"), String::from("curl")),
         Listen::Unix(path) => (

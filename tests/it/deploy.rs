@@ -238,7 +238,8 @@ fn compose_and_dockerfile_references_exist() {
 
 /// The Prometheus config compose runs passes `promtool check config` on the repo layout, and the
 /// container sees the same layout: each rule file, resolved against the config inside the
-/// container, is mounted from the file promtool checked. It scrapes the sidecar's service.
+/// container, is mounted from the file promtool checked. Its job `redlease` (the alerts') scrapes
+/// the sidecar's metrics listener, not the API's.
 #[test]
 fn compose_prometheus_config_passes_promtool() {
     let compose = compose();
@@ -270,16 +271,22 @@ fn compose_prometheus_config_passes_promtool() {
         normalize(&config.parent().unwrap().join(rules[0].as_str().unwrap())),
         root().join("dashboards/alerts.yml")
     );
-    let target = parsed["scrape_configs"][0]["static_configs"][0]["targets"][0]
-        .as_str()
-        .unwrap();
-    let listen = compose["services"]["redlease"]["environment"]["REDLEASE__LISTEN"]
-        .as_str()
-        .unwrap();
+    let job = &parsed["scrape_configs"][0];
     assert_eq!(
-        target,
-        format!("redlease:{}", listen.rsplit(':').next().unwrap())
+        job["job_name"].as_str(),
+        Some("redlease"),
+        "the alerts' job"
     );
+    assert_eq!(job["metrics_path"].as_str(), Some("/metrics"));
+    let target = job["static_configs"][0]["targets"][0].as_str().unwrap();
+    let environment = &compose["services"]["redlease"]["environment"];
+    let metrics_listen = environment["REDLEASE__METRICS__LISTEN"]
+        .as_str()
+        .expect("the sidecar's metrics listener");
+    let api_listen = environment["REDLEASE__LISTEN"].as_str().unwrap();
+    let port = |listen: &str| listen.rsplit(':').next().unwrap().to_string();
+    assert_ne!(port(metrics_listen), port(api_listen));
+    assert_eq!(target, format!("redlease:{}", port(metrics_listen)));
     let allowed = compose["services"]["redlease"]["environment"]["REDLEASE__HTTP__ALLOWED_HOSTS"]
         .as_str()
         .unwrap();

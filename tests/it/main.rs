@@ -19,6 +19,7 @@ mod lock_run;
 mod lock_run_containment;
 mod membership;
 mod metrics;
+mod monitoring;
 mod prometheus;
 mod proxy;
 mod release_retry;

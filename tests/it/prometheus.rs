@@ -41,14 +41,21 @@ async fn every_dashboard_and_alert_query_returns_data() {
         .map(|e| e.trim().to_string())
         .collect();
     assert!(
-        exprs.len() >= 15 && rules.len() == 6,
+        exprs.len() >= 15 && rules.len() == 8,
         "{} panel and {} rule exprs",
         exprs.len(),
         rules.len()
     );
 
+    for expr in &exprs {
+        assert!(
+            expr.contains(INSTANCE_FILTER),
+            "a panel query without {INSTANCE_FILTER}: {expr}"
+        );
+    }
     exprs.extend(OPERATOR_QUERIES.map(String::from));
     let http = reqwest::Client::new();
+    instance_variable_lists_the_sidecar(&http, &server.url, &dashboard, &sidecar.addr).await;
     for expr in &exprs {
         let expr = substitute(expr);
         let result = query(&http, &server.url, &expr).await;
@@ -58,7 +65,15 @@ async fn every_dashboard_and_alert_query_returns_data() {
         );
     }
     for rule in &rules {
-        query(&http, &server.url, rule).await;
+        let firing = query(&http, &server.url, rule).await;
+        if let Some(watched) = absent_of(rule) {
+            // An absent() rule is silent while its target is scraped, and watches a series
+            // that exists.
+            assert!(firing.is_empty(), "{rule} fires with its target up");
+            let result = query(&http, &server.url, watched).await;
+            assert!(!result.is_empty(), "{rule} watches no series: {watched}");
+            continue;
+        }
         let measured = strip_threshold(rule);
         let result = query(&http, &server.url, &measured).await;
         assert!(
@@ -68,6 +83,44 @@ async fn every_dashboard_and_alert_query_returns_data() {
     }
 }
 
+/// What every panel query selects by: the dashboard's `instance` variable.
+const INSTANCE_FILTER: &str = r#"instance=~"$instance""#;
+
+/// The dashboard's `instance` variable is `label_values(METRIC, instance)` of a metric whose
+/// series carry the scraped sidecar's instance, and takes several values and "All" (`.*`).
+async fn instance_variable_lists_the_sidecar(
+    http: &reqwest::Client,
+    base: &str,
+    dashboard: &Value,
+    sidecar: &std::net::SocketAddr,
+) {
+    let variables = dashboard["templating"]["list"].as_array().unwrap();
+    let variable = variables
+        .iter()
+        .find(|v| v["name"] == "instance")
+        .expect("an instance variable");
+    assert_eq!(variable["type"], "query");
+    assert_eq!(
+        (
+            variable["multi"].as_bool(),
+            variable["includeAll"].as_bool()
+        ),
+        (Some(true), Some(true))
+    );
+    assert_eq!(variable["allValue"], ".*");
+    let definition = variable["query"]["query"].as_str().unwrap();
+    let metric = definition
+        .strip_prefix("label_values(")
+        .and_then(|rest| rest.strip_suffix(", instance)"))
+        .unwrap_or_else(|| panic!("not label_values(METRIC, instance): {definition}"));
+    let series = query(http, base, metric).await;
+    let instances: Vec<&str> = series
+        .iter()
+        .filter_map(|s| s["metric"]["instance"].as_str())
+        .collect();
+    assert_eq!(instances, [sidecar.to_string()], "{definition}");
+}
+
 /// The queries operators already alert on, exactly as they write them.
 const OPERATOR_QUERIES: [&str; 3] = [
     "histogram_quantile(0.99, rate(lock_acquisition_latency_bucket[5m]))",
@@ -75,11 +128,18 @@ const OPERATOR_QUERIES: [&str; 3] = [
     "sum(lock_active_leases)",
 ];
 
-/// Grafana's variables, as a 1 s scrape over a short test needs them.
+/// Grafana's variables, as a 1 s scrape over a short test needs them (`$instance`: every
+/// instance, as the dashboard's "All").
 fn substitute(expr: &str) -> String {
     expr.replace("$__rate_interval", "1m")
         .replace("$__interval", "15s")
         .replace("$__range", "1m")
+        .replace("$instance", ".*")
+}
+
+/// The selector inside an `absent(…)` rule.
+fn absent_of(rule: &str) -> Option<&str> {
+    rule.strip_prefix("absent(")?.strip_suffix(')')
 }
 
 /// The alert expression without its final `> 0.005`-style comparison.

@@ -7,6 +7,9 @@
 //!   `POST /v1/locks/{resource}/force-release` (the inventory, see [`inventory`])
 //! - `GET /v1/fleet`, `GET /livez`, `GET /readyz`, `GET /metrics` (Prometheus text)
 //!
+//! The metrics listener (`metrics.listen`) serves only `GET /metrics`, on the same state,
+//! behind its own token ([`scrape`]).
+//!
 //! Errors are `application/problem+json` with a stable `reason` (see [`error`]). Before the
 //! router, the server puts every request through the [`guard`] (head and target size, `Host`,
 //! encodings, a declared body length over 64 KiB, the bearer token of [`auth`]), limits its
@@ -23,6 +26,7 @@ pub(crate) mod events;
 pub(crate) mod guard;
 mod handlers;
 pub(crate) mod inventory;
+pub(crate) mod scrape;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,18 +95,28 @@ pub(crate) fn request_timeout(manager: &LeaseManager) -> Duration {
     manager.policy().max_wait.saturating_add(TIMEOUT_MARGIN)
 }
 
+impl AppState {
+    /// The state of the API's handlers (shared by the metrics listener's).
+    pub(crate) fn new(
+        manager: Arc<LeaseManager>,
+        engine: Arc<Redlock>,
+        options: ApiOptions,
+    ) -> Self {
+        let fleet = Arc::clone(engine.fleet());
+        Self {
+            manager,
+            engine,
+            fleet,
+            streams: Arc::new(Semaphore::new(options.max_event_streams)),
+            waiters: Arc::new(Semaphore::new(options.max_waiters)),
+            max_waiters: options.max_waiters,
+            body_timeout: options.body_timeout,
+        }
+    }
+}
+
 /// The API router; the server puts requests through [`guard::Guard`] first.
-pub(crate) fn app(manager: Arc<LeaseManager>, engine: Arc<Redlock>, options: ApiOptions) -> Router {
-    let fleet = Arc::clone(engine.fleet());
-    let state = AppState {
-        manager,
-        engine,
-        fleet,
-        streams: Arc::new(Semaphore::new(options.max_event_streams)),
-        waiters: Arc::new(Semaphore::new(options.max_waiters)),
-        max_waiters: options.max_waiters,
-        body_timeout: options.body_timeout,
-    };
+pub(crate) fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/locks/{resource}/acquire", post(handlers::acquire))
         .route("/v1/locks", get(inventory::list))

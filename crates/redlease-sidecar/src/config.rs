@@ -15,10 +15,13 @@ use ::config::{Config, ConfigBuilder, Environment, File, FileFormat};
 use serde::Deserialize;
 
 mod fleet;
+mod metrics;
 mod server;
 
 use self::fleet::{check_against_masters, check_masters, RawFleet};
 pub use self::fleet::{read_password, FleetSettings};
+pub use self::metrics::MetricsSettings;
+use self::metrics::RawMetrics;
 pub use self::server::{read_token, AuthSettings, HttpSettings, Listen, DEFAULT_LISTEN};
 use self::server::{RawAuth, RawHttp};
 pub use self::server::{
@@ -85,6 +88,8 @@ pub struct Settings {
     pub auth: AuthSettings,
     /// Keys `http.*`.
     pub http: HttpSettings,
+    /// Keys `metrics.*`.
+    pub metrics: MetricsSettings,
 }
 
 /// Lease policy: TTL bounds, adaptive TTL, renewal and shadows.
@@ -154,6 +159,7 @@ struct Raw {
     runtime: RawRuntime,
     auth: RawAuth,
     http: RawHttp,
+    metrics: RawMetrics,
 }
 
 #[derive(Deserialize)]
@@ -293,6 +299,7 @@ impl fmt::Debug for Settings {
             .field("worker_threads", &self.worker_threads)
             .field("auth", &self.auth)
             .field("http", &self.http)
+            .field("metrics", &self.metrics)
             .finish()
     }
 }
@@ -321,7 +328,7 @@ fn layers(
 fn defaults(
     b: ConfigBuilder<DefaultState>,
 ) -> Result<ConfigBuilder<DefaultState>, ::config::ConfigError> {
-    let b = fleet::defaults(server::defaults(b)?)?;
+    let b = metrics::defaults(fleet::defaults(server::defaults(b)?)?)?;
     b.set_default("key_prefix", DEFAULT_PREFIX)?
         .set_default("lease.min_ttl_ms", ms(DEFAULT_MIN_TTL))?
         .set_default("lease.max_ttl_ms", ms(DEFAULT_MAX_TTL))?
@@ -394,6 +401,7 @@ impl Raw {
         }
         let auth = self.auth.validate(&mut p);
         let http = self.http.validate(&mut p);
+        let metrics = self.metrics.validate(listen.as_ref(), &mut p);
         match listen {
             Some(listen) if p.is_empty() => Ok(Settings {
                 listen,
@@ -405,6 +413,7 @@ impl Raw {
                 worker_threads,
                 auth,
                 http,
+                metrics,
             }),
             _ => Err(ConfigError::Invalid(p)),
         }

@@ -26,7 +26,7 @@ use tokio_util::task::TaskTracker;
 use self::logs::{Activity, SUMMARY_INTERVAL};
 use self::ttl::{RenewalSchedule, TtlPolicy};
 use crate::batch::Renewals;
-use crate::metrics::{self, METRICS};
+use crate::metrics::METRICS;
 use crate::redlock::{AcquireOutcome, Lease, Redlock};
 use crate::{Error, LeaseId};
 pub use holder::Revocations;
@@ -46,6 +46,10 @@ pub(crate) const DEFAULT_RETAINED_MAX: usize = 50_000;
 pub const NEVER_IDLE: Duration = Duration::MAX;
 /// Events buffered per lease for slow stream readers.
 const EVENT_BUFFER: usize = 16;
+/// The reason of a lease whose validity ran out. For a lease without auto-renewal that is how
+/// its caller chose it to end: counted as expired (`lock_leases_expired_total`, logged at
+/// info), never as lost.
+const EXPIRED: &str = "expired";
 
 /// The lease manager's settings.
 #[derive(Clone, Copy, Debug)]
@@ -243,7 +247,8 @@ impl Tracked {
     }
 
     /// Moves the lease to a terminal state once, telling the watchers. A lease being
-    /// released ends released, never lost.
+    /// released ends released, never lost. A lease without auto-renewal that ran out
+    /// (`expired`) is lost to the API but counted and logged as expired: its caller chose it.
     fn finish(&self, state: LeaseState, reason: &'static str) -> bool {
         let mut record = self.record();
         let releasing = record.state == LeaseState::Releasing;
@@ -256,19 +261,9 @@ impl Tracked {
         let ended_at = record.lease.valid_until.min(now);
         record.ended_at.get_or_insert(ended_at);
         let held_for = record.acquired_at.elapsed();
-        METRICS
-            .hold_duration
-            .record(metrics::seconds(held_for), &[]);
-        if state == LeaseState::Lost {
-            METRICS
-                .leases_lost
-                .add(1, &metrics::label("reason", reason));
-            lease_event!(warn, &record.lease, "lease lost", reason = reason);
-            self.activity.lost();
-        } else {
-            lease_event!(debug, &record.lease, "lease released", reason = reason);
-            self.activity.released();
-        }
+        let chosen = !record.auto_renew && reason == EXPIRED;
+        self.activity
+            .ended(&record.lease, state, reason, chosen, held_for);
         let event = if state == LeaseState::Lost {
             "lost"
         } else {

@@ -41,6 +41,7 @@ use redlease_engine::{MasterAnswer, MasterView};
 
 pub use api::auth::ApiToken;
 pub use api::inventory::{audit_json, force_release_json, lock_json, page_json};
+pub use api::scrape::MetricsToken;
 pub use api::ApiOptions;
 pub use lease::holder::{Following, LetGo};
 pub use lease::state::{LeaseEvent, LeaseState, LeaseView};

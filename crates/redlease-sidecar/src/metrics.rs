@@ -62,8 +62,12 @@ pub struct Metrics {
     pub shadow_escalations: Counter<u64>,
     /// `lock_shadow_recoveries_total`: degraded leases restored by a renewal.
     pub shadow_recoveries: Counter<u64>,
-    /// `lock_leases_lost_total`, label `reason`: one of [`LOST_REASONS`].
+    /// `lock_leases_lost_total`, label `reason`: one of [`LOST_REASONS`]. Leases lost while
+    /// their app wanted them; a lease without auto-renewal running out is not one of them.
     pub leases_lost: Counter<u64>,
+    /// `lock_leases_expired_total`: leases without auto-renewal that ran out, as their caller
+    /// chose (reported `lost` with reason `expired` by the API, but no loss to page on).
+    pub leases_expired: Counter<u64>,
     /// `lock_active_leases`: leases held or degraded by this sidecar.
     pub active_leases: Gauge<u64>,
     /// `lock_adaptive_ttl` (s): the TTL a lease gets when its caller names none.
@@ -132,7 +136,14 @@ impl Metrics {
                 "lock_shadow_recoveries",
                 "Degraded leases restored by a renewal",
             ),
-            leases_lost: counter("lock_leases_lost", "Leases lost, by reason"),
+            leases_lost: counter(
+                "lock_leases_lost",
+                "Leases lost while their app wanted them, by reason",
+            ),
+            leases_expired: counter(
+                "lock_leases_expired",
+                "Leases without auto-renewal that ran out, as their caller chose",
+            ),
             active_leases: u64_gauge(
                 "lock_active_leases",
                 "Leases held or degraded by this sidecar",
@@ -203,6 +214,7 @@ impl Metrics {
             &self.renewal_failures,
             &self.shadow_escalations,
             &self.shadow_recoveries,
+            &self.leases_expired,
             &self.waiters_refused,
         ] {
             counter.add(0, &[]);

@@ -4,7 +4,9 @@
 //!
 //! The HTTP server is our own accept loop over hyper's HTTP/1.1 connections (`accept`,
 //! `connection`): connection cap and deadlines on slow or idle clients (`conn_io`); hyper
-//! parses every byte. [`Listener`] binds TCP or a Unix socket.
+//! parses every byte. [`Listener`] binds TCP or a Unix socket. An optional second listener
+//! (`metrics.listen`, [`Sidecar::with_metrics_listener`]) serves only `GET /metrics`, behind
+//! its own token, until the API's server has drained.
 
 mod accept;
 mod conn_io;
@@ -15,13 +17,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 pub use self::listener::{ListenError, Listener, SocketFile, UNIX_SOCKET_MODE};
 use crate::api::auth::ApiToken;
 use crate::api::guard::Guard;
-use crate::api::ApiOptions;
+use crate::api::scrape::MetricsToken;
+use crate::api::{ApiOptions, AppState};
 use crate::config::{HttpSettings, Settings};
 use crate::fleet::ProbeGuard;
 use crate::lease::LeaseManager;
@@ -34,6 +36,10 @@ pub struct Sidecar {
     engine: Arc<Redlock>,
     fleet: Arc<Fleet>,
     token: Arc<ApiToken>,
+    /// The metrics listener's own token (`metrics.token_file`).
+    metrics_token: Arc<MetricsToken>,
+    /// Where `GET /metrics` is also served (`metrics.listen`), once bound.
+    metrics_listener: Option<Listener>,
     grace: Duration,
     http: HttpSettings,
     _probe: ProbeGuard,
@@ -41,6 +47,10 @@ pub struct Sidecar {
 
 /// How long start-up waits for every master to confirm the revocations subscription.
 const REVOCATIONS_WAIT: Duration = Duration::from_secs(2);
+/// Connections the metrics listener serves at once (a scraper or two, and a person's curl).
+pub const METRICS_MAX_CONNECTIONS: usize = 16;
+/// How long a scrape of the metrics listener may take.
+const METRICS_REQUEST_LIMIT: Duration = Duration::from_secs(10);
 
 // === impl Sidecar ===
 
@@ -51,6 +61,8 @@ impl Sidecar {
         crate::metrics::install();
         // Checked when the settings were loaded; a file that went since is refused here.
         let token = ApiToken::load(&settings.auth).map_err(Error::InvalidToken)?;
+        let metrics_token = MetricsToken::load(&settings.metrics)
+            .map_err(|problem| Error::InvalidToken(format!("metrics.token_file: {problem}")))?;
         let fleet = Fleet::connect(&settings.masters, &settings.fleet_options()).await?;
         let probe = fleet.spawn_probe(settings.fleet.probe_period);
         for node in fleet.nodes() {
@@ -75,6 +87,8 @@ impl Sidecar {
             engine,
             fleet,
             token,
+            metrics_token,
+            metrics_listener: None,
             grace: settings.shutdown_grace,
             http: settings.http.clone(),
             _probe: probe,
@@ -84,6 +98,18 @@ impl Sidecar {
     /// The API's token, to read again from its file (SIGHUP).
     pub fn token(&self) -> &Arc<ApiToken> {
         &self.token
+    }
+
+    /// The metrics listener's token, to read again from its file (SIGHUP).
+    pub fn metrics_token(&self) -> &Arc<MetricsToken> {
+        &self.metrics_token
+    }
+
+    /// Serves `GET /metrics` (only that) on `listener` too, bound from `metrics.listen`, with
+    /// the token of `metrics.token_file`; it stops once the API's server has drained.
+    pub fn with_metrics_listener(mut self, listener: impl Into<Listener>) -> Self {
+        self.metrics_listener = Some(listener.into());
+        self
     }
 
     /// The sidecar's lease table.
@@ -96,46 +122,44 @@ impl Sidecar {
     /// Nothing here fails: a connection's errors end that connection (and are logged), and
     /// what could fail the whole sidecar (binding, connecting) happened before.
     pub async fn run(
-        self,
+        mut self,
         listener: impl Into<Listener>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) {
         let listener = listener.into();
-        let (manager, grace) = (Arc::clone(&self.manager), self.grace);
-        let draining = Arc::new(Notify::new());
-        let drain_started = Arc::clone(&draining);
-        let release_then_drain = async move {
-            shutdown.await;
-            drain_started.notify_one();
-            tracing::info!(
-                active = manager.active(),
-                "shutting down: releasing every lease"
-            );
-            if tokio::time::timeout(grace, manager.close()).await.is_err() {
-                tracing::warn!("grace period expired before every lease was released");
-            }
-        };
+        let grace = self.grace;
+        let draining = CancellationToken::new();
+        let release_then_drain = release_on(shutdown, &self.manager, grace, draining.clone());
         let options = ApiOptions::new(&self.http, listener.is_unix());
+        let allowed_hosts = options.allowed_hosts.clone();
         let guard = Guard::new(
-            options.allowed_hosts.clone(),
+            allowed_hosts.clone(),
             Arc::clone(&self.token),
             api::request_timeout(&self.manager),
         );
-        let router = api::app(Arc::clone(&self.manager), Arc::clone(&self.engine), options);
+        let state = AppState::new(Arc::clone(&self.manager), Arc::clone(&self.engine), options);
         let abort = CancellationToken::new();
-        let serve = accept::serve(
-            listener,
-            (router, guard),
-            &self.http,
-            release_then_drain,
-            abort.clone(),
-        );
+        let api_done = CancellationToken::new();
+        let metrics = self.serve_metrics(state.clone(), allowed_hosts, &api_done, &abort);
+        let serve = async {
+            let router = api::app(state);
+            let http = &self.http;
+            accept::serve(
+                listener,
+                (router, guard),
+                http,
+                release_then_drain,
+                abort.clone(),
+            )
+            .await;
+            api_done.cancel();
+        };
         let deadline = async {
-            draining.notified().await;
+            draining.cancelled().await;
             tokio::time::sleep(grace).await;
         };
         tokio::select! {
-            () = serve => {}
+            _ = async { tokio::join!(serve, metrics) } => {}
             () = deadline => {
                 tracing::warn!("grace period expired with connections still open");
                 abort.cancel();
@@ -143,5 +167,60 @@ impl Sidecar {
         }
         self.engine.settle(Duration::from_secs(1)).await;
         self.fleet.quit(Duration::from_secs(1)).await;
+    }
+
+    /// The metrics listener's server, if there is one: `GET /metrics` on the API's `state`,
+    /// its own token and connection cap, the API's `Host` check; until `api_done`.
+    fn serve_metrics(
+        &mut self,
+        state: AppState,
+        allowed_hosts: Option<Arc<[String]>>,
+        api_done: &CancellationToken,
+        abort: &CancellationToken,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let listener = self.metrics_listener.take();
+        let router = api::scrape::router(state, Arc::clone(&self.metrics_token));
+        // Its own token is checked by its router; the API's is not asked there.
+        let guard = Guard::new(allowed_hosts, ApiToken::none(), METRICS_REQUEST_LIMIT);
+        let http = HttpSettings {
+            max_connections: METRICS_MAX_CONNECTIONS,
+            ..self.http.clone()
+        };
+        let (stop, abort) = (api_done.clone(), abort.clone());
+        async move {
+            let Some(listener) = listener else {
+                return;
+            };
+            accept::serve(
+                listener,
+                (router, guard),
+                &http,
+                stop.cancelled_owned(),
+                abort,
+            )
+            .await;
+        }
+    }
+}
+
+/// Once `shutdown` resolves: tells `draining`, then releases every lease of `manager` within
+/// `grace`. The accept loop stops taking connections when this resolves, and drains them.
+fn release_on(
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    manager: &Arc<LeaseManager>,
+    grace: Duration,
+    draining: CancellationToken,
+) -> impl Future<Output = ()> + Send + 'static {
+    let manager = Arc::clone(manager);
+    async move {
+        shutdown.await;
+        draining.cancel();
+        tracing::info!(
+            active = manager.active(),
+            "shutting down: releasing every lease"
+        );
+        if tokio::time::timeout(grace, manager.close()).await.is_err() {
+            tracing::warn!("grace period expired before every lease was released");
+        }
     }
 }

@@ -18,6 +18,9 @@ pub struct TestSidecar {
     pub base: String,
     /// Where it listens (loopback, a port the kernel chose).
     pub addr: std::net::SocketAddr,
+    /// Where its metrics listener listens, when the settings gave `metrics.listen` (with
+    /// port 0: a port the kernel chose).
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// A client for the test's own requests.
     pub http: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
@@ -44,7 +47,17 @@ impl TestSidecar {
             unreachable!("bound on 127.0.0.1:0")
         };
         let base = format!("http://{addr}");
-        let sidecar = Sidecar::start(&settings).await.unwrap();
+        let mut sidecar = Sidecar::start(&settings).await.unwrap();
+        let mut metrics_addr = None;
+        if let Some(metrics) = settings.metrics.listen {
+            // A metrics address the test chose that cannot be bound fails the test.
+            let listener = Listener::bind(&Listen::Tcp(metrics)).await.unwrap();
+            let Listen::Tcp(bound) = listener.local().unwrap() else {
+                unreachable!("bound on a TCP address")
+            };
+            metrics_addr = Some(bound);
+            sidecar = sidecar.with_metrics_listener(listener);
+        }
         let (tx, rx) = oneshot::channel::<()>();
         let served = tokio::spawn(sidecar.run(listener, async {
             let _ = rx.await;
@@ -52,6 +65,7 @@ impl TestSidecar {
         Self {
             base,
             addr,
+            metrics_addr,
             http: reqwest::Client::new(),
             shutdown: Some(tx),
             served: Some(served),

@@ -83,8 +83,9 @@ impl Dockerfile {
 /// The Dockerfile's stages, checked, then its runtime run outside Docker: the built binary
 /// (`CARGO_BIN_EXE_redlease`, which `cargo test` has just built, so the image's
 /// `cargo build --release --locked` is not repeated here) with the image's ENTRYPOINT and CMD,
-/// the image's ENV and the compose service's environment (masters: a local fleet; listen: a
-/// loopback port the kernel picked) answers /livez (the HEALTHCHECK) and /readyz with 200,
+/// the image's ENV and the compose service's environment (masters: a local fleet; listen and
+/// metrics.listen: loopback ports the kernel picked) answers /livez (the HEALTHCHECK) and
+/// /readyz with 200, its metrics listener a scrape by the compose service's name with 200,
 /// then stops on SIGTERM with exit 0, as `docker stop` and kubelet stop it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dockerfile_entrypoint_serves_a_ready_sidecar() {
@@ -136,6 +137,11 @@ async fn dockerfile_entrypoint_serves_a_ready_sidecar() {
         .unwrap()
         .port();
     let base = format!("http://127.0.0.1:{port}");
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut env = dockerfile.runtime_env();
     let compose = compose();
     for (key, value) in compose["services"]["redlease"]["environment"]
@@ -146,6 +152,7 @@ async fn dockerfile_entrypoint_serves_a_ready_sidecar() {
         let value = match key.as_str() {
             "REDLEASE__MASTERS" => fleet.urls().join(","),
             "REDLEASE__LISTEN" => format!("127.0.0.1:{port}"),
+            "REDLEASE__METRICS__LISTEN" => format!("127.0.0.1:{metrics_port}"),
             _ => value.as_str().unwrap().to_string(),
         };
         env.push((key, value));
@@ -189,10 +196,11 @@ async fn dockerfile_entrypoint_serves_a_ready_sidecar() {
     );
     let live = http.get(format!("{base}/livez")).send().await.unwrap();
     assert_eq!(live.status(), 200);
-    // Prometheus and the load generator call it `redlease`, as the compose network names it.
-    let scrape = http.get(format!("{base}/metrics"));
+    // Prometheus calls it `redlease`, as the compose network names it, on its metrics
+    // listener.
+    let scrape = http.get(format!("http://127.0.0.1:{metrics_port}/metrics"));
     let scrape = scrape
-        .header("host", format!("redlease:{port}"))
+        .header("host", format!("redlease:{metrics_port}"))
         .send()
         .await
         .unwrap();

@@ -1,13 +1,16 @@
 //! What the lease table logs: one event macro carrying every lease's fields, and the tally
 //! behind the periodic INFO summary. Grants and releases are logged at debug, one line each;
-//! losses, degradations and escalations at warn; the summary says every minute how many leases
-//! were granted, released and lost, so a busy sidecar's log stays readable.
+//! a lease without auto-renewal running out at info; losses, degradations and escalations at
+//! warn; the summary says every minute how many leases were granted, released, lost and
+//! expired, so a busy sidecar's log stays readable.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Weak;
 use std::time::Duration;
 
-use super::LeaseManager;
+use super::{LeaseManager, LeaseState};
+use crate::metrics::{self, METRICS};
+use crate::redlock::Lease;
 
 /// One structured log event about a lease, with the fields every lease event carries:
 /// resource, owner, lease id, fencing token and TTL.
@@ -35,6 +38,7 @@ pub(super) struct Activity {
     granted: AtomicU64,
     released: AtomicU64,
     lost: AtomicU64,
+    expired: AtomicU64,
 }
 
 impl Activity {
@@ -42,17 +46,52 @@ impl Activity {
         self.granted.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn released(&self) {
+    fn released(&self) {
         self.released.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn lost(&self) {
+    fn lost(&self) {
         self.lost.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The counts since the last call: granted, released, lost.
-    fn take(&self) -> [u64; 3] {
-        [&self.granted, &self.released, &self.lost].map(|n| n.swap(0, Ordering::Relaxed))
+    /// A lease without auto-renewal ran out, as its caller chose.
+    fn expired(&self) {
+        self.expired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts and logs the end of `lease` (`state` lost or released, for `reason`) after
+    /// `held_for`. `chosen`: a lease without auto-renewal that ran out, as its caller chose,
+    /// counted in `lock_leases_expired_total` at info rather than as a loss at warn.
+    pub(super) fn ended(
+        &self,
+        lease: &Lease,
+        state: LeaseState,
+        reason: &'static str,
+        chosen: bool,
+        held_for: Duration,
+    ) {
+        METRICS
+            .hold_duration
+            .record(metrics::seconds(held_for), &[]);
+        if state == LeaseState::Lost && chosen {
+            METRICS.leases_expired.add(1, &[]);
+            lease_event!(info, lease, "lease expired", reason = reason);
+            self.expired();
+        } else if state == LeaseState::Lost {
+            let reason_label = metrics::label("reason", reason);
+            METRICS.leases_lost.add(1, &reason_label);
+            lease_event!(warn, lease, "lease lost", reason = reason);
+            self.lost();
+        } else {
+            lease_event!(debug, lease, "lease released", reason = reason);
+            self.released();
+        }
+    }
+
+    /// The counts since the last call: granted, released, lost, expired.
+    fn take(&self) -> [u64; 4] {
+        [&self.granted, &self.released, &self.lost, &self.expired]
+            .map(|n| n.swap(0, Ordering::Relaxed))
     }
 }
 
@@ -65,13 +104,14 @@ pub(super) async fn log_summaries(manager: Weak<LeaseManager>, interval: Duratio
         let Some(manager) = manager.upgrade() else {
             return;
         };
-        let [granted, released, lost] = manager.activity.take();
+        let [granted, released, lost, expired] = manager.activity.take();
         let active = manager.active();
-        if granted + released + lost + active as u64 > 0 {
+        if granted + released + lost + expired + active as u64 > 0 {
             tracing::info!(
                 granted,
                 released,
                 lost,
+                expired,
                 active,
                 period_s = interval.as_secs(),
                 "leases"
@@ -92,7 +132,8 @@ mod tests {
         activity.granted();
         activity.released();
         activity.lost();
-        assert_eq!(activity.take(), [2, 1, 1]);
-        assert_eq!(activity.take(), [0, 0, 0]);
+        activity.expired();
+        assert_eq!(activity.take(), [2, 1, 1, 1]);
+        assert_eq!(activity.take(), [0, 0, 0, 0]);
     }
 }
