@@ -37,6 +37,9 @@ const MASTERS_ENV: &str = "REDLEASE__MASTERS";
 /// Why the command was not run, after the resource's name.
 const HELD: &str = "is held by another lease";
 const NO_QUORUM: &str = "cannot be taken: too few masters answered";
+const TOKEN_REFUSED: &str = "cannot be taken: the sidecar refused the API token (none was \
+     sent, or another one); give the file holding its token with --token-file FILE or \
+     REDLEASE__AUTH__TOKEN_FILE";
 const LOST_AT_ONCE: &str = "was taken, but its lease ended before it could be followed";
 
 /// `lock run`'s arguments.
