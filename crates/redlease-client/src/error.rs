@@ -244,6 +244,12 @@ mod tests {
             (invalid.reason(), invalid.status()),
             (Some("invalid_ttl"), Some(400))
         );
+        let unauthorized = problem(401, "unauthorized", "");
+        assert!(matches!(unauthorized, ClientError::Unauthorized { .. }));
+        assert_eq!(
+            (unauthorized.reason(), unauthorized.status()),
+            (Some("unauthorized"), Some(401))
+        );
         let internal = problem(500, "internal", "");
         assert_eq!(internal.reason(), Some("internal"));
         assert!(matches!(internal, ClientError::Unavailable { .. }));
