@@ -6,6 +6,7 @@ use std::time::Duration;
 use redlease_testkit::TestFleet;
 use serde_json::Value;
 
+mod dev;
 mod diagnostics;
 
 fn redlease(args: &[&str], masters: &str) -> (i32, String) {
