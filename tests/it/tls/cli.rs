@@ -120,7 +120,10 @@ async fn a_v1_client_certificate_is_refused_naming_the_file_and_the_fix() {
     let (ca, cert, key) = (path("ca.pem"), path("old.pem"), path("old.key"));
     let says_why = |stderr: &str| {
         assert!(stderr.contains(&cert), "the file is not named: {stderr}");
-        assert!(stderr.contains("v3") && stderr.contains("-extfile"), "{stderr}");
+        assert!(
+            stderr.contains("v3") && stderr.contains("-extfile"),
+            "{stderr}"
+        );
         assert!(!stderr.contains("peer"), "{stderr}");
     };
     let env = vec![("REDLEASE__MASTERS".to_string(), master.url())];

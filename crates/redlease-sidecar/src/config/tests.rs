@@ -266,7 +266,11 @@ fn every_unknown_key_is_reported_with_its_path_source_and_suggestion() {
         ("REDLEASE__HTTP__MAX_WAITERS", "10"),
         ("REDLEASE__COLOUR", "blue"),
     ]);
-    let lines = problems(Settings::load(Some(file.path()), vars, Overrides::default()));
+    let lines = problems(Settings::load(
+        Some(file.path()),
+        vars,
+        Overrides::default(),
+    ));
     let path = file.path().display();
     assert_eq!(
         lines,

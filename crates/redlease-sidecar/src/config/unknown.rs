@@ -47,7 +47,10 @@ pub(super) fn unknown_keys(
 /// `REDLEASE__RENEWAL__JITER` → `renewal.jiter`.
 fn env_key(name: &str) -> String {
     let path = name.strip_prefix("REDLEASE__").unwrap_or(name);
-    path.split("__").collect::<Vec<_>>().join(".").to_lowercase()
+    path.split("__")
+        .collect::<Vec<_>>()
+        .join(".")
+        .to_lowercase()
 }
 
 fn line(key: &str, from: &str, known: &BTreeSet<String>) -> String {
@@ -86,7 +89,10 @@ fn collect(prefix: &str, table: Map<String, Value>, keys: &mut BTreeSet<String>)
 /// (`renewal.jiter` → `lease.renew_jitter_ms`); `None` when nothing is close.
 fn suggestion<'k>(key: &str, known: &'k BTreeSet<String>) -> Option<&'k str> {
     let section = |k: &str| k.rsplit_once('.').map_or("", |(s, _)| s).to_string();
-    let same_section: Vec<&String> = known.iter().filter(|k| section(k) == section(key)).collect();
+    let same_section: Vec<&String> = known
+        .iter()
+        .filter(|k| section(k) == section(key))
+        .collect();
     let candidates = if same_section.is_empty() {
         known.iter().collect()
     } else {
@@ -106,7 +112,10 @@ fn suggestion<'k>(key: &str, known: &'k BTreeSet<String>) -> Option<&'k str> {
         let near = |w: &str| theirs.iter().any(|t| edit_distance(w, t) <= 1);
         ours.iter().filter(|w| near(w)).count()
     };
-    let best = known.iter().map(|k| (shared(k), k)).max_by_key(|(n, _)| *n)?;
+    let best = known
+        .iter()
+        .map(|k| (shared(k), k))
+        .max_by_key(|(n, _)| *n)?;
     (best.0 > 0).then_some(best.1.as_str())
 }
 
@@ -137,10 +146,15 @@ mod tests {
     use super::*;
 
     fn known() -> BTreeSet<String> {
-        ["lease.min_ttl_ms", "lease.renew_jitter_ms", "fleet.tls.ca_file", "listen"]
-            .into_iter()
-            .map(String::from)
-            .collect()
+        [
+            "lease.min_ttl_ms",
+            "lease.renew_jitter_ms",
+            "fleet.tls.ca_file",
+            "listen",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect()
     }
 
     /// A typo finds its key in its section; a wrong section finds the key sharing a word; a
@@ -148,9 +162,18 @@ mod tests {
     #[test]
     fn suggestions_are_the_closest_known_keys() {
         let known = known();
-        assert_eq!(suggestion("lease.min_tll_ms", &known), Some("lease.min_ttl_ms"));
-        assert_eq!(suggestion("renewal.jiter", &known), Some("lease.renew_jitter_ms"));
-        assert_eq!(suggestion("fleet.tls.ca_fil", &known), Some("fleet.tls.ca_file"));
+        assert_eq!(
+            suggestion("lease.min_tll_ms", &known),
+            Some("lease.min_ttl_ms")
+        );
+        assert_eq!(
+            suggestion("renewal.jiter", &known),
+            Some("lease.renew_jitter_ms")
+        );
+        assert_eq!(
+            suggestion("fleet.tls.ca_fil", &known),
+            Some("fleet.tls.ca_file")
+        );
         assert_eq!(suggestion("lisen", &known), Some("listen"));
         assert_eq!(suggestion("colour", &known), None);
     }
@@ -159,7 +182,10 @@ mod tests {
     #[test]
     fn variables_name_dotted_keys() {
         assert_eq!(env_key("REDLEASE__RENEWAL__JITER"), "renewal.jiter");
-        assert_eq!(env_key("REDLEASE__FLEET__TLS__CA_FILE"), "fleet.tls.ca_file");
+        assert_eq!(
+            env_key("REDLEASE__FLEET__TLS__CA_FILE"),
+            "fleet.tls.ca_file"
+        );
     }
 
     #[test]
