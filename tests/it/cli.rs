@@ -8,6 +8,7 @@ use serde_json::Value;
 
 mod dev;
 mod diagnostics;
+mod logs;
 
 fn redlease(args: &[&str], masters: &str) -> (i32, String) {
     let output: Output = crate::support::run_redlease(args, masters);
