@@ -334,10 +334,10 @@ fn the_watchdog_reports_only_a_kill_that_reached_a_running_command() {
         // `kill-at 0`: due at once. The pipe stays open: `lock run` is there, just late.
         std::io::Write::write_all(&mut pipe, format!("group {group}\nkill-at 0\n").as_bytes())
             .unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while watchdog.try_wait().unwrap().is_none() {
             assert!(
-                std::time::Instant::now() < deadline,
+                tokio::time::Instant::now() < deadline,
                 "the watchdog did not act"
             );
             std::thread::sleep(Duration::from_millis(10));
@@ -355,9 +355,12 @@ fn the_watchdog_reports_only_a_kill_that_reached_a_running_command() {
     let pid = exited.id();
     // Exited, not reaped: a zombie, as the command of a stopped `lock run` is.
     let stat = format!("/proc/{pid}/stat");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !std::fs::read_to_string(&stat).unwrap().contains(") Z ") {
-        assert!(std::time::Instant::now() < deadline, "`true` did not exit");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`true` did not exit"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let said = watchdog(pid);
