@@ -45,7 +45,8 @@ for url in "${urls[@]}"; do
 done
 REDLEASE__MASTERS="$(IFS=,; echo "${urls[*]}")"
 export REDLEASE__MASTERS
-echo "fleet of $n masters: REDLEASE__MASTERS=$REDLEASE__MASTERS" >&2
+echo "fleet of $n masters; for the CLI:" >&2
+echo "export REDLEASE__MASTERS=$REDLEASE__MASTERS" >&2
 
 if [ "$#" -gt 0 ]; then
   "$@"

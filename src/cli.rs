@@ -1,7 +1,7 @@
 //! The `redlease` command line: argument parsing, logging set-up and exit codes.
 //!
 //! Exit codes: 0 success, 3 held by another / not ours, 4 no quorum, 64 invalid input, 69 a
-//! service unavailable, 74 an output file not written. `lock run` passes its command's exit
+//! service unavailable, 74 an output file not written, 77 the sidecar refused the API token. `lock run` passes its command's exit
 //! code through, and adds 75 (the lease was lost while the command ran), 126 and 127 (the
 //! command could not be started, as shells answer).
 
@@ -34,6 +34,8 @@ pub const EXIT_USAGE: u8 = 64;
 pub const EXIT_UNAVAILABLE: u8 = 69;
 /// An output file could not be written after the run (sysexits EX_IOERR).
 pub const EXIT_IO: u8 = 74;
+/// The sidecar refused the API token: none was given, or another one (sysexits EX_NOPERM).
+pub const EXIT_NO_PERMISSION: u8 = 77;
 /// `lock run`: the lease was lost while the command ran, and the command was stopped
 /// (sysexits EX_TEMPFAIL: running it again later may succeed).
 pub const EXIT_LEASE_LOST: u8 = 75;

@@ -80,8 +80,11 @@ pub struct LoadOptions {
 
 /// What one cycle came to.
 enum Cycle {
-    Done { retried: bool },
-    Failed,
+    Done {
+        retried: bool,
+    },
+    /// Failed, and why.
+    Failed(String),
 }
 
 /// One worker's record.
@@ -91,6 +94,8 @@ struct WorkerRecord {
     ops: u64,
     errors: u64,
     retries: u64,
+    /// Why this worker's first failed cycle failed (warm-up included).
+    first_error: Option<String>,
     /// (completed, failed) cycles per `TIMELINE_WINDOW` since the run started.
     timeline: Vec<[u64; 2]>,
 }
@@ -171,6 +176,9 @@ async fn worker(target: Arc<Target>, plan: Plan, options: LoadOptions) -> Worker
         let begin = Instant::now();
         let cycle = target.cycle(&plan.resource, &options).await;
         let end = Instant::now();
+        if let (Cycle::Failed(why), None) = (&cycle, &record.first_error) {
+            record.first_error = Some(why.clone());
+        }
         if k >= plan.warmup {
             plan.tally.count(&cycle);
             let window = (end - plan.run_start).as_millis() / TIMELINE_WINDOW.as_millis();
@@ -207,6 +215,7 @@ impl WorkerRecord {
             ops: 0,
             errors: 0,
             retries: 0,
+            first_error: None,
             timeline: Vec::new(),
         }
     }
@@ -223,7 +232,7 @@ impl WorkerRecord {
                 self.retries += u64::from(retried);
                 self.timeline[window][0] += 1;
             }
-            Cycle::Failed => {
+            Cycle::Failed(_) => {
                 self.errors += 1;
                 self.timeline[window][1] += 1;
             }
@@ -279,13 +288,19 @@ async fn engine_cycle(engine: &Redlock, resource: &str, options: &LoadOptions) -
             .acquire_with_wait(resource, owner, ttl, options.wait)
             .await;
     }
-    let Ok(AcquireOutcome::Acquired(lease)) = outcome else {
-        return Cycle::Failed;
+    let lease = match outcome {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        Ok(AcquireOutcome::Contended(_)) => return Cycle::Failed("acquire: held".into()),
+        Ok(AcquireOutcome::NoQuorum(refusal)) => {
+            return Cycle::Failed(format!("acquire: no quorum ({:?})", refusal.cause))
+        }
+        Err(error) => return Cycle::Failed(format!("acquire: {error}")),
     };
     hold(options).await;
     match engine.release(resource, lease.id).await {
         Ok(released) if released.released() => Cycle::Done { retried },
-        _ => Cycle::Failed,
+        Ok(_) => Cycle::Failed("release: not confirmed by a quorum".into()),
+        Err(error) => Cycle::Failed(format!("release: {error}")),
     }
 }
 
@@ -304,13 +319,14 @@ async fn sidecar_cycle(client: &Client, resource: &str, options: &LoadOptions) -
     if retried && options.workload == Workload::Contention {
         acquired = attempt(options.wait).await;
     }
-    let Ok(guard) = acquired else {
-        return Cycle::Failed;
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(error) => return Cycle::Failed(format!("acquire: {error}")),
     };
     hold(options).await;
     // Any answer of the sidecar counts, `released: false` (the lease had ended) included.
     match guard.release().await {
         Ok(_) => Cycle::Done { retried },
-        Err(_) => Cycle::Failed,
+        Err(error) => Cycle::Failed(format!("release: {error}")),
     }
 }

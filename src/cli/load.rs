@@ -138,7 +138,16 @@ pub async fn run(args: LoadArgs) -> u8 {
         }
     };
     print(&report, args.json);
-    match files.write(&report) {
+    let written = files.write(&report);
+    if report.all_failed() {
+        let first = report.first_error.as_deref().unwrap_or("unknown");
+        eprintln!(
+            "redlease: every cycle failed ({} errors, none completed); the first: {first}",
+            report.errors
+        );
+        return EXIT_UNAVAILABLE;
+    }
+    match written {
         Ok(()) => EXIT_OK,
         Err(error) => {
             eprintln!("redlease: {error}");
@@ -155,11 +164,13 @@ fn check(args: &LoadArgs) -> Result<(), String> {
     {
         return Err("--rate must be a positive number".into());
     }
+    // One range for every target: a sidecar grants nothing outside the engine's either.
     let engine = EngineOptions::default();
     let ttl = Duration::from_millis(args.ttl_ms);
-    if args.sidecar.is_none() && (ttl < engine.min_ttl || ttl > engine.max_ttl) {
+    if ttl < engine.min_ttl || ttl > engine.max_ttl {
         return Err(format!(
-            "--ttl-ms must be between {} and {} for the engine",
+            "--ttl-ms {} is out of range: a lease TTL is {} to {} ms",
+            args.ttl_ms,
             engine.min_ttl.as_millis(),
             engine.max_ttl.as_millis()
         ));

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::fleet_args::DEFAULT_CLI_TTL_MS;
 use super::fleet_args::{connect, default_owner, finish, print_json, FleetArgs};
 use super::{EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
-use crate::redlock::{AcquireOutcome, ExtendOutcome};
+use crate::redlock::{AcquireOutcome, ExtendOutcome, MasterAccount};
 use crate::{Error, LeaseId};
 
 #[derive(Debug, Subcommand)]
@@ -104,9 +104,13 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
             let ttl = Duration::from_millis(ttl_ms);
             let wait = Duration::from_millis(wait_ms);
             let outcome = engine.acquire_with_wait(&resource, &owner, ttl, wait).await;
+            let accounts = match &outcome {
+                Ok(AcquireOutcome::NoQuorum(refusal)) => engine.account(&resource, refusal).await,
+                _ => Vec::new(),
+            };
             // Printed last, after settling: the validity it shows is what is left then.
             let outcome = finish(&engine, outcome).await;
-            outcome.map(|o| print_acquire(&o, Instant::now()))
+            outcome.map(|o| print_acquire(&o, &accounts, Instant::now()))
         }
         LockCommand::Extend {
             resource,
@@ -119,8 +123,13 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
             let outcome = engine
                 .extend(&resource, id, Duration::from_millis(ttl_ms))
                 .await;
+            let accounts = match &outcome {
+                Ok(ExtendOutcome::NoQuorum(refusal)) => engine.account(&resource, refusal).await,
+                _ => Vec::new(),
+            };
             let outcome = finish(&engine, outcome).await;
-            outcome.map(|o| print_extend(&o, id, &resource, Instant::now()))
+            let now = Instant::now();
+            outcome.map(|o| print_extend(&o, &accounts, (id, &resource), now))
         }
         LockCommand::Release {
             resource,
@@ -130,11 +139,12 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
             let id: LeaseId = lease.parse()?;
             let engine = connect(&fleet).await?;
             let outcome = engine.release(&resource, id).await;
-            finish(
-                &engine,
-                outcome.map(|o| print_release(o.released(), o.confirmed())),
-            )
-            .await
+            let accounts = match &outcome {
+                Ok(released) if !released.confirmed() => engine.status_accounts().await,
+                _ => Vec::new(),
+            };
+            let outcome = finish(&engine, outcome).await;
+            outcome.map(|o| print_release(o.released(), o.confirmed(), &accounts))
         }
         // `lock run` reports its own errors (its exit codes are the command's).
         LockCommand::Run(args) => Ok(super::run::run(args).await),
@@ -153,7 +163,20 @@ fn validity_at(valid_until: Instant, now: Instant) -> (u64, u64) {
     (left.as_millis() as u64, expires_at.as_millis() as u64)
 }
 
-fn print_acquire(outcome: &AcquireOutcome, now: Instant) -> u8 {
+/// The masters of a `no_quorum` answer: each named on stderr with what it did, and the list
+/// for the JSON line.
+fn no_quorum_masters(accounts: &[MasterAccount]) -> serde_json::Value {
+    eprintln!("redlease: no quorum; what each master did:");
+    for a in accounts {
+        eprintln!("redlease:   master {} ({}): {}", a.node, a.url, a.why);
+    }
+    let masters = accounts.iter().map(
+        |a| serde_json::json!({"node": a.node, "url": a.url, "outcome": a.outcome, "why": a.why}),
+    );
+    serde_json::Value::Array(masters.collect())
+}
+
+fn print_acquire(outcome: &AcquireOutcome, accounts: &[MasterAccount], now: Instant) -> u8 {
     match outcome {
         AcquireOutcome::Acquired(lease) => {
             let (validity_ms, expires_at) = validity_at(lease.valid_until, now);
@@ -177,13 +200,21 @@ fn print_acquire(outcome: &AcquireOutcome, now: Instant) -> u8 {
             EXIT_HELD
         }
         AcquireOutcome::NoQuorum(_) => {
-            print_json(&serde_json::json!({"acquired": false, "reason": "no_quorum"}));
+            let masters = no_quorum_masters(accounts);
+            print_json(&serde_json::json!({
+                "acquired": false, "reason": "no_quorum", "masters": masters,
+            }));
             EXIT_NO_QUORUM
         }
     }
 }
 
-fn print_extend(outcome: &ExtendOutcome, id: LeaseId, resource: &str, now: Instant) -> u8 {
+fn print_extend(
+    outcome: &ExtendOutcome,
+    accounts: &[MasterAccount],
+    (id, resource): (LeaseId, &str),
+    now: Instant,
+) -> u8 {
     match outcome {
         ExtendOutcome::Extended(renewal) => {
             let (validity_ms, expires_at) = validity_at(renewal.valid_until, now);
@@ -211,15 +242,17 @@ fn print_extend(outcome: &ExtendOutcome, id: LeaseId, resource: &str, now: Insta
                 .valid_until_cap
                 .map(|cap| cap.saturating_duration_since(now));
             let at_most = cap.map(|left| left.as_millis() as u64);
+            let masters = no_quorum_masters(accounts);
             print_json(&serde_json::json!({
                 "extended": false, "reason": "no_quorum", "validity_ms_at_most": at_most,
+                "masters": masters,
             }));
             EXIT_NO_QUORUM
         }
     }
 }
 
-fn print_release(released: bool, confirmed: bool) -> u8 {
+fn print_release(released: bool, confirmed: bool, accounts: &[MasterAccount]) -> u8 {
     if released {
         print_json(&serde_json::json!({"released": true}));
         EXIT_OK
@@ -227,7 +260,10 @@ fn print_release(released: bool, confirmed: bool) -> u8 {
         print_json(&serde_json::json!({"released": false}));
         EXIT_HELD
     } else {
-        print_json(&serde_json::json!({"released": false, "reason": "no_quorum"}));
+        let masters = no_quorum_masters(accounts);
+        print_json(&serde_json::json!({
+            "released": false, "reason": "no_quorum", "masters": masters,
+        }));
         EXIT_NO_QUORUM
     }
 }

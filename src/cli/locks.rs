@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::fleet_args::{connect, finish, print_json, FleetArgs};
 use super::{EXIT_HELD, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
-use crate::{Error, ForceOptions, ForceRelease, ForceVerdict, LeaseId, LockView};
+use crate::{AuditRecord, Error, ForceOptions, ForceRelease, ForceVerdict, LeaseId, LockView};
 use redlease_sidecar::{audit_json, force_release_json, lock_json, page_json};
 
 #[derive(Debug, Subcommand)]
@@ -233,17 +233,7 @@ async fn audit(args: AuditArgs) -> Result<u8, Error> {
     let records = engine.audit(since, args.limit).await;
     let code = records.map(|records| {
         if args.output.table() {
-            println!(
-                "{:<13}  {:<24}  {:<16}  {:<7}  reason",
-                "time_ms", "resource", "actor", "holders"
-            );
-            for r in &records {
-                let holders = r.holders.len();
-                println!(
-                    "{:<13}  {:<24}  {:<16}  {:<7}  {}",
-                    r.time_ms, r.resource, r.actor, holders, r.reason
-                );
-            }
+            print!("{}", audit_table(&records));
         } else {
             let records: Vec<Value> = records.iter().map(audit_json).collect();
             print_json(&serde_json::json!({ "records": records }));
@@ -251,6 +241,23 @@ async fn audit(args: AuditArgs) -> Result<u8, Error> {
         EXIT_OK
     });
     finish(&engine, code).await
+}
+
+/// The audit records as a table for a person: times in RFC 3339 UTC (the JSON keeps Unix ms).
+fn audit_table(records: &[AuditRecord]) -> String {
+    let mut table = format!(
+        "{:<24}  {:<24}  {:<16}  {:<7}  reason\n",
+        "time (UTC)", "resource", "actor", "holders"
+    );
+    for r in records {
+        let time = crate::wall_clock::rfc3339_utc_from_unix_ms(r.time_ms);
+        let holders = r.holders.len();
+        table.push_str(&format!(
+            "{time:<24}  {:<24}  {:<16}  {holders:<7}  {}\n",
+            r.resource, r.actor, r.reason
+        ));
+    }
+    table
 }
 
 /// `--since`: Unix milliseconds, or an age (`90s`, `15m`, `2h`, `7d`) before `now`.
@@ -335,6 +342,27 @@ fn print_master_table(view: &LockView) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The audit table prints when each force release ran in RFC 3339 UTC, not Unix ms.
+    #[test]
+    fn the_audit_table_prints_times_an_operator_reads() {
+        let record = AuditRecord {
+            audit_id: "0".repeat(32),
+            resource: "payments-close".into(),
+            actor: "alice@oncall".into(),
+            reason: "job 7 is stuck".into(),
+            time_ms: 1_795_640_584_123,
+            holders: vec!["a|b".into()],
+            masters: 3,
+        };
+        let table = audit_table(&[record]);
+        let row = table.lines().nth(1).unwrap();
+        assert!(
+            row.starts_with("2026-11-25T21:03:04.123Z  payments-close"),
+            "{table}"
+        );
+        assert!(!table.contains("1795640584123"), "{table}");
+    }
 
     /// `--since` takes Unix milliseconds or an age before now.
     #[test]

@@ -26,7 +26,9 @@ use tokio::time::Instant;
 use super::access::AccessArgs;
 use super::fleet_args::{default_owner, finish, fleet_options};
 use super::fleet_args::{DEFAULT_CLI_CONNECT_TIMEOUT_MS, DEFAULT_CLI_TTL_MS};
-use super::{EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_QUORUM, EXIT_UNAVAILABLE, EXIT_USAGE};
+use super::{
+    EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_PERMISSION, EXIT_NO_QUORUM, EXIT_UNAVAILABLE, EXIT_USAGE,
+};
 use crate::client::ClientError;
 use crate::config::in_process_lease_policy;
 use crate::redlock::{EngineOptions, Redlock};
@@ -37,6 +39,9 @@ const MASTERS_ENV: &str = "REDLEASE__MASTERS";
 /// Why the command was not run, after the resource's name.
 const HELD: &str = "is held by another lease";
 const NO_QUORUM: &str = "cannot be taken: too few masters answered";
+const TOKEN_REFUSED: &str = "cannot be taken: the sidecar refused the API token (none was \
+     sent, or another one); give the file holding its token with --token-file FILE or \
+     REDLEASE__AUTH__TOKEN_FILE";
 const LOST_AT_ONCE: &str = "was taken, but its lease ended before it could be followed";
 
 /// `lock run`'s arguments.
@@ -154,6 +159,10 @@ async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
         Ok(Acquired::Held) => Ok(not_run(&args.resource, HELD, EXIT_HELD)),
         // `Closing` never comes: this table is not shut down while it acquires.
         Ok(Acquired::NoQuorum | Acquired::Closing) => {
+            for master in engine.status_accounts().await {
+                let (node, url, why) = (master.node, &master.url, &master.why);
+                eprintln!("redlease:   master {node} ({url}): {why}");
+            }
             Ok(not_run(&args.resource, NO_QUORUM, EXIT_NO_QUORUM))
         }
         Err(error) => Err(error),
@@ -278,6 +287,7 @@ fn refused(resource: &str, error: &ClientError) -> u8 {
     match error {
         ClientError::Held { .. } => not_run(resource, HELD, EXIT_HELD),
         ClientError::NoQuorum { .. } => not_run(resource, NO_QUORUM, EXIT_NO_QUORUM),
+        ClientError::Unauthorized { .. } => not_run(resource, TOKEN_REFUSED, EXIT_NO_PERMISSION),
         ClientError::Invalid { .. } | ClientError::InvalidUrl { .. } => {
             not_run(resource, &format!("cannot be taken: {error}"), EXIT_USAGE)
         }

@@ -60,7 +60,7 @@ pub fn dev_worker_threads(args: &DevArgs) -> Option<usize> {
 /// Serves with the settings [`load_settings`] loaded; exit 64 on any invalid key.
 pub async fn serve(loaded: Result<Settings, ConfigError>) -> u8 {
     match loaded {
-        Ok(settings) => run(settings).await,
+        Ok(settings) => run(settings, Audience::Apps).await,
         Err(error) => {
             eprintln!("redlease: {error}");
             EXIT_USAGE
@@ -87,7 +87,7 @@ pub async fn dev(args: DevArgs) -> u8 {
     };
     let env = std::env::vars().filter(|(key, _)| key != "REDLEASE__MASTERS");
     let code = match Settings::load(args.config.as_deref(), env, overrides) {
-        Ok(settings) => run(settings).await,
+        Ok(settings) => run(settings, Audience::AppsAndCli).await,
         Err(error) => {
             eprintln!("redlease: {error}");
             EXIT_USAGE
@@ -97,7 +97,17 @@ pub async fn dev(args: DevArgs) -> u8 {
     code
 }
 
-async fn run(settings: Settings) -> u8 {
+/// Who the start-up lines are for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Audience {
+    /// The apps of the sidecar (`serve`).
+    Apps,
+    /// Them and a person at the command line, on a throwaway fleet (`dev`): they also get the
+    /// line that points `redlease lock` and the other commands at its masters.
+    AppsAndCli,
+}
+
+async fn run(settings: Settings, audience: Audience) -> u8 {
     raise_open_files(&settings);
     let listener = match Listener::bind(&settings.listen).await {
         Ok(listener) => listener,
@@ -128,7 +138,7 @@ async fn run(settings: Settings) -> u8 {
         std::sync::Arc::clone(sidecar.token()),
         std::sync::Arc::clone(sidecar.metrics_token()),
     );
-    announce(&settings, &listener, metrics.as_ref());
+    announce(&settings, &listener, metrics.as_ref(), audience);
     sidecar.run(listener, crate::shutdown::signal()).await;
     EXIT_OK
 }
@@ -172,7 +182,12 @@ fn raise_open_files(settings: &Settings) {
 
 /// Tells the newcomer where the API (and the metrics listener, if any) is, with a first
 /// request to try.
-fn announce(settings: &Settings, listener: &Listener, metrics: Option<&Listen>) {
+fn announce(
+    settings: &Settings,
+    listener: &Listener,
+    metrics: Option<&Listen>,
+    audience: Audience,
+) {
     let listen = listener.local().unwrap_or_else(|_| settings.listen.clone());
     let masters = settings.masters.len();
     // The threads the runtime really runs on (1 for the current-thread runtime).
@@ -198,4 +213,8 @@ fn announce(settings: &Settings, listener: &Listener, metrics: Option<&Listen>) 
         "try: {curl} -s -X POST {base}/v1/locks/demo/acquire \
          -H 'content-type: application/json' -d '{{\"owner\":\"me\"}}'"
     );
+    if audience == Audience::AppsAndCli {
+        // The throwaway fleet's masters carry no credentials to mask.
+        println!("export REDLEASE__MASTERS={}", settings.masters.join(","));
+    }
 }

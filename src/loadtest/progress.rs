@@ -44,7 +44,7 @@ pub(super) struct ProgressLine {
 impl Tally {
     pub(super) fn count(&self, cycle: &Cycle) {
         self.cycles.fetch_add(1, Ordering::Relaxed);
-        if matches!(cycle, Cycle::Failed) {
+        if matches!(cycle, Cycle::Failed(_)) {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -174,7 +174,7 @@ mod tests {
         let tally = Tally::default();
         tally.count(&Cycle::Done { retried: false });
         tally.count(&Cycle::Done { retried: true });
-        tally.count(&Cycle::Failed);
+        tally.count(&Cycle::Failed("held".into()));
         assert_eq!(tally.read(), (3, 1));
     }
 

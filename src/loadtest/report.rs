@@ -35,6 +35,9 @@ pub struct Report {
     /// Service time p99 (from the actual send), in µs; equals p99_us in closed loop.
     pub service_p99_us: u64,
     pub errors: u64,
+    /// Why the first failed cycle failed, when one did (warm-up included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
     /// Cycles whose first attempt found the resource held.
     pub contention_retries: u64,
     /// Open-loop rate (cycles/s over all clients), when one was given.
@@ -62,7 +65,9 @@ impl Report {
         let (mut latency, mut service) = (histogram(), histogram());
         let (mut ops, mut errors, mut retries) = (0, 0, 0);
         let mut timeline: Vec<[u64; 2]> = Vec::new();
+        let mut first_error = None;
         for record in records {
+            first_error = first_error.or(record.first_error);
             if timeline.len() < record.timeline.len() {
                 timeline.resize(record.timeline.len(), [0, 0]);
             }
@@ -92,12 +97,18 @@ impl Report {
             max_us: latency.max(),
             service_p99_us: service.value_at_quantile(0.99),
             errors,
+            first_error,
             contention_retries: retries,
             rate: options.rate,
             latency,
             timeline,
             fault: None,
         }
+    }
+
+    /// Every measured cycle failed (and there was one).
+    pub fn all_failed(&self) -> bool {
+        self.ops == 0 && self.errors > 0
     }
 
     /// One line naming the run, e.g. `parallel workload, masters, 16 clients, 1000 ops`.

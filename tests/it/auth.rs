@@ -98,6 +98,27 @@ async fn every_route_but_the_probes_needs_the_token() {
     assert!(guard.release().await.unwrap());
 }
 
+/// The `Bearer` scheme is case-insensitive (RFC 9110): `bearer`, `BEARER` and `Bearer` with
+/// the right token pass, another scheme or token does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_read_in_any_case() {
+    let fleet = TestFleet::start(1);
+    let (_dir, path) = token_file(TOKEN);
+    let sidecar =
+        TestSidecar::start(&fleet, &[("REDLEASE__AUTH__TOKEN_FILE", path.as_str())]).await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/fleet", sidecar.base);
+    let status = |authorization: String| {
+        let request = http.get(&url).header("Authorization", authorization);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        assert_eq!(status(format!("{scheme} {TOKEN}")).await, 200, "{scheme}");
+    }
+    assert_eq!(status(format!("Basic {TOKEN}")).await, 401);
+    assert_eq!(status("bearer wrong".to_string()).await, 401);
+}
+
 /// `auth.metrics_open` leaves `/metrics` to the scraper, and nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_can_be_left_open() {
@@ -155,8 +176,10 @@ async fn the_command_line_carries_the_token_from_its_file() {
         args
     };
     let (code, text) = redlease(run(None), None).await;
-    assert_eq!(code, 64, "{text}");
-    assert!(text.contains("unauthorized"), "{text}");
+    assert_eq!(code, 77, "{text}");
+    assert!(text.contains("refused the API token"), "{text}");
+    assert!(text.contains("--token-file") && text.contains("REDLEASE__AUTH__TOKEN_FILE"));
+    assert!(!text.contains("invalid request"), "{text}");
     assert!(!marker.exists(), "the command ran without the token");
     let (code, text) = redlease(run(Some(file)), None).await;
     assert_eq!(code, 0, "{text}");
@@ -175,11 +198,14 @@ async fn the_command_line_carries_the_token_from_its_file() {
         }
         args
     };
-    // Without the token every cycle is refused (and counted as an error).
+    // Without the token every cycle is refused (and counted as an error): the run failed, and
+    // says why.
     let report =
         |text: &str| -> Value { serde_json::from_str(text.lines().next().unwrap()).unwrap() };
     let (code, text) = redlease(load(false), None).await;
-    assert_eq!(code, 0, "{text}");
+    assert_eq!(code, 69, "{text}");
+    assert!(text.contains("every cycle failed"), "{text}");
+    assert!(text.contains("refused the API token"), "{text}");
     assert_eq!(
         (
             report(&text)["ops"].as_u64(),

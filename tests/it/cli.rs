@@ -6,6 +6,10 @@ use std::time::Duration;
 use redlease_testkit::TestFleet;
 use serde_json::Value;
 
+mod dev;
+mod diagnostics;
+mod logs;
+
 fn redlease(args: &[&str], masters: &str) -> (i32, String) {
     let output: Output = crate::support::run_redlease(args, masters);
     let stdout = String::from_utf8(output.stdout).unwrap();
@@ -104,10 +108,15 @@ fn no_quorum_exits_4() {
         &["lock", "acquire", "nightly", "--connect-timeout-ms", "200"],
         &masters,
     );
+    let answer = json(&out);
     assert_eq!(
-        (code, out.as_str()),
-        (4, r#"{"acquired":false,"reason":"no_quorum"}"#)
+        (code, &answer["acquired"], &answer["reason"]),
+        (4, &Value::Bool(false), &Value::from("no_quorum"))
     );
+    let outcomes: Vec<&str> = (answer["masters"].as_array().unwrap().iter())
+        .map(|m| m["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["down", "down", "down"], "{out}");
     assert_eq!(fleet.lock_keys(2), Vec::<String>::new());
 }
 

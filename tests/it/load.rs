@@ -363,3 +363,28 @@ async fn the_renewal_workload_holds_leases_and_reads_the_sidecars_cost() {
         "every lease released after the run"
     );
 }
+
+/// An out-of-range `--ttl-ms` is refused the same way whatever the target: exit 64 with one
+/// message, before any cycle, through a sidecar as on the masters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_range_ttl_is_refused_for_every_target() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let (base, masters) = (sidecar.base.clone(), fleet.urls().join(","));
+    let (through_sidecar, on_masters) = tokio::task::spawn_blocking(move || {
+        let args = ["--workload", "parallel", "--ttl-ms", "5", "--ops", "16"];
+        let through_sidecar = load_cli(&[&["--sidecar", base.as_str()][..], &args].concat());
+        let on_masters = load_cli(&[&["--masters", masters.as_str()][..], &args].concat());
+        (through_sidecar, on_masters)
+    })
+    .await
+    .unwrap();
+    assert_eq!(through_sidecar.0, Some(64), "{through_sidecar:?}");
+    assert_eq!(on_masters.0, Some(64), "{on_masters:?}");
+    assert_eq!(through_sidecar.1, "", "nothing measured");
+    assert_eq!(through_sidecar.2, on_masters.2);
+    assert!(
+        through_sidecar.2.contains("--ttl-ms 5"),
+        "{through_sidecar:?}"
+    );
+}

@@ -317,3 +317,65 @@ fn unix_ms() -> u64 {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     now.as_millis() as u64
 }
+
+/// The watchdog says it killed the command only when its SIGKILL reached a process still
+/// running: a command that had already exited (its zombie not yet reaped, as when `lock run`
+/// is stopped) is not reported killed; a running one is.
+#[test]
+fn the_watchdog_reports_only_a_kill_that_reached_a_running_command() {
+    let watchdog = |group: u32| {
+        let mut watchdog = Command::new(env!("CARGO_BIN_EXE_redlease"))
+            .args(["__watchdog", "--grace-ms", "100"])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut pipe = watchdog.stdin.take().unwrap();
+        // `kill-at 0`: due at once. The pipe stays open: `lock run` is there, just late.
+        std::io::Write::write_all(&mut pipe, format!("group {group}\nkill-at 0\n").as_bytes())
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while watchdog.try_wait().unwrap().is_none() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the watchdog did not act"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(pipe);
+        let output = watchdog.wait_with_output().unwrap();
+        String::from_utf8_lossy(&output.stderr).to_string()
+    };
+    let in_own_group = |program: &str, args: &[&str]| {
+        let mut command = Command::new(program);
+        std::os::unix::process::CommandExt::process_group(command.args(args), 0);
+        command.spawn().unwrap()
+    };
+    let mut exited = in_own_group("true", &[]);
+    let pid = exited.id();
+    // Exited, not reaped: a zombie, as the command of a stopped `lock run` is.
+    let stat = format!("/proc/{pid}/stat");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&stat).unwrap().contains(") Z ") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`true` did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let said = watchdog(pid);
+    assert!(
+        !said.contains("kill"),
+        "an exited command reported killed: {said}"
+    );
+    exited.wait().unwrap();
+
+    let mut sleeping = in_own_group("sleep", &["30"]);
+    let said = watchdog(sleeping.id());
+    assert!(said.contains("killed the command (SIGKILL)"), "{said}");
+    let status = sleeping.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+}

@@ -49,6 +49,13 @@ pub enum ClientError {
         /// The sidecar's `detail`, in words.
         detail: String,
     },
+    /// 401 `unauthorized`: the sidecar has an API token (`auth.token_file`) and the request
+    /// carried none, or another one. Give the client the token ([`crate::Client::with_token`]).
+    #[error("the sidecar refused the API token (none was sent, or another one): {detail}")]
+    Unauthorized {
+        /// The sidecar's `detail`, in words.
+        detail: String,
+    },
     /// Any other 4xx with a `reason`: the request was refused as invalid (`invalid_resource`,
     /// `invalid_owner`, `invalid_ttl`, `invalid_wait`, `invalid_idle_timeout`, `invalid_body`,
     /// `body_too_large`, `not_found`). Retrying the same request will not help.
@@ -115,6 +122,7 @@ impl ClientError {
             Self::ShuttingDown { .. } => Some("shutting_down"),
             Self::UnknownLease { .. } => Some("unknown_lease"),
             Self::LeaseLost { .. } => Some("lease_lost"),
+            Self::Unauthorized { .. } => Some("unauthorized"),
             Self::Invalid { reason, .. } => Some(reason),
             Self::Unavailable { reason, .. } => reason.as_deref(),
             Self::Transport(_) | Self::InvalidUrl { .. } | Self::Unexpected { .. } => None,
@@ -128,6 +136,7 @@ impl ClientError {
             Self::NoQuorum { .. } | Self::Releasing { .. } | Self::ShuttingDown { .. } => Some(503),
             Self::UnknownLease { .. } => Some(404),
             Self::LeaseLost { .. } => Some(410),
+            Self::Unauthorized { .. } => Some(401),
             Self::Invalid { status, .. }
             | Self::Unavailable { status, .. }
             | Self::Unexpected { status, .. } => Some(*status),
@@ -162,6 +171,7 @@ impl ClientError {
             (503, "shutting_down") => Self::ShuttingDown { detail },
             (404, "unknown_lease") => Self::UnknownLease { detail },
             (410, "lease_lost") => Self::LeaseLost { detail },
+            (401, "unauthorized") => Self::Unauthorized { detail },
             (400..=499, _) => Self::Invalid {
                 status,
                 reason,
@@ -233,6 +243,12 @@ mod tests {
         assert_eq!(
             (invalid.reason(), invalid.status()),
             (Some("invalid_ttl"), Some(400))
+        );
+        let unauthorized = problem(401, "unauthorized", "");
+        assert!(matches!(unauthorized, ClientError::Unauthorized { .. }));
+        assert_eq!(
+            (unauthorized.reason(), unauthorized.status()),
+            (Some("unauthorized"), Some(401))
         );
         let internal = problem(500, "internal", "");
         assert_eq!(internal.reason(), Some("internal"));

@@ -49,6 +49,7 @@ use endpoint::{build_client, lock_target};
 pub use exclusion::Exclusion;
 pub use health::{Breaker, DEFAULT_BREAKER_THRESHOLD, DEFAULT_BREAKER_TRIAL_INTERVAL};
 pub use mark::Birth;
+pub use node::status::NodeStatus;
 pub use node::{Admission, CallError, Node};
 pub use quarantine::DEFAULT_QUARANTINE;
 pub use tls::TlsOptions;
@@ -327,6 +328,16 @@ impl Fleet {
     pub async fn wait_for_links(&self, timeout: Duration) {
         let links = self.nodes.iter().map(|node| node.wire().wait_for_connect());
         let _ = tokio::time::timeout(timeout, futures_util::future::join_all(links)).await;
+    }
+
+    /// Waits until every master has answered to being connected and prepared (up, excluded,
+    /// or its connection attempt failed: [`NodeStatus::is_settled`]), or `timeout` has passed:
+    /// the operator's reads, right after a process connected, report what each master
+    /// answered, not a connection still being made.
+    pub async fn wait_for_statuses(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let waits = self.nodes.iter().map(|node| node.wait_for_status(deadline));
+        futures_util::future::join_all(waits).await;
     }
 
     /// Opens one subscriber connection per master, in the configured order, for release

@@ -28,7 +28,8 @@
 //!    `lua/`.
 //! 5. Leaves: `resp` (RESP2 encoding and parsing), `metrics` (the engine's instruments), `keys`
 //!    (key names, resource and owner validation), `lease_id`, `error`, `backoff` (the one
-//!    doubling backoff, for whatever is retried after a failure).
+//!    doubling backoff, for whatever is retried after a failure), `wall_clock` (instants as
+//!    RFC 3339 UTC, for operators).
 //!
 //! # Example
 //!
@@ -50,6 +51,7 @@ pub mod redlock;
 pub mod resp;
 pub mod scripts;
 pub mod wakeup;
+pub mod wall_clock;
 
 pub use backoff::Backoff;
 pub use error::Error;
@@ -66,8 +68,8 @@ pub use redlock::inventory::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 pub use redlock::quorum::{DriftPolicy, NodeTimeoutPolicy};
 pub use redlock::{
     AcquireOutcome, AuditRecord, EngineOptions, ExtendOutcome, Extension, ForceOptions,
-    ForceRelease, ForceVerdict, ForcedMaster, Holding, Lease, LockPage, LockView, MasterAnswer,
-    MasterView, NodeVote, QuorumHolder, Redlock, Refusal, Release, ReleaseOutcome, RemovedHolder,
-    Renewal, Shortfall,
+    ForceRelease, ForceVerdict, ForcedMaster, Holding, Lease, LockPage, LockView, MasterAccount,
+    MasterAnswer, MasterView, NodeVote, QuorumHolder, Redlock, Refusal, Release, ReleaseOutcome,
+    RemovedHolder, Renewal, Shortfall,
 };
 pub use wakeup::Wakeups;

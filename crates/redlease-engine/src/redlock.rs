@@ -3,6 +3,7 @@
 //! The pure arithmetic (quorum, validity, per-node timeout) is in [`quorum`], the fencing plan
 //! in [`fencing`]; this module only sends and collects.
 
+mod account;
 mod calls;
 mod extend;
 mod fanout;
@@ -33,6 +34,7 @@ use crate::metrics::METRICS;
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::wakeup::Wakeups;
 use crate::{Error, LeaseId};
+pub use account::MasterAccount;
 pub use extend::Extension;
 pub use force::audit::AuditRecord;
 pub use force::verdict::{MasterAnswer, Verdict as ForceVerdict};

@@ -17,6 +17,7 @@ use serde::Deserialize;
 mod fleet;
 mod metrics;
 mod server;
+mod unknown;
 
 use self::fleet::{check_against_masters, check_masters, RawFleet};
 pub use self::fleet::{read_password, FleetSettings};
@@ -200,6 +201,13 @@ impl Settings {
         env: impl IntoIterator<Item = (String, String)>,
         overrides: Overrides,
     ) -> Result<Settings, ConfigError> {
+        let env: Vec<(String, String)> = env_vars(env);
+        let unknown = defaults(Config::builder())
+            .map(|defaults| unknown::unknown_keys(defaults, file, &env))
+            .unwrap_or_default();
+        if !unknown.is_empty() {
+            return Err(ConfigError::Invalid(unknown));
+        }
         let raw = layers(file, env, overrides)
             .and_then(Config::try_deserialize::<Raw>)
             .map_err(|e| ConfigError::Load(e.to_string()))?;
@@ -353,7 +361,6 @@ fn defaults(
 fn env_sources(env: impl IntoIterator<Item = (String, String)>) -> (Environment, Environment) {
     let (lists, verbatim): (::config::Map<_, _>, ::config::Map<_, _>) = env
         .into_iter()
-        .filter(|(key, _)| key.starts_with("REDLEASE__") && key != LOG_FORMAT_ENV)
         .partition(|(key, _)| LIST_VARS.contains(&key.as_str()));
     let base = || {
         Environment::with_prefix("REDLEASE")
@@ -367,6 +374,12 @@ fn env_sources(env: impl IntoIterator<Item = (String, String)>) -> (Environment,
         .try_parsing(true)
         .source(Some(lists));
     (lists, base().source(Some(verbatim)))
+}
+
+/// The variables of the settings: `REDLEASE__*`, but for the log format the command line reads.
+fn env_vars(env: impl IntoIterator<Item = (String, String)>) -> Vec<(String, String)> {
+    let settings = |key: &String| key.starts_with("REDLEASE__") && key != LOG_FORMAT_ENV;
+    env.into_iter().filter(|(key, _)| settings(key)).collect()
 }
 
 /// The variables that hold comma-separated lists.

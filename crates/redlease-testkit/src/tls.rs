@@ -126,17 +126,26 @@ impl Pki {
         path
     }
 
+    /// `<name>.key` and `<name>.pem`, an X.509 **v1** certificate signed by the CA: what
+    /// `openssl x509 -req` makes without `-extfile` (no extensions, so no v3). Rustls refuses
+    /// it; the tests check that redlease says so, naming the file.
+    pub fn sign_v1(&self, name: &str) {
+        self.sign_with(name, None);
+    }
+
     /// `<name>.key` and `<name>.pem`, signed by the CA with the extensions `extensions`.
     fn sign(&self, name: &str, extensions: &str) {
+        self.sign_with(name, Some(extensions));
+    }
+
+    /// `<name>.key` and `<name>.pem`, signed by the CA; v3 with `extensions` when given.
+    fn sign_with(&self, name: &str, extensions: Option<&str>) {
         let (key, csr, pem) = (
             format!("{name}.key"),
             format!("{name}.csr"),
             format!("{name}.pem"),
         );
         let ext = format!("{name}.ext");
-        let extensions = format!("basicConstraints=CA:FALSE\n{extensions}\n");
-        // A temp file that cannot be written fails the test.
-        std::fs::write(self.path(&ext), extensions).unwrap();
         self.openssl(&[
             "req",
             "-newkey",
@@ -152,7 +161,7 @@ impl Pki {
             &format!("/CN=redlease test {name}"),
         ]);
         let serial = format!("0x{:016x}", rand::random::<u64>() >> 1);
-        self.openssl(&[
+        let mut args = vec![
             "x509",
             "-req",
             "-in",
@@ -167,9 +176,14 @@ impl Pki {
             &pem,
             "-days",
             "2",
-            "-extfile",
-            &ext,
-        ]);
+        ];
+        if let Some(extensions) = extensions {
+            let extensions = format!("basicConstraints=CA:FALSE\n{extensions}\n");
+            // A temp file that cannot be written fails the test.
+            std::fs::write(self.path(&ext), extensions).unwrap();
+            args.extend(["-extfile", &ext]);
+        }
+        self.openssl(&args);
     }
 
     fn openssl(&self, args: &[&str]) {

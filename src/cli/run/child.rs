@@ -237,16 +237,20 @@ impl Running {
             }
             let now = Instant::now();
             if now >= stop.kill_at {
-                eprintln!(
-                    "redlease: the command was still running {} ms before the lease's validity \
-                     ends; SIGKILL",
-                    super::deadline::KILL_MARGIN.as_millis()
-                );
                 break;
             }
             tokio::time::sleep_until((now + GROUP_POLL).min(stop.kill_at)).await;
         }
-        group::signal(self.group, Signal::SIGKILL);
+        // Reaped once more right before the kill, and told only when the kill reached a process
+        // still running: a command that exited in the meantime was not killed.
+        let _ = self.reaped();
+        if group::kill_running(self.group) {
+            eprintln!(
+                "redlease: the command was still running {} ms before the lease's validity \
+                 ends; killed it (SIGKILL)",
+                super::deadline::KILL_MARGIN.as_millis()
+            );
+        }
         let _ = self.child.wait().await;
     }
 }

@@ -15,6 +15,19 @@ pub fn signal(group: Option<Pid>, signal: Signal) {
     }
 }
 
+/// SIGKILLs the group, and says whether that kill reached a process still running: one of it
+/// runs (not a zombie) right before the signal, and the signal was delivered. A group whose
+/// processes have all exited gets the signal too (harmless), and `false`: nothing was killed,
+/// and nobody should be told otherwise.
+pub fn kill_running(group: Option<Pid>) -> bool {
+    let Some(group) = group else {
+        return false;
+    };
+    let was_running = running(Some(group));
+    let delivered = killpg(group, Signal::SIGKILL).is_ok();
+    was_running && delivered
+}
+
 /// Whether any process of the group exists, zombies (and a leader not yet waited for)
 /// included.
 pub fn exists(group: Option<Pid>) -> bool {
@@ -63,6 +76,32 @@ mod tests {
         assert!(!runs_in("4243 (sleep) Z 1 4242 4242 0 -1", group));
         assert!(!runs_in("4244 (sh) S 4242 4244 4244 0 -1", group));
         assert!(!runs_in("", group));
+    }
+
+    /// A group whose only process has exited (a zombie not yet reaped) is not reported killed;
+    /// one that runs is.
+    #[test]
+    fn only_a_running_group_is_reported_killed() {
+        let spawn = |program: &str| {
+            let mut command = std::process::Command::new(program);
+            std::os::unix::process::CommandExt::process_group(&mut command, 0);
+            command.spawn().unwrap()
+        };
+        let mut exited = spawn("true");
+        let group = Some(Pid::from_raw(exited.id() as i32));
+        // `true` exits at once; its zombie stays until reaped below.
+        while running(group) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(exists(group), "the zombie still exists");
+        assert!(!kill_running(group));
+        exited.wait().unwrap();
+        let mut command = std::process::Command::new("sleep");
+        std::os::unix::process::CommandExt::process_group(command.arg("30"), 0);
+        let mut sleeping = command.spawn().unwrap();
+        assert!(kill_running(Some(Pid::from_raw(sleeping.id() as i32))));
+        sleeping.wait().unwrap();
+        assert!(!kill_running(None));
     }
 
     /// This test's own process runs in its group; a group nobody has does not.

@@ -134,13 +134,15 @@ impl Watch {
         self.kill_at.map_or(after_grace, |at| at.min(after_grace))
     }
 
-    /// `kill-at` came and `lock run` sent no newer one.
+    /// `kill-at` came and `lock run` sent no newer one. Said on stderr only when the kill
+    /// reached a command still running: one that exited meanwhile was not killed.
     fn kill(&self) -> u8 {
-        eprintln!(
-            "redlease: lock run did not stop its command before the end of the lease's \
-             validity (is it stopped?); the watchdog kills the command (SIGKILL)"
-        );
-        group::signal(self.group, Signal::SIGKILL);
+        if group::kill_running(self.group) {
+            eprintln!(
+                "redlease: lock run did not stop its command before the end of the lease's \
+                 validity (is it stopped?); the watchdog killed the command (SIGKILL)"
+            );
+        }
         EXIT_OK
     }
 
@@ -155,12 +157,13 @@ impl Watch {
         while group::running(self.group) {
             let left = kill_at.saturating_sub(now_ns());
             if left == 0 {
-                eprintln!("redlease: the command outlived its grace; the watchdog kills it");
                 break;
             }
             std::thread::sleep(GROUP_POLL.min(Duration::from_nanos(left)));
         }
-        group::signal(self.group, Signal::SIGKILL);
+        if group::kill_running(self.group) {
+            eprintln!("redlease: the command outlived its grace; the watchdog killed it");
+        }
         EXIT_OK
     }
 }

@@ -106,3 +106,42 @@ async fn the_command_line_reaches_tls_masters_as_an_acl_user() {
     assert_eq!(code, 64, "{stderr}");
     assert!(stderr.contains("--password-file"), "{stderr}");
 }
+
+/// A client certificate made by `openssl x509 -req` without extensions (X.509 v1) is refused
+/// when the settings are loaded, by the command line (`--tls-cert-file`) and by `redlease
+/// serve` (`REDLEASE__FLEET__TLS__CERT_FILE`) alike: exit 64, naming the file, that it must be
+/// v3 and how to make one — never calling it the peer's certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_client_certificate_is_refused_naming_the_file_and_the_fix() {
+    let pki = Pki::new();
+    pki.sign_v1("old");
+    let master = TlsMaster::start(&pki, true);
+    let path = |name: &str| pki.path(name).to_str().unwrap().to_string();
+    let (ca, cert, key) = (path("ca.pem"), path("old.pem"), path("old.key"));
+    let says_why = |stderr: &str| {
+        assert!(stderr.contains(&cert), "the file is not named: {stderr}");
+        assert!(
+            stderr.contains("v3") && stderr.contains("-extfile"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("peer"), "{stderr}");
+    };
+    let env = vec![("REDLEASE__MASTERS".to_string(), master.url())];
+    let mut args = vec!["lock", "acquire", "job", "--tls-ca-file", &ca];
+    args.extend(["--tls-cert-file", &cert, "--tls-key-file", &key]);
+    let (code, stdout, stderr) = redlease(&args, &env).await;
+    assert_eq!((code, stdout.as_str()), (64, ""), "{stderr}");
+    says_why(&stderr);
+
+    let mut serve_env = env.clone();
+    serve_env.extend([
+        ("REDLEASE__FLEET__TLS__CA_FILE".to_string(), ca.clone()),
+        ("REDLEASE__FLEET__TLS__CERT_FILE".to_string(), cert.clone()),
+        ("REDLEASE__FLEET__TLS__KEY_FILE".to_string(), key.clone()),
+        ("REDLEASE__LISTEN".to_string(), "127.0.0.1:0".to_string()),
+    ]);
+    let (code, _, stderr) = redlease(&["serve"], &serve_env).await;
+    assert_eq!(code, 64, "{stderr}");
+    says_why(&stderr);
+    assert!(stderr.contains("fleet.tls.cert_file"), "{stderr}");
+}

@@ -79,8 +79,15 @@ impl fmt::Display for Exclusion {
                 "the fleet is not born: start every master, or run `redlease fleet init`"
             ),
             Self::Quarantined { until, why } => {
-                let left = until.saturating_duration_since(Instant::now()).as_millis();
-                write!(f, "quarantined for {left} ms more ({})", why.as_str())
+                let now = Instant::now();
+                let left = until.saturating_duration_since(now).as_millis();
+                let wall =
+                    crate::wall_clock::rfc3339_utc(crate::wall_clock::wall_time_of(*until, now));
+                write!(
+                    f,
+                    "quarantined until {wall} ({left} ms more; {})",
+                    why.as_str()
+                )
             }
             Self::Rejoining { why } => write!(
                 f,

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 pub(super) mod admin;
+pub mod status;
 
 use super::deadline::Deadline;
 use super::exclusion::Exclusion;

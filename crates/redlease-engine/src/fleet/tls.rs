@@ -48,6 +48,7 @@ impl TlsOptions {
             (None, None) => builder.with_no_client_auth(),
             (Some(cert), Some(key)) => {
                 let chain = certificates(cert).map_err(|e| format!("cert_file: {e}"))?;
+                check_client_certificate(cert, &chain[0])?;
                 let key = private_key(key)?;
                 builder
                     .with_client_auth_cert(chain, key)
@@ -101,6 +102,30 @@ fn certificates(file: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
         return Err(format!("{shown}: holds no PEM certificate"));
     }
     Ok(certificates)
+}
+
+/// How to make a client certificate rustls accepts, for the message refusing a v1 one.
+const MAKE_A_V3_CERTIFICATE: &str = "sign it with extensions, e.g. `openssl x509 -req -in \
+     client.csr -CA ca.pem -CAkey ca.key -days 365 -out client.pem -extfile client.ext` where \
+     client.ext holds `basicConstraints=CA:FALSE`, `keyUsage=digitalSignature` and \
+     `extendedKeyUsage=clientAuth`, or make it with `openssl req -x509 ... -addext \
+     basicConstraints=CA:FALSE -addext extendedKeyUsage=clientAuth`";
+
+/// Refuses a client certificate (the first of `file`'s chain) that rustls cannot use, saying
+/// which file and why: above all an X.509 v1 certificate (what `openssl x509 -req` makes
+/// without `-extfile`), which rustls reports as an `UnsupportedCertVersion` of the *peer*.
+fn check_client_certificate(file: &Path, leaf: &CertificateDer<'_>) -> Result<(), String> {
+    let shown = file.display();
+    match webpki::EndEntityCert::try_from(leaf) {
+        Ok(_) => Ok(()),
+        Err(webpki::Error::UnsupportedCertVersion) => Err(format!(
+            "cert_file: {shown}: the client certificate is X.509 v1 (made without \
+             extensions); it must be v3: {MAKE_A_V3_CERTIFICATE}"
+        )),
+        Err(error) => Err(format!(
+            "cert_file: {shown}: the client certificate cannot be used: {error}"
+        )),
+    }
 }
 
 /// The private key of the PEM file `file`. The parser's own message is left out: it could

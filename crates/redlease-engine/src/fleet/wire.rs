@@ -128,6 +128,9 @@ pub struct Wire {
     /// Closed for good (the fleet quit or was dropped): no new links.
     closed: AtomicBool,
     connected: watch::Sender<bool>,
+    /// Why the last connection attempt failed; `None` once a link is up (or before any
+    /// attempt finished). A one-shot command names it when the master takes no writes.
+    last_failure: watch::Sender<Option<OpenError>>,
     on_connect: Box<dyn Fn() + Send + Sync>,
 }
 
@@ -177,6 +180,7 @@ impl Wire {
             link: Mutex::new(Slot::default()),
             closed: AtomicBool::new(false),
             connected: watch::channel(false).0,
+            last_failure: watch::channel(None).0,
             on_connect,
         })
     }
@@ -215,6 +219,23 @@ impl Wire {
         let mut connected = self.connected.subscribe();
         // The sender lives in `self`, so the channel cannot close while we wait on it.
         let _ = connected.wait_for(|up| *up).await;
+    }
+
+    /// Why the last connection attempt failed, while no link is up.
+    pub fn last_failure(&self) -> Option<OpenError> {
+        self.last_failure.borrow().clone()
+    }
+
+    /// Waits until a link is up or a connection attempt has failed (see
+    /// [`Wire::last_failure`]): what the master answered to being connected.
+    pub async fn wait_for_attempt(&self) {
+        let mut connected = self.connected.subscribe();
+        let mut failure = self.last_failure.subscribe();
+        // Both senders live in `self`, so neither channel can close while we wait on it.
+        tokio::select! {
+            _ = connected.wait_for(|up| *up) => {}
+            _ = failure.wait_for(Option::is_some) => {}
+        }
     }
 
     /// Sends `commands` and waits for their replies, in order. Without a link, starts making
@@ -277,6 +298,7 @@ impl Wire {
             slot.last_link = fence;
             slot.backoff = backoff;
         }
+        self.last_failure.send_replace(None);
         self.connected.send_replace(true);
         link.run(stream);
     }
@@ -318,6 +340,9 @@ async fn keep_connecting(wire: Weak<Wire>, target: Target, mut backoff: Backoff)
         if live.closed.load(Ordering::Acquire) {
             lock(&live.link).connecting = false;
             return;
+        }
+        if let Err(reason) = &attempt {
+            live.last_failure.send_replace(Some(reason.clone()));
         }
         match attempt {
             Ok((stream, fence)) => {

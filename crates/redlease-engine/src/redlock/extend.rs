@@ -37,7 +37,7 @@ struct EntryVotes {
 
 impl Redlock {
     /// Extends lease `id` on `resource` to `ttl` from now on every master that holds it.
-    #[tracing::instrument(level = "debug", skip(self), fields(lease = %id, ttl_ms = ttl.as_millis() as u64))]
+    #[tracing::instrument(level = "debug", skip(self), fields(lease_id = %id, ttl_ms = ttl.as_millis() as u64))]
     pub async fn extend(
         &self,
         resource: &str,

@@ -154,12 +154,15 @@ impl Redlock {
         let masters_answered = answers.iter().filter(|a| a.answered()).count();
         METRICS.force_releases.add(1, &[]);
         let labels: Vec<&str> = answers.iter().map(MasterAnswer::label).collect();
+        // Comma-separated, in the masters' order: tracing-subscriber's JSON format writes a
+        // list only as a string (arrays need `valuable`, behind an unstable cfg), and a
+        // Debug-formatted list would be a string holding JSON-like text.
         tracing::warn!(
             resource,
             actor,
             reason,
-            removed = ?values,
-            answers = ?labels,
+            removed = %values.join(","),
+            answers = %labels.join(","),
             ?verdict,
             ?holder_told,
             audits_recorded,

@@ -1,8 +1,9 @@
 //! The lock inventory: what every master holds for a resource (`GET` and `PTTL` of its lock
 //! key), which lease a quorum carries and for how long, and the locks held under a prefix
 //! (`SCAN` on every master, merged by resource). Reads only: sent to every master whatever its
-//! state, each bounded by [`INSPECT_TIMEOUT`], once every lock connection is up or that long
-//! has passed.
+//! state, each bounded by [`INSPECT_TIMEOUT`], once every master has answered to being
+//! connected and prepared (up, excluded, or refusing the connection) or that long has passed,
+//! so a master still being connected is not reported down.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -110,7 +111,7 @@ impl Redlock {
     /// What every master holds for `resource`, and the lease a quorum carries.
     pub async fn inspect(&self, resource: &str) -> Result<LockView, Error> {
         validate_resource(resource)?;
-        self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
+        self.fleet.wait_for_statuses(INSPECT_TIMEOUT).await;
         let resources = [resource.to_string()];
         let views = self.read_locks(&resources).await;
         // `read_locks` answers one view per resource asked.
@@ -146,7 +147,7 @@ impl Redlock {
             glob_escape(&lock_prefix),
             glob_escape(prefix.unwrap_or(""))
         );
-        self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
+        self.fleet.wait_for_statuses(INSPECT_TIMEOUT).await;
         let scans = self
             .fleet
             .nodes()
@@ -181,7 +182,7 @@ impl Redlock {
 
     /// `GET` and `PTTL` of each resource's lock key on every master, pipelined (callers wait
     /// for the lock connections first).
-    async fn read_locks(&self, resources: &[String]) -> Vec<LockView> {
+    pub(super) async fn read_locks(&self, resources: &[String]) -> Vec<LockView> {
         let keyspace = self.fleet.keyspace();
         let mut commands = Commands::with_capacity(64 * resources.len());
         for resource in resources {

@@ -142,7 +142,7 @@ impl Redlock {
     /// [`Redlock::release`], returning the release itself: the answers of the masters it is
     /// sent again to keep counting, so a caller can wait ([`Release::next_round`]) until a
     /// quorum confirmed it or it was given up, instead of sending it again itself.
-    #[tracing::instrument(level = "debug", skip(self), fields(lease = %id))]
+    #[tracing::instrument(level = "debug", skip(self), fields(lease_id = %id))]
     pub async fn release_followed(&self, resource: &str, id: LeaseId) -> Result<Release, Error> {
         validate_resource(resource)?;
         let keyspace = self.fleet.keyspace();

@@ -21,7 +21,7 @@ impl Redlock {
     /// master bounded by `timeout`. `Extended` when a quorum took it (validity from the
     /// shadow); `Lost` when a majority said another lease holds the resource or the lease was
     /// force-released.
-    #[tracing::instrument(level = "debug", skip(self, owner), fields(lease = %id, shadow_ttl_ms = shadow_ttl.as_millis() as u64))]
+    #[tracing::instrument(level = "debug", skip(self, owner), fields(lease_id = %id, shadow_ttl_ms = shadow_ttl.as_millis() as u64))]
     pub async fn reserve_shadow(
         &self,
         resource: &str,

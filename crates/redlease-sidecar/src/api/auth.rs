@@ -68,9 +68,23 @@ impl ApiToken {
         if OPEN_PATHS.contains(&path) || (self.metrics_open && path == "/metrics") {
             return true;
         }
-        let presented = authorization.and_then(|value| value.strip_prefix(b"Bearer "));
+        let presented = authorization.and_then(bearer_credentials);
         presented.is_some_and(|presented| same_bytes(presented, token.as_bytes()))
     }
+}
+
+/// The credentials of an `Authorization: Bearer <token>` header: the scheme in any case
+/// (RFC 9110 §11.1 makes it case-insensitive), then one or more spaces; `None` for another
+/// scheme.
+fn bearer_credentials(value: &[u8]) -> Option<&[u8]> {
+    const SCHEME: &[u8] = b"bearer";
+    let scheme = value.get(..SCHEME.len())?;
+    let rest = &value[SCHEME.len()..];
+    if !scheme.eq_ignore_ascii_case(SCHEME) || rest.first() != Some(&b' ') {
+        return None;
+    }
+    let start = rest.iter().position(|byte| *byte != b' ')?;
+    Some(&rest[start..])
 }
 
 /// The 401 for a request without the token; `None` when it may pass.
@@ -117,15 +131,26 @@ mod tests {
         }
     }
 
-    /// Only the exact bearer token passes; the probes need none; metrics only when open.
+    /// Only the exact bearer token passes, its scheme in any case; the probes need none;
+    /// metrics only when open.
     #[test]
     fn only_the_token_passes() {
         let token = with_token(false);
-        assert!(token.admits("/v1/fleet", Some(b"Bearer s3cret")));
+        for right in [
+            &b"Bearer s3cret"[..],
+            b"bearer s3cret",
+            b"BEARER s3cret",
+            b"bEaReR  s3cret",
+        ] {
+            assert!(token.admits("/v1/fleet", Some(right)), "{right:?}");
+        }
         for wrong in [
             &b"Bearer s3cre"[..],
             b"Bearer s3cret2",
-            b"bearer s3cret",
+            b"Bearers3cret",
+            b"Basic s3cret",
+            b"Bearer ",
+            b"Bearer",
             b"s3cret",
             b"",
         ] {

@@ -230,19 +230,60 @@ fn invalid_error_displays_one_problem_per_line() {
 #[test]
 fn unknown_key_in_file_is_an_error() {
     let file = toml("masters = [\"redis://a:1\"]\n[lease]\nmin_tll_ms = 1000\n");
-    let message = load_error(Settings::load(
+    let lines = problems(Settings::load(
         Some(file.path()),
         env(&[]),
         Overrides::default(),
     ));
-    assert!(message.contains("min_tll_ms"), "{message}");
+    let expected = format!(
+        "lease.min_tll_ms: unknown key (in {}); did you mean lease.min_ttl_ms?",
+        file.path().display()
+    );
+    assert_eq!(lines, [expected]);
 }
 
 /// A misspelled `REDLEASE__` variable is an error too.
 #[test]
 fn unknown_env_var_is_an_error() {
-    let message = load_error(load(&[ONE_MASTER[0], ("REDLEASE__LEASE__TTL_MS", "1")]));
-    assert!(message.contains("ttl_ms"), "{message}");
+    let lines = problems(load(&[ONE_MASTER[0], ("REDLEASE__LEASE__TTL_MS", "1")]));
+    assert_eq!(
+        lines,
+        ["lease.ttl_ms: unknown key (from REDLEASE__LEASE__TTL_MS); did you mean lease.max_ttl_ms?"]
+    );
+}
+
+/// Every unknown key of the file and of the environment is reported at once, each with its
+/// full dotted path, where it came from and the known key it most likely meant; known keys
+/// beside them are not.
+#[test]
+fn every_unknown_key_is_reported_with_its_path_source_and_suggestion() {
+    let file = toml(
+        "masters = [\"redis://a:1\"]\nlisen = \"127.0.0.1:1\"\n[lease]\nmin_ttl_ms = 900\n\
+         renew_fracton = 0.4\n[fleet.tls]\nca_fil = \"/ca.pem\"\n",
+    );
+    let vars = env(&[
+        ("REDLEASE__RENEWAL__JITER", "5"),
+        ("REDLEASE__HTTP__MAX_CONECTIONS", "10"),
+        ("REDLEASE__HTTP__MAX_WAITERS", "10"),
+        ("REDLEASE__COLOUR", "blue"),
+    ]);
+    let lines = problems(Settings::load(
+        Some(file.path()),
+        vars,
+        Overrides::default(),
+    ));
+    let path = file.path().display();
+    assert_eq!(
+        lines,
+        [
+            format!("fleet.tls.ca_fil: unknown key (in {path}); did you mean fleet.tls.ca_file?"),
+            format!("lease.renew_fracton: unknown key (in {path}); did you mean lease.renew_fraction?"),
+            format!("lisen: unknown key (in {path}); did you mean listen?"),
+            "renewal.jiter: unknown key (from REDLEASE__RENEWAL__JITER); did you mean lease.renew_jitter_ms?".to_string(),
+            "http.max_conections: unknown key (from REDLEASE__HTTP__MAX_CONECTIONS); did you mean http.max_connections?".to_string(),
+            "colour: unknown key (from REDLEASE__COLOUR)".to_string(),
+        ]
+    );
 }
 
 /// A value of the wrong type is a load error that names the key.

@@ -137,7 +137,7 @@ impl Following {
         let _op = self.tracked.ops.lock().await;
         engine.acknowledge_revocation(resource, id).await;
         if let Err(error) = engine.release(resource, id).await {
-            tracing::error!(%error, lease = %id, "release of a revoked lease refused");
+            tracing::error!(%error, lease_id = %id, "release of a revoked lease refused");
         }
     }
 }

@@ -168,7 +168,7 @@ async fn escalate(
         }
         ExtendOutcome::NoQuorum(refusal) => {
             tracked.record().lease.cap(refusal.valid_until_cap);
-            tracing::warn!(lease = %id, resource, cause = ?refusal.cause, "shadow escalation without quorum");
+            tracing::warn!(lease_id = %id, resource, cause = ?refusal.cause, "shadow escalation without quorum");
             Ok(None)
         }
     }
@@ -247,7 +247,7 @@ pub(crate) fn lose(engine: &Arc<Redlock>, tracked: &Arc<Tracked>, reason: &'stat
         let _op = tracked.ops.lock().await;
         let (resource, id) = tracked.key();
         if let Err(error) = engine.release(&resource, id).await {
-            tracing::error!(%error, lease = %id, "release of a lost lease refused");
+            tracing::error!(%error, lease_id = %id, "release of a lost lease refused");
         }
     });
 }
@@ -313,7 +313,7 @@ async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked) {
     let mut release = match started {
         Ok(release) => release,
         Err(error) => {
-            tracing::error!(%error, lease = %id, "release refused");
+            tracing::error!(%error, lease_id = %id, "release refused");
             let reason = tracked.record().reason.unwrap_or("released");
             tracked.finish(LeaseState::Released, reason);
             tracked.release_round_done();
