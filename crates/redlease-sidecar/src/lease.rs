@@ -37,8 +37,8 @@ pub(crate) use state::{LeaseRecord, Step};
 
 /// How long a lost or released lease stays visible to `GET /v1/leases/{id}`.
 pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(60);
-/// How many ended leases stay visible at most, the oldest forgotten first: ~650 bytes each
-/// (`bench/README.md`, "Memory"), so ~33 MiB at most; at the busiest churn measured (~15,000
+/// How many ended leases stay visible at most, the oldest forgotten first: ~700 bytes each
+/// (`bench/README.md`, "Memory"), so ~35 MiB at most; at the busiest churn measured (~15,000
 /// leases a second) an ended lease is still readable for over 3 s.
 pub(crate) const DEFAULT_RETAINED_MAX: usize = 50_000;
 /// An idle timeout that never passes: for a holder in this very process, alive as long as the
