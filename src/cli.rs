@@ -181,6 +181,10 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => logs.fmt_fields(log_fields::EscapedFields).init(),
-        LogFormat::Json => logs.json().flatten_event(true).init(),
+        LogFormat::Json => {
+            let json = tracing_subscriber::fmt::format().json().flatten_event(true);
+            let format = log_fields::ListsAsArrays(json);
+            logs.json().event_format(format).init()
+        }
     }
 }

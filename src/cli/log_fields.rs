@@ -1,14 +1,17 @@
 //! The fields of text log lines, written so that no value can pass for another field or
 //! another line: a value with a space, `=`, a quote, a backslash, a control or a format
 //! character is quoted and escaped as a Rust string literal; the message keeps its words but
-//! has its control and format characters escaped. JSON logs need none of this.
+//! has its control and format characters escaped. JSON logs need none of this, but write the
+//! lists some lines carry as arrays.
 
 use std::fmt::{self, Write as _};
 
 use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
 use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 
 use crate::keys::is_invisible_format;
 
@@ -90,6 +93,58 @@ fn escaped_message(text: &str) -> String {
     shown
 }
 
+/// Fields whose value is a JSON array written as text (the engine's force release line:
+/// `removed`, `answers`): the JSON log format writes them as arrays.
+const LIST_FIELDS: [&str; 2] = ["removed", "answers"];
+
+/// The [`FormatEvent`] of `--log-format json`: tracing-subscriber's JSON line, with each of
+/// [`LIST_FIELDS`] that holds a JSON array turned from a string into that array (its JSON
+/// format writes every field as a string or a number).
+#[derive(Debug)]
+pub struct ListsAsArrays<F>(pub F);
+
+impl<S, N, F> FormatEvent<S, N> for ListsAsArrays<F>
+where
+    F: FormatEvent<S, N>,
+    S: Subscriber + for<'lookup> LookupSpan<'lookup>,
+    N: for<'writer> FormatFields<'writer> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let has_list = (event.metadata().fields().iter()).any(|f| LIST_FIELDS.contains(&f.name()));
+        if !has_list {
+            return self.0.format_event(ctx, writer, event);
+        }
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        writer.write_str(&lists_as_arrays(&line).unwrap_or(line))
+    }
+}
+
+/// `line` (one JSON object and a newline) with each of [`LIST_FIELDS`] holding a string that
+/// parses as a JSON array replaced by the array; `None` when nothing changes.
+fn lists_as_arrays(line: &str) -> Option<String> {
+    let mut object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(line.trim_end()).ok()?;
+    let mut changed = false;
+    for name in LIST_FIELDS {
+        let Some(serde_json::Value::String(text)) = object.get(name) else {
+            continue;
+        };
+        if let Ok(array @ serde_json::Value::Array(_)) = serde_json::from_str(text) {
+            object.insert(name.to_string(), array);
+            changed = true;
+        }
+    }
+    let mut fixed = serde_json::to_string(&object).ok()?;
+    fixed.push('\n');
+    changed.then_some(fixed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +170,19 @@ mod tests {
         assert_eq!(format!("{:?}", "evil\u{202e}txt"), "\"evil\\u{202e}txt\"");
         assert_eq!(escaped_message("lease lost\nFAKE"), "lease lost\\nFAKE");
         assert_eq!(escaped_message("a\u{202e}b c"), "a\\u{202e}b c");
+    }
+
+    /// A list field holding a JSON array becomes that array; other fields, and a list field
+    /// that holds no array, stay strings.
+    #[test]
+    fn json_lines_carry_their_lists_as_arrays() {
+        let line = r#"{"message":"force release","removed":"[\"a|x, \\\"y\\\"\"]","answers":"[\"deleted\"]","resource":"[1]"}"#;
+        let fixed = lists_as_arrays(&format!("{line}\n")).unwrap();
+        assert!(fixed.ends_with('\n'));
+        let value: serde_json::Value = serde_json::from_str(&fixed).unwrap();
+        assert_eq!(value["removed"], serde_json::json!(["a|x, \"y\""]));
+        assert_eq!(value["answers"], serde_json::json!(["deleted"]));
+        assert_eq!(value["resource"], "[1]");
+        assert_eq!(lists_as_arrays(r#"{"removed":"not a list"}"#), None);
     }
 }

@@ -1,5 +1,5 @@
-//! What the command line's JSON log lines carry: plain values an aggregator can split, not
-//! strings holding JSON.
+//! What the command line's JSON log lines carry: lists as JSON arrays an aggregator can
+//! read, not strings holding JSON.
 
 use serde_json::Value;
 
@@ -7,13 +7,15 @@ use redlease_testkit::TestFleet;
 
 use crate::support::run_redlease;
 
-/// A force release's log line (`--log-format json`) carries `removed` and `answers` as
-/// comma-separated strings, one word per master for `answers`, never a string of JSON.
+/// A force release's log line (`--log-format json`) carries `removed` and `answers` as JSON
+/// arrays, one word per master for `answers`, never a string of JSON; an owner holding a
+/// comma and a quote stays one element.
 #[test]
-fn force_release_logs_its_lists_as_plain_comma_separated_values() {
+fn force_release_logs_its_lists_as_json_arrays() {
     let fleet = TestFleet::start(3);
     let masters = fleet.urls().join(",");
-    let acquired = run_redlease(&["lock", "acquire", "stuck", "--owner", "job-7"], &masters);
+    let owner = "job-7, \"night\"";
+    let acquired = run_redlease(&["lock", "acquire", "stuck", "--owner", owner], &masters);
     assert_eq!(acquired.status.code(), Some(0), "{acquired:?}");
     let lease: Value = serde_json::from_slice(&acquired.stdout).unwrap();
     let args = [
@@ -33,9 +35,13 @@ fn force_release_logs_its_lists_as_plain_comma_separated_values() {
     let stderr = String::from_utf8_lossy(&forced.stderr);
     let line = stderr.lines().find(|l| l.contains("\"force release\""));
     let event: Value = serde_json::from_str(line.unwrap_or_else(|| panic!("{stderr}"))).unwrap();
-    let value = format!("{}|job-7", lease["lease_id"].as_str().unwrap());
-    assert_eq!(event["removed"], [value.as_str(); 3].join(","), "{event}");
-    assert_eq!(event["answers"], "deleted,deleted,deleted", "{event}");
+    let value = format!("{}|{owner}", lease["lease_id"].as_str().unwrap());
+    assert_eq!(event["removed"], serde_json::json!([value, value, value]), "{event}");
+    assert_eq!(
+        event["answers"],
+        serde_json::json!(["deleted", "deleted", "deleted"]),
+        "{event}"
+    );
 }
 
 /// Every log line names a lease `lease_id`, as the lease events do: no tracing field or span

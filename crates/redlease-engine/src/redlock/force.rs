@@ -7,6 +7,7 @@ pub mod audit;
 pub mod verdict;
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use fred::types::Value;
@@ -154,15 +155,15 @@ impl Redlock {
         let masters_answered = answers.iter().filter(|a| a.answered()).count();
         METRICS.force_releases.add(1, &[]);
         let labels: Vec<&str> = answers.iter().map(MasterAnswer::label).collect();
-        // Comma-separated, in the masters' order: tracing-subscriber's JSON format writes a
-        // list only as a string (arrays need `valuable`, behind an unstable cfg), and a
-        // Debug-formatted list would be a string holding JSON-like text.
+        // JSON lists, in the masters' order: the command line's JSON log format writes them as
+        // arrays (`LIST_FIELDS` there), and in text they stay unambiguous (an owner may hold a
+        // comma).
         tracing::warn!(
             resource,
             actor,
             reason,
-            removed = %values.join(","),
-            answers = %labels.join(","),
+            removed = %JsonList(&values),
+            answers = %JsonList(&labels),
             ?verdict,
             ?holder_told,
             audits_recorded,
@@ -365,6 +366,31 @@ impl Redlock {
 }
 
 /// The distinct values removed, each with how many masters held it.
+/// A list of strings written as a JSON array (`["a","b"]`), for a log field.
+struct JsonList<'a, T>(&'a [T]);
+
+impl<T: AsRef<str>> std::fmt::Display for JsonList<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_char('[')?;
+        for (n, item) in self.0.iter().enumerate() {
+            if n > 0 {
+                f.write_char(',')?;
+            }
+            f.write_char('"')?;
+            for c in item.as_ref().chars() {
+                match c {
+                    '"' => f.write_str("\\\"")?,
+                    '\\' => f.write_str("\\\\")?,
+                    c if u32::from(c) < 0x20 => write!(f, "\\u{:04x}", u32::from(c))?,
+                    c => f.write_char(c)?,
+                }
+            }
+            f.write_char('"')?;
+        }
+        f.write_char(']')
+    }
+}
+
 fn removed_holders(values: &[String]) -> Vec<RemovedHolder> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for value in values {
@@ -405,5 +431,17 @@ mod tests {
         assert_eq!(mine.masters, 2);
         let other = removed.iter().find(|h| h.value == "foreign").unwrap();
         assert_eq!((other.lease_id, other.masters), (None, 1));
+    }
+
+    /// A log field's list is a JSON array whose strings keep commas, quotes and control
+    /// characters unambiguous.
+    #[test]
+    fn a_json_list_escapes_what_json_needs() {
+        let items = ["a|job, \"x\"", "back\\slash\n"];
+        assert_eq!(
+            JsonList(&items).to_string(),
+            r#"["a|job, \"x\"","back\\slash\u000a"]"#
+        );
+        assert_eq!(JsonList::<&str>(&[]).to_string(), "[]");
     }
 }
