@@ -12,6 +12,7 @@ mod load;
 mod lock;
 mod locks;
 mod log_fields;
+mod openapi;
 mod run;
 mod serve;
 
@@ -77,6 +78,8 @@ enum Command {
     Dev(serve::DevArgs),
     /// Load-test a fleet (library engine) or a sidecar (HTTP) and report latencies.
     Load(load::LoadArgs),
+    /// Print the sidecar API's OpenAPI 3.1 document (or write it with `--out`).
+    Openapi(openapi::OpenapiArgs),
     /// `lock run`'s watchdog, started by `lock run` itself.
     #[command(name = run::WATCHDOG_COMMAND, hide = true)]
     Watchdog(run::WatchdogArgs),
@@ -98,6 +101,7 @@ pub fn main() -> ExitCode {
     let default_filter = match &cli.command {
         // Plain threads and blocking reads: no logs, no async runtime.
         Command::Watchdog(args) => return ExitCode::from(run::serve_watchdog(args)),
+        Command::Openapi(args) => return ExitCode::from(openapi::run(args)),
         Command::Lock(_)
         | Command::Locks(_)
         | Command::Audit(_)
@@ -150,7 +154,8 @@ pub fn main() -> ExitCode {
             }
             Command::Dev(args) => serve::dev(args).await,
             Command::Load(args) => load::run(args).await,
-            Command::Watchdog(_) => EXIT_OK, // served above, without a runtime
+            // Served above, without a runtime.
+            Command::Watchdog(_) | Command::Openapi(_) => EXIT_OK,
         }
     });
     ExitCode::from(code)

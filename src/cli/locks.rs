@@ -6,7 +6,6 @@ use std::io::IsTerminal;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
-use serde_json::Value;
 
 use super::fleet_args::{connect, finish, print_json, FleetArgs};
 use super::{EXIT_HELD, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
@@ -235,7 +234,7 @@ async fn audit(args: AuditArgs) -> Result<u8, Error> {
         if args.output.table() {
             print!("{}", audit_table(&records));
         } else {
-            let records: Vec<Value> = records.iter().map(audit_json).collect();
+            let records: Vec<_> = records.iter().map(audit_json).collect();
             print_json(&serde_json::json!({ "records": records }));
         }
         EXIT_OK

@@ -42,7 +42,8 @@ async fn call(
     (status, body)
 }
 
-/// Every route but the probes needs the exact token; with it the API works as usual.
+/// Every route but the probes and the OpenAPI document needs the exact token; with it the
+/// API works as usual. The document served is the one `redlease openapi` prints.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_but_the_probes_needs_the_token() {
     let fleet = TestFleet::start(3);
@@ -77,10 +78,18 @@ async fn every_route_but_the_probes_needs_the_token() {
         fleet.lock_keys_on(&[0, 1, 2]).is_empty(),
         "a refused request wrote"
     );
-    for path in ["/livez", "/readyz"] {
+    for path in ["/livez", "/readyz", "/v1/openapi.json"] {
         let (status, body) = call(&http, "GET", &format!("{base}{path}"), None).await;
         assert_eq!(status, 200, "{path}: {body}");
     }
+    let document = http
+        .get(format!("{base}/v1/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(document.headers()["content-type"], "application/json");
+    let document = document.text().await.unwrap();
+    assert_eq!(document, redlease_sidecar::openapi_json());
     let url = format!("{base}/v1/locks/job/acquire");
     let (status, body) = call(&http, "POST", &url, Some(TOKEN)).await;
     assert_eq!(status, 200, "{body}");

@@ -6,6 +6,7 @@
 //! - `GET /v1/locks/{resource}`, `GET /v1/locks?prefix=&limit=&after=`,
 //!   `POST /v1/locks/{resource}/force-release` (the inventory, see [`inventory`])
 //! - `GET /v1/fleet`, `GET /livez`, `GET /readyz`, `GET /metrics` (Prometheus text)
+//! - `GET /v1/openapi.json`: the OpenAPI 3.1 document of all of these ([`openapi`])
 //!
 //! The metrics listener (`metrics.listen`) serves only `GET /metrics`, on the same state,
 //! behind its own token ([`scrape`]).
@@ -19,6 +20,7 @@
 //! streams are capped, and so are blocking acquisitions (`http.max_waiters`: their refusal
 //! closes the connection).
 
+mod answers;
 pub(crate) mod auth;
 mod body;
 pub(crate) mod error;
@@ -26,6 +28,7 @@ pub(crate) mod events;
 pub(crate) mod guard;
 mod handlers;
 pub(crate) mod inventory;
+pub(crate) mod openapi;
 pub(crate) mod scrape;
 
 use std::sync::Arc;
@@ -134,6 +137,7 @@ pub(crate) fn app(state: AppState) -> Router {
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics))
         .route("/v1/leases/{id}/events", get(events::events))
+        .route("/v1/openapi.json", get(openapi::openapi))
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
         .with_state(state)

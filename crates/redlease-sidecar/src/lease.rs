@@ -32,7 +32,7 @@ use crate::{Error, LeaseId};
 pub use holder::Revocations;
 use renewal::Begin;
 pub(crate) use state::RecordGuard;
-pub(crate) use state::{LeaseEvent, LeaseState, LeaseView};
+pub(crate) use state::{LeaseEndReason, LeaseEvent, LeaseState, LeaseView};
 pub(crate) use state::{LeaseRecord, Step};
 
 /// How long a lost or released lease stays visible to `GET /v1/leases/{id}`.

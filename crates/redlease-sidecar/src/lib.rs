@@ -41,6 +41,8 @@ use redlease_engine::{MasterAnswer, MasterView};
 
 pub use api::auth::ApiToken;
 pub use api::inventory::{audit_json, force_release_json, lock_json, page_json};
+pub use api::inventory::{AuditJson, ForceReleaseJson, LockJson, PageJson};
+pub use api::openapi::{document as openapi_document, openapi_json};
 pub use api::scrape::MetricsToken;
 pub use api::ApiOptions;
 pub use lease::holder::{Following, LetGo};

@@ -36,7 +36,11 @@ fn force_release_logs_its_lists_as_json_arrays() {
     let line = stderr.lines().find(|l| l.contains("\"force release\""));
     let event: Value = serde_json::from_str(line.unwrap_or_else(|| panic!("{stderr}"))).unwrap();
     let value = format!("{}|{owner}", lease["lease_id"].as_str().unwrap());
-    assert_eq!(event["removed"], serde_json::json!([value, value, value]), "{event}");
+    assert_eq!(
+        event["removed"],
+        serde_json::json!([value, value, value]),
+        "{event}"
+    );
     assert_eq!(
         event["answers"],
         serde_json::json!(["deleted", "deleted", "deleted"]),

@@ -1,5 +1,5 @@
-//! The API's bearer token: with `auth.token_file` set, every request but `/livez` and
-//! `/readyz` (and `/metrics` with `auth.metrics_open`) must carry `Authorization: Bearer
+//! The API's bearer token: with `auth.token_file` set, every request but `/livez`, `/readyz`
+//! and `/v1/openapi.json` (and `/metrics` with `auth.metrics_open`) must carry `Authorization: Bearer
 //! <token>`, or is answered 401 problem+json (`unauthorized`). The token is compared in
 //! constant time, never logged, and read again from its file on [`ApiToken::reload`] (SIGHUP).
 
@@ -12,8 +12,9 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use crate::config::{read_token, AuthSettings};
 
-/// Routes that answer without the token: the probes of orchestrators and load balancers.
-const OPEN_PATHS: [&str; 2] = ["/livez", "/readyz"];
+/// Routes that answer without the token: the probes of orchestrators and load balancers, and
+/// the API's OpenAPI document (the public contract, no data: generators fetch it).
+const OPEN_PATHS: [&str; 3] = ["/livez", "/readyz", "/v1/openapi.json"];
 
 /// The token the API asks for, if any.
 pub struct ApiToken {

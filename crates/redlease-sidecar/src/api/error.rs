@@ -4,7 +4,9 @@
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+
+use super::answers::Problem;
 
 /// The media type of every refusal.
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
@@ -73,27 +75,59 @@ impl From<crate::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        problem(
-            self.status,
-            problem_body(self.status, self.reason, &self.detail),
-        )
+        let body = problem_body(self.status, self.reason, &self.detail);
+        problem(self.status, &body)
     }
 }
 
 /// The fields of every problem+json body. `type` is a relative reference naming the reason
 /// (RFC 9457 allows one); `title` is the status's phrase.
-pub(crate) fn problem_body(status: StatusCode, reason: &str, detail: &str) -> serde_json::Value {
-    json!({
-        "type": format!("/problems/{reason}"),
-        "title": status.canonical_reason().unwrap_or("error"),
-        "status": status.as_u16(),
-        "reason": reason,
-        "detail": detail,
-    })
+pub(crate) fn problem_body(status: StatusCode, reason: &'static str, detail: &str) -> Problem {
+    Problem {
+        detail: detail.to_string(),
+        reason,
+        status: status.as_u16(),
+        title: status.canonical_reason().unwrap_or("error"),
+        problem_type: format!("/problems/{reason}"),
+    }
 }
 
 /// A problem+json response with `body`.
-pub(crate) fn problem(status: StatusCode, body: serde_json::Value) -> Response {
+pub(crate) fn problem(status: StatusCode, body: &impl Serialize) -> Response {
     let content_type = [(header::CONTENT_TYPE, PROBLEM_JSON)];
-    (status, content_type, body.to_string()).into_response()
+    match serde_json::to_string(body) {
+        Ok(text) => (status, content_type, text).into_response(),
+        // Only a map with keys that are not strings fails to encode: no problem has one.
+        Err(error) => {
+            tracing::error!(%error, "cannot encode a problem");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+/// A problem+json response whose body also has the fields of `extra` (RFC 9457 extension
+/// members). Both go through one JSON map, which writes every key in name order, as the
+/// answers always have.
+pub(crate) fn problem_with(
+    status: StatusCode,
+    reason: &'static str,
+    detail: &str,
+    extra: impl Serialize,
+) -> Response {
+    #[derive(Serialize)]
+    struct Extended<E> {
+        #[serde(flatten)]
+        problem: Problem,
+        #[serde(flatten)]
+        extra: E,
+    }
+    let problem_fields = problem_body(status, reason, detail);
+    let body = serde_json::to_value(Extended {
+        problem: problem_fields,
+        extra,
+    });
+    match body {
+        Ok(body) => problem(status, &body),
+        Err(error) => ApiError::internal(error).into_response(),
+    }
 }

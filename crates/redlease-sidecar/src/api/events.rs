@@ -17,12 +17,13 @@ use futures_util::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
+use utoipa::ToSchema;
 
 use super::error::ApiError;
 use super::handlers::lease_id;
 use super::AppState;
 use crate::lease::reading::{heartbeat_period, ReadingChecks, Sample};
-use crate::lease::{LeaseEvent, LeaseState, Watch, WatchGuard};
+use crate::lease::{LeaseEvent, LeaseState, LeaseView, Watch, WatchGuard};
 use crate::metrics::{self, METRICS};
 use crate::sockdiag::{self, Reading, SocketId};
 
@@ -38,8 +39,56 @@ pub(crate) trait StreamSocket: Send + Sync {
 #[derive(Clone)]
 pub(crate) struct StreamConn(pub Arc<dyn StreamSocket>);
 
+/// One Server-Sent Event of a lease's stream: its `event:` line names it, its `data:` line is
+/// the lease at that moment as JSON (one line). Heartbeats are empty comment lines (`:`).
+#[derive(ToSchema)]
+#[allow(dead_code)] // Describes the stream's frames, which `sse` writes; never built.
+pub(crate) struct StreamEvent {
+    /// The `event:` line.
+    event: LeaseEventName,
+    /// The `data:` line: the lease.
+    data: LeaseView,
+}
+
+/// The name of a lease's event.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)] // Describes the names the lease module sends; never built.
+pub(crate) enum LeaseEventName {
+    /// A renewal extended the lease.
+    Renewed,
+    /// A renewal fell short and a quorum of shadows keeps the lease; again at each shadow
+    /// refresh.
+    Degraded,
+    /// The first renewal after `degraded`.
+    Recovered,
+    /// The lease is lost (`reason` `expired`, `not_ours`, `revoked` or `invalid`); the last
+    /// event.
+    Lost,
+    /// A quorum confirmed the release (`reason` `released`, `idle` or `shutdown`), or every
+    /// key it could have left expired (`expired`); the last event.
+    Released,
+}
+
 /// Server-Sent Events of one lease; ends after `lost` or `released`. Each open stream holds
 /// one of `http.max_event_streams` permits until it ends or its client goes.
+#[utoipa::path(
+    get,
+    path = "/v1/leases/{id}/events",
+    operation_id = "leaseEvents",
+    tag = "leases",
+    params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
+    responses((
+        status = 200,
+        description = "Server-Sent Events, each a `StreamEvent`: `event:` one of `renewed`, \
+            `degraded`, `recovered`, `lost`, `released`, and `data:` the lease (`LeaseView`). \
+            Nothing is sent on opening; a lease already ended sends its one last event and the \
+            stream ends; every stream ends after `lost` or `released`. Heartbeats (`:`) come \
+            every quarter of the lease's `idle_timeout_ms` (50 ms to 5 s).",
+        content_type = "text/event-stream",
+        body = String,
+    )),
+)]
 pub(crate) async fn events(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,

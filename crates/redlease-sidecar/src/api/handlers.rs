@@ -10,44 +10,71 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
+use utoipa::ToSchema;
 
+use super::answers::{
+    AcquireRefusal, FleetAnswer, FleetMaster, Live, Ready, ReleaseRefusal, Released,
+};
 use super::body::{JsonBody, Millis, OptionalJsonBody};
-use super::error::{problem, problem_body, ApiError};
+use super::error::{problem_with, ApiError};
 use super::AppState;
 use crate::fleet::Exclusion;
 use crate::keys::validate_resource;
-use crate::lease::{AcquireRequest, Acquired, LeaseState, RenewError};
+use crate::lease::{AcquireRequest, Acquired, LeaseState, LeaseView, RenewError};
 use crate::metrics::METRICS;
 use crate::LeaseId;
 
 /// `Retry-After` (seconds) of a blocking acquisition refused over `http.max_waiters`.
 const RETRY_WAITERS: &str = "1";
 
-/// Body of `POST /v1/locks/{resource}/acquire`.
-#[derive(Debug, Deserialize)]
+/// Body of `POST /v1/locks/{resource}/acquire` (unknown fields are refused; `null` is the
+/// same as leaving a field out).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct AcquireBody {
+    /// Who holds the lease: 1–256 bytes, no control or format characters.
+    #[schema(value_type = String, min_length = 1)]
     owner: Option<String>,
+    /// TTL (ms), 10 to `lease.max_ttl_ms`; default: the adaptive TTL.
     #[serde(default)]
+    #[schema(value_type = Option<u64>, minimum = 10)]
     ttl_ms: Millis,
+    /// How long to wait for the lock (ms), at most `lease.max_wait_ms`; default 0.
     #[serde(default)]
+    #[schema(value_type = Option<u64>)]
     wait_ms: Millis,
+    /// Whether the sidecar renews the lease; default `true`.
     auto_renew: Option<bool>,
+    /// Release the lease after this long without a sign of life (ms), 1 to
+    /// `lease.max_idle_timeout_ms`; default `lease.idle_timeout_ms`.
     #[serde(default)]
+    #[schema(value_type = Option<u64>, minimum = 1)]
     idle_timeout_ms: Millis,
 }
 
 /// Body of `POST /v1/leases/{id}/renew` (may be empty).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RenewBody {
+    /// The new TTL (ms), 10 to `lease.max_ttl_ms`; default: the lease's current TTL.
     #[serde(default)]
+    #[schema(value_type = Option<u64>, minimum = 10)]
     ttl_ms: Millis,
 }
 
+/// Acquire a lock: a lease on the resource, granted by a quorum of masters.
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{resource}/acquire",
+    operation_id = "acquireLock",
+    tag = "leases",
+    params(("resource" = String, Path,
+        description = "1–512 bytes of UTF-8 (percent-decoded), no control or format characters")),
+    request_body(content = AcquireBody, content_type = "application/json"),
+    responses((status = 200, description = "The lease granted", body = LeaseView)),
+)]
 pub(super) async fn acquire(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
@@ -111,6 +138,15 @@ fn too_many_waiters(max_waiters: usize) -> Response {
     answer
 }
 
+/// The lease with its current state.
+#[utoipa::path(
+    get,
+    path = "/v1/leases/{id}",
+    operation_id = "getLease",
+    tag = "leases",
+    params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
+    responses((status = 200, description = "The lease", body = LeaseView)),
+)]
 pub(super) async fn get_lease(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
@@ -122,6 +158,17 @@ pub(super) async fn get_lease(
     Ok(Json(view).into_response())
 }
 
+/// Renew the lease now, optionally with a new TTL (a sign of life).
+#[utoipa::path(
+    post,
+    path = "/v1/leases/{id}/renew",
+    operation_id = "renewLease",
+    tag = "leases",
+    params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
+    request_body(content = Option<RenewBody>, content_type = "application/json",
+        description = "May be empty, with any content type or none"),
+    responses((status = 200, description = "The lease renewed", body = LeaseView)),
+)]
 pub(super) async fn renew(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
@@ -136,6 +183,15 @@ pub(super) async fn renew(
     }
 }
 
+/// A sign of life from the app (no event stream needed).
+#[utoipa::path(
+    post,
+    path = "/v1/leases/{id}/keepalive",
+    operation_id = "keepaliveLease",
+    tag = "leases",
+    params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
+    responses((status = 200, description = "The lease", body = LeaseView)),
+)]
 pub(super) async fn keepalive(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
@@ -146,9 +202,19 @@ pub(super) async fn keepalive(
     }
 }
 
+/// Release the lease: marked `releasing` at once, released on the masters by a task of its own.
+///
 /// `released: true` exactly once per lease, to the request that saw a quorum of masters
 /// confirm the release; 503 `no_quorum` (state `releasing`) while too few answered: the
 /// release keeps trying in the background.
+#[utoipa::path(
+    delete,
+    path = "/v1/leases/{id}",
+    operation_id = "releaseLease",
+    tag = "leases",
+    params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
+    responses((status = 200, description = "Released on a quorum, or ended already", body = Released)),
+)]
 pub(super) async fn release(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
@@ -158,15 +224,19 @@ pub(super) async fn release(
     let answer = answer.ok_or_else(ApiError::unknown_lease)?;
     if answer.view.state == LeaseState::Releasing {
         let detail = "too few masters confirmed the release; it keeps trying";
-        return Ok(problem_with(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no_quorum",
-            detail,
-            json!({"released": false, "state": answer.view.state}),
-        ));
+        let extra = ReleaseRefusal {
+            released: false,
+            state: answer.view.state,
+        };
+        let status = StatusCode::SERVICE_UNAVAILABLE;
+        return Ok(problem_with(status, "no_quorum", detail, extra));
     }
     let view = &answer.view;
-    let body = json!({"released": answer.released, "state": view.state, "reason": view.reason});
+    let body = Released {
+        reason: view.reason,
+        released: answer.released,
+        state: view.state,
+    };
     Ok(Json(body).into_response())
 }
 
@@ -186,7 +256,15 @@ fn renew_error(error: RenewError) -> ApiError {
     }
 }
 
-pub(super) async fn fleet(State(state): State<AppState>) -> Json<serde_json::Value> {
+/// Every master's standing, the quorum and the fleet.
+#[utoipa::path(
+    get,
+    path = "/v1/fleet",
+    operation_id = "getFleet",
+    tag = "health",
+    responses((status = 200, description = "The fleet", body = FleetAnswer)),
+)]
+pub(super) async fn fleet(State(state): State<AppState>) -> Json<FleetAnswer> {
     let fleet = &state.fleet;
     let now = Instant::now();
     let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
@@ -195,29 +273,40 @@ pub(super) async fn fleet(State(state): State<AppState>) -> Json<serde_json::Val
         .iter()
         .map(|node| {
             let exclusion: Option<Exclusion> = node.exclusion();
-            json!({
-                "url": node.url(),
-                "up": node.is_up(),
-                "quarantined": node.is_quarantined(now),
-                "excluded": exclusion.as_ref().map(Exclusion::reason),
-                "why": exclusion.as_ref().map(ToString::to_string),
-                "rtt_p50_us": micros(node.rtt_quantile(0.5, now)),
-                "rtt_p99_us": micros(node.rtt_quantile(0.99, now)),
-            })
+            FleetMaster {
+                excluded: exclusion.as_ref().map(Exclusion::reason),
+                quarantined: node.is_quarantined(now),
+                rtt_p50_us: micros(node.rtt_quantile(0.5, now)),
+                rtt_p99_us: micros(node.rtt_quantile(0.99, now)),
+                up: node.is_up(),
+                url: node.url().to_string(),
+                why: exclusion.as_ref().map(ToString::to_string),
+            }
         })
         .collect();
     let adaptive_ttl_ms = state.manager.adaptive_ttl().as_millis() as u64;
     let birth = fleet.birth();
-    Json(json!({
-        "masters": masters,
-        "quorum": fleet.quorum(),
-        "fleet": birth.map(|b| b.fleet),
-        "quarantine_ms": fleet.quarantine().as_millis() as u64,
-        "adaptive_ttl_ms": adaptive_ttl_ms,
-    }))
+    Json(FleetAnswer {
+        adaptive_ttl_ms,
+        fleet: birth.map(|b| b.fleet),
+        masters,
+        quarantine_ms: fleet.quarantine().as_millis() as u64,
+        quorum: fleet.quorum(),
+    })
 }
 
-/// Prometheus text exposition of every metric (see `crate::metrics`).
+/// Prometheus text exposition of every metric.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "health",
+    description = "Prometheus text exposition (`text/plain; version=0.0.4; charset=utf-8`). \
+        Needs the token when `auth.token_file` is set, unless `auth.metrics_open`; also served \
+        alone on the metrics listener (`metrics.listen`), behind `metrics.token_file`.",
+    responses((status = 200, description = "Every metric", content_type = "text/plain",
+        body = String)),
+)]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     state.manager.record_gauges();
     let waiting = state.max_waiters - state.waiters.available_permits();
@@ -229,11 +318,26 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     (content_type, crate::metrics::render()).into_response()
 }
 
-pub(super) async fn livez() -> Json<serde_json::Value> {
-    Json(json!({"live": true}))
+/// Liveness: 200 while the process runs (no token needed).
+#[utoipa::path(
+    get,
+    path = "/livez",
+    operation_id = "livez",
+    tag = "health",
+    responses((status = 200, description = "Alive", body = Live)),
+)]
+pub(super) async fn livez() -> Json<Live> {
+    Json(Live { live: true })
 }
 
-/// 200 only while a quorum of masters takes lock writes.
+/// Readiness: 200 only while a quorum of masters takes lock writes (no token needed).
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    tag = "health",
+    responses((status = 200, description = "A quorum of masters takes lock writes", body = Ready)),
+)]
 pub(super) async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
     let fleet = &state.fleet;
     let up = fleet.nodes().iter().filter(|n| n.is_up()).count();
@@ -249,7 +353,11 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<Response, Ap
             detail,
         ));
     }
-    Ok(Json(json!({"ready": true, "masters_up": up})).into_response())
+    let ready = Ready {
+        masters_up: up,
+        ready: true,
+    };
+    Ok(Json(ready).into_response())
 }
 
 pub(super) async fn not_found() -> ApiError {
@@ -306,19 +414,6 @@ pub(super) fn lease_id(id: Result<Path<String>, PathRejection>) -> Result<LeaseI
 
 /// 409/503 of an acquisition: problem+json that also says `acquired: false`.
 fn refused(status: StatusCode, reason: &'static str, detail: &str) -> Response {
-    problem_with(status, reason, detail, json!({"acquired": false}))
-}
-
-/// A problem+json answer with the fields of `extra` (an object) added.
-fn problem_with(
-    status: StatusCode,
-    reason: &'static str,
-    detail: &str,
-    extra: serde_json::Value,
-) -> Response {
-    let mut body = problem_body(status, reason, detail);
-    if let (Some(body), serde_json::Value::Object(extra)) = (body.as_object_mut(), extra) {
-        body.extend(extra);
-    }
-    problem(status, body)
+    let extra = AcquireRefusal { acquired: false };
+    problem_with(status, reason, detail, extra)
 }

@@ -8,41 +8,64 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
 
 use super::body::JsonBody;
-use super::error::{problem, problem_body, ApiError};
+use super::error::{problem_with, ApiError};
 use super::AppState;
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
-use crate::{AuditRecord, ForceOptions, ForceRelease, ForceVerdict, LeaseId, LockPage, LockView};
-use crate::{MasterAnswer, MasterView};
+use crate::{ForceOptions, ForceVerdict, LeaseId, LockView};
 
-/// Query of `GET /v1/locks`.
-#[derive(Debug, Deserialize)]
+mod shapes;
+
+pub use shapes::{audit_json, force_release_json, lock_json, page_json};
+pub use shapes::{AuditJson, ForceReleaseJson, LockJson, PageJson};
+
+/// Query of `GET /v1/locks` (any other parameter is refused: 400 `invalid_query`).
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
+    /// Only resources whose names start with this (the rules of a resource name).
     prefix: Option<String>,
+    /// Locks per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
+    /// List after this resource (exclusive): the previous page's `next`.
     after: Option<String>,
 }
 
 /// Body of `POST /v1/locks/{resource}/force-release`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ForceReleaseBody {
+    /// Who releases (recorded and logged): 1–512 bytes, no control or format characters.
+    #[schema(value_type = String, min_length = 1)]
     actor: Option<String>,
+    /// Why (recorded and logged): 1–512 bytes, no control or format characters.
+    #[schema(value_type = String, min_length = 1)]
     reason: Option<String>,
     /// Revoke only this lease (32 hex digits): a compare-and-revoke.
+    #[schema(pattern = "^[0-9a-f]{32}$")]
     lease_id: Option<String>,
     /// The holder is gone: delete the lock at once instead of waiting for it to be told.
     #[serde(default)]
     holder_gone: bool,
 }
 
+/// One lock as every master holds it, and the lease a quorum carries.
+#[utoipa::path(
+    get,
+    path = "/v1/locks/{resource}",
+    operation_id = "showLock",
+    tag = "inventory",
+    params(("resource" = String, Path, description = "The resource (percent-decoded)")),
+    responses((status = 200, description = "The lock", body = LockJson)),
+)]
 pub(crate) async fn show(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LockJson>, ApiError> {
     let Path(resource) =
         resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
     let view = state.engine.inspect(&resource).await?;
@@ -50,10 +73,19 @@ pub(crate) async fn show(
     Ok(Json(lock_json(&view, token)))
 }
 
+/// The locks held under a prefix on any master, with their quorum holder, a page at a time.
+#[utoipa::path(
+    get,
+    path = "/v1/locks",
+    operation_id = "listLocks",
+    tag = "inventory",
+    params(ListQuery),
+    responses((status = 200, description = "A page of locks", body = PageJson)),
+)]
 pub(crate) async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PageJson>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
     let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
     let engine = &state.engine;
@@ -64,6 +96,16 @@ pub(crate) async fn list(
     Ok(Json(page_json(&page, &tokens)))
 }
 
+/// Revoke the lease holding a lock (its holder is told at once), audited on every master.
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{resource}/force-release",
+    operation_id = "forceReleaseLock",
+    tag = "inventory",
+    params(("resource" = String, Path, description = "The resource (percent-decoded)")),
+    request_body(content = ForceReleaseBody, content_type = "application/json"),
+    responses((status = 200, description = "Revoked on a quorum", body = ForceReleaseJson)),
+)]
 pub(crate) async fn force_release(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
@@ -104,12 +146,8 @@ pub(crate) async fn force_release(
             "too few masters confirmed the force release; the holder may keep its quorum",
         ),
     };
-    // The problem's members, then what the force release did (RFC 9457 extension members).
-    let mut body = problem_body(status, reason, detail);
-    if let (Some(problem), Value::Object(fields)) = (body.as_object_mut(), answer) {
-        problem.extend(fields);
-    }
-    Ok(problem(status, body))
+    // The problem's members, and what the force release did (RFC 9457 extension members).
+    Ok(problem_with(status, reason, detail, answer))
 }
 
 /// The fencing token of the quorum holder when this sidecar holds that lease (held or
@@ -118,136 +156,4 @@ fn held_here(state: &AppState, view: &LockView) -> Option<u64> {
     let holder = view.holder.as_ref()?;
     let lease = state.manager.get(holder.lease_id)?;
     (!lease.state.is_ended()).then_some(lease.fencing_token)
-}
-
-/// A lock as the fleet sees it: the quorum holder and every master's value.
-pub fn lock_json(view: &LockView, fencing_token: Option<u64>) -> Value {
-    let masters: Vec<Value> = view.masters.iter().map(master_json).collect();
-    json!({
-        "resource": view.resource,
-        "quorum": view.quorum,
-        "holder": holder_json(view, fencing_token),
-        "masters_holding": view.masters_holding(),
-        "masters": masters,
-    })
-}
-
-/// A page of locks: each with its quorum holder and how many masters hold a value for it.
-pub fn page_json(page: &LockPage, fencing_tokens: &[Option<u64>]) -> Value {
-    let locks: Vec<Value> = page
-        .locks
-        .iter()
-        .enumerate()
-        .map(|(i, view)| {
-            let token = fencing_tokens.get(i).copied().flatten();
-            json!({
-                "resource": view.resource,
-                "holder": holder_json(view, token),
-                "masters_holding": view.masters_holding(),
-            })
-        })
-        .collect();
-    json!({"locks": locks, "next": page.next, "complete": page.complete})
-}
-
-fn holder_json(view: &LockView, fencing_token: Option<u64>) -> Value {
-    let Some(holder) = &view.holder else {
-        return Value::Null;
-    };
-    let mut value = json!({
-        "lease_id": holder.lease_id.to_string(),
-        "owner": holder.owner,
-        "masters": holder.masters,
-        "validity_ms": holder.validity.as_millis() as u64,
-    });
-    if let (Some(token), Some(object)) = (fencing_token, value.as_object_mut()) {
-        object.insert("fencing_token".into(), token.into());
-    }
-    value
-}
-
-fn master_json(master: &MasterView) -> Value {
-    let mut value = json!({
-        "node": master.node,
-        "url": master.url,
-        "up": master.up,
-        "quarantined": master.quarantined,
-    });
-    let Some(object) = value.as_object_mut() else {
-        return value;
-    };
-    match &master.answer {
-        Ok(None) => {
-            object.insert("held".into(), false.into());
-        }
-        Ok(Some(holding)) => {
-            object.insert("held".into(), true.into());
-            let lease_id = holding.lease_id.map(|id| id.to_string());
-            object.insert("lease_id".into(), json!(lease_id));
-            object.insert("owner".into(), json!(holding.owner));
-            if holding.lease_id.is_none() {
-                object.insert("value".into(), json!(holding.value));
-            }
-            let pttl = holding.pttl.map(|left| left.as_millis() as u64);
-            object.insert("pttl_ms".into(), json!(pttl));
-        }
-        Err(error) => {
-            object.insert("error".into(), error.to_string().into());
-        }
-    }
-    value
-}
-
-/// What a force release did.
-pub fn force_release_json(forced: &ForceRelease) -> Value {
-    let removed: Vec<Value> = forced
-        .removed
-        .iter()
-        .map(|holder| {
-            json!({
-                "lease_id": holder.lease_id.map(|id| id.to_string()),
-                "owner": holder.owner,
-                "value": holder.value,
-                "masters": holder.masters,
-            })
-        })
-        .collect();
-    let masters: Vec<Value> = forced
-        .masters
-        .iter()
-        .map(|master| {
-            let mut value = json!({"url": master.url, "answer": master.answer.label()});
-            if let MasterAnswer::NoAnswer { error } = &master.answer {
-                value["error"] = error.clone().into();
-            }
-            value
-        })
-        .collect();
-    let confirmed = forced.verdict == ForceVerdict::Confirmed;
-    json!({
-        "resource": forced.resource,
-        "confirmed": confirmed,
-        "holder_told": forced.holder_told,
-        "free_at_ms": forced.free_at_ms,
-        "masters": masters,
-        "masters_answered": forced.masters_answered,
-        "masters_removed": forced.masters_removed,
-        "audits_recorded": forced.audits_recorded,
-        "removed": removed,
-        "audit_id": forced.audit_id,
-        "time_ms": forced.time_ms,
-    })
-}
-
-/// One audit record.
-pub fn audit_json(record: &AuditRecord) -> Value {
-    json!({
-        "audit_id": record.audit_id,
-        "time_ms": record.time_ms,
-        "resource": record.resource,
-        "actor": record.actor,
-        "reason": record.reason,
-        "holders": record.holders,
-        "masters": record.masters,
-    })
 }

@@ -9,11 +9,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use utoipa::ToSchema;
 
 use crate::redlock::Lease;
 
 /// Where a lease stands, as the API reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseState {
     /// Held and valid.
@@ -214,11 +215,12 @@ impl Drop for RecordGuard<'_> {
 }
 
 /// A lease as the API shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct LeaseView {
     /// Always `true` on a lease (the acquire answer's shape).
     pub acquired: bool,
     /// 32 lowercase hex digits.
+    #[schema(pattern = "^[0-9a-f]{32}$")]
     pub lease_id: String,
     /// The resource it locks.
     pub resource: String,
@@ -239,7 +241,29 @@ pub struct LeaseView {
     pub auto_renew: bool,
     /// Why it ended; absent while held or degraded.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = LeaseEndReason, required = false)]
     pub reason: Option<&'static str>,
+}
+
+/// Why a lease ended (its `reason`).
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)] // Describes strings the lease module sets; never built.
+pub(crate) enum LeaseEndReason {
+    /// A `DELETE`.
+    Released,
+    /// No sign of life for `idle_timeout_ms`.
+    Idle,
+    /// The sidecar shut down.
+    Shutdown,
+    /// Validity ran out (or a release's keys ran out before a quorum confirmed it).
+    Expired,
+    /// A majority of masters said the lease is not ours.
+    NotOurs,
+    /// An operator's force release.
+    Revoked,
+    /// The sidecar's own renewal was refused as invalid input.
+    Invalid,
 }
 
 /// What happened to a lease, streamed to the app.

@@ -93,7 +93,9 @@ async fn serve_stream(stream: Stream, serving: Serving, _slot: OwnedSemaphorePer
 fn too_many_connections(max: usize) -> Vec<u8> {
     let detail = format!("this sidecar serves at most {max} connections at once; retry later");
     let status = StatusCode::TOO_MANY_REQUESTS;
-    let body = problem_body(status, "too_many_connections", &detail).to_string();
+    let body = problem_body(status, "too_many_connections", &detail);
+    // A problem is strings and a number: it always encodes.
+    let body = serde_json::to_string(&body).unwrap_or_default();
     let head = format!(
         "HTTP/1.1 {} {}\r\ncontent-type: {PROBLEM_JSON}\r\ncontent-length: {}\r\n\
          connection: close\r\n\r\n",

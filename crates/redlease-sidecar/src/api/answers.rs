@@ -1,0 +1,149 @@
+//! The JSON bodies the lease, fleet and probe routes answer, and the problem+json body of every
+//! refusal, as typed structs: what is sent is what the OpenAPI document describes
+//! ([`super::openapi`]). The inventory's bodies live in [`super::inventory`].
+//!
+//! Fields are declared in name order: the answers were built as `serde_json` maps, which write
+//! their keys sorted, and the bytes on the wire stay the same.
+
+use serde::Serialize;
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
+use utoipa::ToSchema;
+
+use crate::lease::{LeaseEndReason, LeaseState};
+
+/// An `application/problem+json` body (RFC 9457). Match on `reason`.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub(crate) struct Problem {
+    /// A sentence for people.
+    pub detail: String,
+    /// Stable and machine-readable: what to match on.
+    pub reason: &'static str,
+    /// The HTTP status code.
+    pub status: u16,
+    /// The HTTP status text.
+    pub title: &'static str,
+    /// `/problems/<reason>`, a relative reference.
+    #[serde(rename = "type")]
+    #[schema(rename = "type")]
+    pub problem_type: String,
+}
+
+/// What an acquisition's 409, 503 and 429 `too_many_waiters` add to the problem.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+pub(crate) struct AcquireRefusal {
+    /// Always `false`.
+    #[schema(schema_with = always_false)]
+    pub acquired: bool,
+}
+
+/// What a `DELETE`'s 503 adds to the problem: the release keeps trying.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+pub(crate) struct ReleaseRefusal {
+    /// Always `false`.
+    #[schema(schema_with = always_false)]
+    pub released: bool,
+    /// Always `releasing`.
+    pub state: LeaseState,
+}
+
+/// The answer of `DELETE /v1/leases/{id}`.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+pub(crate) struct Released {
+    /// What ended the lease (`null` only for a lease read before its task marked it).
+    #[schema(value_type = Option<LeaseEndReason>)]
+    pub reason: Option<&'static str>,
+    /// `true` for exactly one request: the one that saw a quorum confirm a release begun by
+    /// a `DELETE`.
+    pub released: bool,
+    /// `released` or `lost`.
+    pub state: LeaseState,
+}
+
+/// `GET /v1/fleet`: every master in the configured order, the quorum and the fleet.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub(crate) struct FleetAnswer {
+    /// The TTL a lease gets when `ttl_ms` is left out (ms).
+    pub adaptive_ttl_ms: u64,
+    /// The fleet's id, once born (`null` before).
+    pub fleet: Option<String>,
+    /// One entry per master, in the configured order.
+    pub masters: Vec<FleetMaster>,
+    /// The restart quarantine (ms).
+    pub quarantine_ms: u64,
+    /// ⌊N/2⌋+1.
+    pub quorum: usize,
+}
+
+/// One master of `GET /v1/fleet`.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub(crate) struct FleetMaster {
+    /// Why a master that answers takes no votes; `null` when it does.
+    #[schema(value_type = Option<Exclusion>)]
+    pub excluded: Option<&'static str>,
+    /// In restart quarantine.
+    pub quarantined: bool,
+    /// Median round trip of the last 30 s (µs); `null` without samples.
+    pub rtt_p50_us: Option<u64>,
+    /// 99th percentile round trip of the last 30 s (µs); `null` without samples.
+    pub rtt_p99_us: Option<u64>,
+    /// Takes lock writes: connected, prepared, not quarantined, breaker closed.
+    pub up: bool,
+    /// The master's URL, credentials shown as `***`.
+    pub url: String,
+    /// `excluded` in words; `null` when not excluded.
+    pub why: Option<String>,
+}
+
+/// Why a master that answers takes no votes.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)] // Describes the engine's `Exclusion::reason` strings; never built.
+pub(crate) enum Exclusion {
+    /// The fleet is not born yet.
+    FleetUnborn,
+    /// In restart quarantine.
+    Quarantined,
+    /// Rejoining after a quarantine.
+    Rejoining,
+    /// Its eviction policy may evict lock keys.
+    EvictsKeys,
+    /// It belongs to another fleet.
+    OtherFleet,
+    /// Its fleet marker cannot be read.
+    UnreadableMarker,
+    /// The same server as another configured master.
+    SameServerAsAnother,
+}
+
+/// `GET /livez`.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+pub(crate) struct Live {
+    /// Always `true`.
+    #[schema(schema_with = always_true)]
+    pub live: bool,
+}
+
+/// `GET /readyz` while a quorum of masters takes lock writes.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+pub(crate) struct Ready {
+    /// Masters that take lock writes.
+    pub masters_up: usize,
+    /// Always `true`.
+    #[schema(schema_with = always_true)]
+    pub ready: bool,
+}
+
+/// The schema of a boolean that is always `false`.
+fn always_false() -> Object {
+    always(false)
+}
+
+/// The schema of a boolean that is always `true`.
+fn always_true() -> Object {
+    always(true)
+}
+
+fn always(value: bool) -> Object {
+    let builder = ObjectBuilder::new().schema_type(Type::Boolean);
+    builder.enum_values(Some([value])).build()
+}

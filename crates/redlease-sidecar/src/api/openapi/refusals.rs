@@ -1,0 +1,418 @@
+//! What the handlers' annotations cannot say, added to the document: each operation's
+//! problem+json answers with the exact `reason`s it can give per status ([`ROUTES`]), the
+//! refusals of the checks before routing that every request can get ([`GUARD`], the token,
+//! the request timeout), the bearer scheme and where it applies, and the links from an
+//! acquisition to the operations on its lease.
+//!
+//! The reasons are the catalogue of `docs/api.md`; the tests hold the two together and check
+//! each reason against the source that answers it.
+
+use std::collections::BTreeMap;
+
+use axum::http::StatusCode;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::link::LinkBuilder;
+use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::security::SecurityScheme;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement};
+use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, Response, ResponseBuilder};
+use utoipa::Modify;
+
+/// Where an operation needs the API token (when `auth.token_file` is set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Token {
+    Required,
+    /// Needed unless `auth.metrics_open`.
+    MetricsOpen,
+    Never,
+}
+
+/// Reasons answered with one status that carry the same extension members (a component
+/// schema's name), if any.
+#[derive(Clone, Copy)]
+pub(super) struct Group {
+    pub status: u16,
+    pub reasons: &'static [&'static str],
+    pub extension: Option<&'static str>,
+}
+
+/// What one operation refuses besides what every request can get.
+pub(super) struct Route {
+    pub operation: &'static str,
+    pub token: Token,
+    /// Bound by the request timeout (every route but the event stream).
+    pub timeout: bool,
+    pub groups: &'static [Group],
+}
+
+const fn group(status: u16, reasons: &'static [&'static str]) -> Group {
+    Group {
+        status,
+        reasons,
+        extension: None,
+    }
+}
+
+const fn extended(status: u16, reasons: &'static [&'static str], schema: &'static str) -> Group {
+    Group {
+        status,
+        reasons,
+        extension: Some(schema),
+    }
+}
+
+/// A JSON body's refusals (`body`, `JsonBody`): 415 without a JSON content type, 400 not JSON
+/// (or a body that could not be read), 422 the wrong shape, 408 a body late.
+const JSON_BODY: [Group; 4] = [
+    group(400, &["invalid_body", "bad_request"]),
+    group(408, &["request_timeout"]),
+    group(415, &["invalid_body"]),
+    group(422, &["invalid_body"]),
+];
+
+const fn route(operation: &'static str, groups: &'static [Group]) -> Route {
+    Route {
+        operation,
+        token: Token::Required,
+        timeout: true,
+        groups,
+    }
+}
+
+/// Every operation's own refusals (see the handlers).
+pub(super) const ROUTES: &[Route] = &[
+    route(
+        "acquireLock",
+        &[
+            group(
+                400,
+                &[
+                    "invalid_resource",
+                    "invalid_owner",
+                    "invalid_ttl",
+                    "invalid_wait",
+                    "invalid_idle_timeout",
+                ],
+            ),
+            JSON_BODY[0],
+            JSON_BODY[1],
+            JSON_BODY[2],
+            JSON_BODY[3],
+            extended(409, &["held"], "AcquireRefusal"),
+            extended(429, &["too_many_waiters"], "AcquireRefusal"),
+            extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
+        ],
+    ),
+    route("getLease", &[group(404, &["unknown_lease"])]),
+    route(
+        "renewLease",
+        &[
+            group(400, &["invalid_ttl"]),
+            JSON_BODY[0],
+            JSON_BODY[1],
+            JSON_BODY[2],
+            JSON_BODY[3],
+            group(404, &["unknown_lease"]),
+            group(410, &["lease_lost"]),
+            group(503, &["no_quorum"]),
+        ],
+    ),
+    route(
+        "keepaliveLease",
+        &[group(404, &["unknown_lease"]), group(410, &["lease_lost"])],
+    ),
+    route(
+        "releaseLease",
+        &[
+            group(404, &["unknown_lease"]),
+            extended(503, &["no_quorum"], "ReleaseRefusal"),
+        ],
+    ),
+    Route {
+        operation: "leaseEvents",
+        token: Token::Required,
+        timeout: false,
+        groups: &[
+            group(404, &["unknown_lease"]),
+            group(429, &["too_many_streams"]),
+        ],
+    },
+    route(
+        "listLocks",
+        &[group(
+            400,
+            &[
+                "invalid_query",
+                "invalid_prefix",
+                "invalid_limit",
+                "invalid_resource",
+            ],
+        )],
+    ),
+    route("showLock", &[group(400, &["invalid_resource"])]),
+    route(
+        "forceReleaseLock",
+        &[
+            group(
+                400,
+                &[
+                    "invalid_resource",
+                    "invalid_actor",
+                    "invalid_reason",
+                    "invalid_lease_id",
+                ],
+            ),
+            JSON_BODY[0],
+            JSON_BODY[1],
+            JSON_BODY[2],
+            JSON_BODY[3],
+            extended(409, &["lease_mismatch"], "ForceReleaseJson"),
+            extended(503, &["no_quorum"], "ForceReleaseJson"),
+        ],
+    ),
+    route("getFleet", &[]),
+    Route {
+        operation: "livez",
+        token: Token::Never,
+        timeout: true,
+        groups: &[],
+    },
+    Route {
+        operation: "readyz",
+        token: Token::Never,
+        timeout: true,
+        groups: &[group(503, &["no_quorum"])],
+    },
+    Route {
+        operation: "metrics",
+        token: Token::MetricsOpen,
+        timeout: true,
+        groups: &[],
+    },
+    Route {
+        operation: "openapi",
+        token: Token::Never,
+        timeout: true,
+        groups: &[],
+    },
+];
+
+/// The refusals every request can get before it is routed (`guard`, the accept loop's
+/// connection cap, `refusal_for`), and a bug.
+pub(super) const GUARD: &[Group] = &[
+    group(400, &["bad_request"]),
+    group(403, &["host_not_allowed"]),
+    group(413, &["body_too_large"]),
+    group(414, &["uri_too_long"]),
+    group(415, &["unsupported_encoding"]),
+    group(429, &["too_many_connections"]),
+    group(431, &["headers_too_large"]),
+    group(500, &["internal"]),
+];
+
+const UNAUTHORIZED: Group = group(401, &["unauthorized"]);
+const TIMEOUT: Group = group(408, &["request_timeout"]);
+
+/// The name of the bearer scheme in `components.securitySchemes`.
+const BEARER: &str = "bearer";
+
+/// The operations a granted lease links to, by the `lease_id` of the acquisition's answer.
+const LEASE_LINKS: [&str; 5] = [
+    "getLease",
+    "renewLease",
+    "keepaliveLease",
+    "releaseLease",
+    "leaseEvents",
+];
+
+/// Adds the refusals, the security and the links to the document.
+pub(super) struct Refusals;
+
+impl Modify for Refusals {
+    fn modify(&self, openapi: &mut OpenApi) {
+        add_bearer_scheme(openapi);
+        let mut shared = BTreeMap::new();
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [&mut item.get, &mut item.post, &mut item.delete];
+            for operation in operations.into_iter().flatten() {
+                let id = operation.operation_id.clone().unwrap_or_default();
+                let Some(route) = ROUTES.iter().find(|r| r.operation == id) else {
+                    continue; // the tests require every operation to have its route
+                };
+                operation.security = security(route.token);
+                for (status, response) in refusals(route, &mut shared) {
+                    operation.responses.responses.insert(status, response);
+                }
+                if id == "acquireLock" {
+                    link_lease(&mut operation.responses.responses);
+                }
+            }
+        }
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.responses.extend(shared);
+    }
+}
+
+fn add_bearer_scheme(openapi: &mut OpenApi) {
+    let http = HttpBuilder::new()
+        .scheme(HttpAuthScheme::Bearer)
+        .description(Some(
+            "`Authorization: Bearer <token>` (the scheme in any case), the token of \
+             `auth.token_file`; asked only when that is set",
+        ))
+        .build();
+    let components = openapi.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(BEARER, SecurityScheme::Http(http));
+}
+
+fn security(token: Token) -> Option<Vec<SecurityRequirement>> {
+    let bearer = || SecurityRequirement::new(BEARER, Vec::<String>::new());
+    match token {
+        Token::Required => Some(vec![bearer()]),
+        // Either the token or nothing: `auth.metrics_open` opens it.
+        Token::MetricsOpen => Some(vec![bearer(), SecurityRequirement::default()]),
+        Token::Never => None,
+    }
+}
+
+/// The reasons of one status that carry the same extension members, once merged.
+pub(super) struct Merged {
+    pub reasons: Vec<&'static str>,
+    pub extension: Option<&'static str>,
+}
+
+/// The route's refusals and those every request can get, merged per status.
+pub(super) fn merged(route: &Route) -> BTreeMap<u16, Vec<Merged>> {
+    let mut statuses: BTreeMap<u16, Vec<Merged>> = BTreeMap::new();
+    let token = (route.token != Token::Never).then_some(&UNAUTHORIZED);
+    let timeout = route.timeout.then_some(&TIMEOUT);
+    let shared = GUARD.iter().chain(token).chain(timeout);
+    for g in route.groups.iter().chain(shared) {
+        let groups = statuses.entry(g.status).or_default();
+        let at = match groups.iter().position(|k| k.extension == g.extension) {
+            Some(at) => at,
+            None => {
+                groups.push(Merged {
+                    reasons: Vec::new(),
+                    extension: g.extension,
+                });
+                groups.len() - 1
+            }
+        };
+        let known = &mut groups[at];
+        for reason in g.reasons {
+            if !known.reasons.contains(reason) {
+                known.reasons.push(reason);
+            }
+        }
+    }
+    statuses
+}
+
+/// The route's answers per status. One that only the checks before routing give is a
+/// reference to a response of `components.responses` (named after its reason), added to
+/// `shared`.
+fn refusals(
+    route: &Route,
+    shared: &mut BTreeMap<String, RefOr<Response>>,
+) -> Vec<(String, RefOr<Response>)> {
+    let everyone = GUARD.iter().chain([&UNAUTHORIZED, &TIMEOUT]);
+    let everyone: Vec<(u16, &str)> = everyone.map(|g| (g.status, g.reasons[0])).collect();
+    let answer = |(status, groups): (u16, Vec<Merged>)| {
+        let response = response(status, &groups);
+        let reference = match groups.as_slice() {
+            [Merged {
+                reasons,
+                extension: None,
+            }] if reasons.len() == 1 && everyone.contains(&(status, reasons[0])) => {
+                Some(reasons[0])
+            }
+            _ => None,
+        };
+        let answer = match reference {
+            Some(name) => {
+                shared.insert(name.to_string(), response.into());
+                Ref::from_response_name(name).into()
+            }
+            None => response.into(),
+        };
+        (status.to_string(), answer)
+    };
+    merged(route).into_iter().map(answer).collect()
+}
+
+fn response(status: u16, groups: &[Merged]) -> Response {
+    let reasons: Vec<&str> = groups
+        .iter()
+        .flat_map(|g| g.reasons.iter().copied())
+        .collect();
+    let text = StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Refused");
+    let description = format!("{text}: `{}`", reasons.join("`, `"));
+    let schema = match groups {
+        [one] => problem_schema(status, one),
+        many => {
+            let each = many.iter().map(|g| problem_schema(status, g));
+            each.fold(OneOfBuilder::new(), OneOfBuilder::item).into()
+        }
+    };
+    let content = ContentBuilder::new().schema(Some(schema)).build();
+    let mut builder = ResponseBuilder::new()
+        .description(description)
+        .content(super::super::error::PROBLEM_JSON, content);
+    builder = match status {
+        401 => builder.header("WWW-Authenticate", header("Always `Bearer`")),
+        429 if reasons.contains(&"too_many_waiters") => builder
+            .header("Retry-After", header("`1` with `too_many_waiters`"))
+            .header("Connection", header("`close` with `too_many_waiters`")),
+        _ => builder,
+    };
+    builder.build()
+}
+
+fn header(description: &str) -> utoipa::openapi::header::Header {
+    let string = ObjectBuilder::new().schema_type(Type::String);
+    HeaderBuilder::new()
+        .schema(string)
+        .description(Some(description))
+        .build()
+}
+
+/// `Problem`, the extension members of the group, and its exact reasons and status.
+fn problem_schema(status: u16, g: &Merged) -> RefOr<Schema> {
+    let exact = ObjectBuilder::new()
+        .property(
+            "reason",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(g.reasons.iter().copied())),
+        )
+        .property(
+            "status",
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .enum_values(Some([status])),
+        );
+    let mut all = AllOfBuilder::new().item(Ref::from_schema_name("Problem"));
+    if let Some(extension) = g.extension {
+        all = all.item(Ref::from_schema_name(extension));
+    }
+    all.item(exact).into()
+}
+
+/// Links from the acquisition's 200 to the operations on the lease it granted.
+fn link_lease(responses: &mut BTreeMap<String, RefOr<Response>>) {
+    let Some(RefOr::T(granted)) = responses.get_mut("200") else {
+        return;
+    };
+    for operation in LEASE_LINKS {
+        let link = LinkBuilder::new()
+            .operation_id(operation)
+            .parameter("id", "$response.body#/lease_id")
+            .description(format!("`{operation}` on the lease just granted"))
+            .build();
+        granted.links.insert(operation.to_string(), link.into());
+    }
+}
