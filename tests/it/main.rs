@@ -22,6 +22,7 @@ mod metrics;
 mod monitoring;
 mod prometheus;
 mod proxy;
+mod python;
 mod release_retry;
 mod revocation;
 mod safety;
