@@ -4,6 +4,7 @@
 //! The tools live in the venv `target/python`; without it the tests fail and say to run
 //! `scripts/install-deps.sh` (they never skip).
 
+mod client;
 mod schemathesis;
 mod serve;
 mod venv;
