@@ -147,3 +147,132 @@ fn always(value: bool) -> Object {
     let builder = ObjectBuilder::new().schema_type(Type::Boolean);
     builder.enum_values(Some([value])).build()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde::Serialize;
+
+    use super::*;
+    use crate::api::inventory::shapes::{
+        AuditJson, ForceReleaseJson, ForcedMasterJson, HolderJson, LockJson, MasterLockJson,
+        PageJson, PageLockJson, RemovedJson,
+    };
+
+    /// `value` writes its keys in name order: the bytes of the `serde_json` map it replaced.
+    fn in_name_order(value: impl Serialize) {
+        let direct = serde_json::to_string(&value).unwrap();
+        let as_map = serde_json::to_value(&value).unwrap().to_string();
+        assert_eq!(direct, as_map);
+    }
+
+    fn holder() -> HolderJson {
+        HolderJson {
+            fencing_token: Some(7),
+            lease_id: "0".repeat(32),
+            masters: 2,
+            owner: "o".into(),
+            validity_ms: 5,
+        }
+    }
+
+    /// Every typed answer writes the bytes its map wrote: its keys in name order.
+    #[test]
+    fn answers_write_their_keys_in_name_order() {
+        let problem = Problem {
+            detail: "d".into(),
+            reason: "held",
+            status: 409,
+            title: "Conflict",
+            problem_type: "/problems/held".into(),
+        };
+        in_name_order(problem);
+        in_name_order(Released {
+            reason: Some("released"),
+            released: true,
+            state: LeaseState::Released,
+        });
+        let master = FleetMaster {
+            excluded: Some("quarantined"),
+            quarantined: true,
+            rtt_p50_us: Some(1),
+            rtt_p99_us: None,
+            up: false,
+            url: "redis://h".into(),
+            why: Some("w".into()),
+        };
+        in_name_order(FleetAnswer {
+            adaptive_ttl_ms: 500,
+            fleet: Some("f".into()),
+            masters: vec![master],
+            quarantine_ms: 1,
+            quorum: 2,
+        });
+        in_name_order(Live { live: true });
+        in_name_order(Ready {
+            masters_up: 3,
+            ready: true,
+        });
+        let master = MasterLockJson {
+            error: Some("e".into()),
+            held: Some(true),
+            lease_id: Some(None),
+            node: 0,
+            owner: Some(Some("o".into())),
+            pttl_ms: Some(Some(3)),
+            quarantined: false,
+            up: true,
+            url: "redis://h".into(),
+            value: Some("v".into()),
+        };
+        in_name_order(LockJson {
+            holder: Some(holder()),
+            masters: vec![master],
+            masters_holding: 1,
+            quorum: 2,
+            resource: "r".into(),
+        });
+        let lock = PageLockJson {
+            holder: Some(holder()),
+            masters_holding: 1,
+            resource: "r".into(),
+        };
+        in_name_order(PageJson {
+            complete: true,
+            locks: vec![lock],
+            next: None,
+        });
+        let master = ForcedMasterJson {
+            answer: "no_answer",
+            error: Some("e".into()),
+            url: "u".into(),
+        };
+        let removed = RemovedJson {
+            lease_id: None,
+            masters: 1,
+            owner: None,
+            value: "v".into(),
+        };
+        in_name_order(ForceReleaseJson {
+            audit_id: "a".into(),
+            audits_recorded: 1,
+            confirmed: true,
+            free_at_ms: 2,
+            holder_told: None,
+            masters: vec![master],
+            masters_answered: 1,
+            masters_removed: 1,
+            removed: vec![removed],
+            resource: "r".into(),
+            time_ms: 3,
+        });
+        in_name_order(AuditJson {
+            actor: "a".into(),
+            audit_id: "i".into(),
+            holders: vec!["h".into()],
+            masters: 1,
+            reason: "r".into(),
+            resource: "s".into(),
+            time_ms: 4,
+        });
+    }
+}

@@ -132,8 +132,8 @@ mod tests {
         }
     }
 
-    /// Only the exact bearer token passes, its scheme in any case; the probes need none;
-    /// metrics only when open.
+    /// Only the exact bearer token passes, its scheme in any case; the probes and the OpenAPI
+    /// document need none; metrics only when open.
     #[test]
     fn only_the_token_passes() {
         let token = with_token(false);
@@ -159,6 +159,7 @@ mod tests {
         }
         assert!(!token.admits("/v1/fleet", None));
         assert!(token.admits("/livez", None) && token.admits("/readyz", None));
+        assert!(token.admits("/v1/openapi.json", None));
         assert!(!token.admits("/metrics", None));
         assert!(with_token(true).admits("/metrics", None));
         assert!(ApiToken::none().admits("/v1/fleet", None));

@@ -165,8 +165,8 @@ pub(super) async fn get_lease(
     operation_id = "renewLease",
     tag = "leases",
     params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
-    request_body(content = Option<RenewBody>, content_type = "application/json",
-        description = "May be empty, with any content type or none"),
+    request_body(content = RenewBody, content_type = "application/json",
+        description = "Optional: an empty body, with any content type or none, keeps the TTL"),
     responses((status = 200, description = "The lease renewed", body = LeaseView)),
 )]
 pub(super) async fn renew(

@@ -16,7 +16,7 @@ use super::AppState;
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
 use crate::{ForceOptions, ForceVerdict, LeaseId, LockView};
 
-mod shapes;
+pub(crate) mod shapes;
 
 pub use shapes::{audit_json, force_release_json, lock_json, page_json};
 pub use shapes::{AuditJson, ForceReleaseJson, LockJson, PageJson};

@@ -5,8 +5,10 @@
 //! the refusals of the checks before routing, the bearer token, and the links that follow an
 //! acquisition to its lease.
 
+mod names;
 mod refusals;
 
+use names::Names;
 use refusals::Refusals;
 #[cfg(test)]
 mod tests;
@@ -71,7 +73,7 @@ does.";
         Live,
         Ready
     )),
-    modifiers(&Refusals),
+    modifiers(&Refusals, &Names),
     tags(
         (name = "leases", description = "Acquire, keep, renew and release leases; their events"),
         (name = "inventory", description = "The locks on the masters; force release"),

@@ -12,10 +12,11 @@ use std::collections::BTreeMap;
 use axum::http::StatusCode;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;
+use utoipa::openapi::path::ParameterIn;
 use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::openapi::security::SecurityScheme;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement};
-use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, Response, ResponseBuilder};
+use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, Required, Response, ResponseBuilder};
 use utoipa::Modify;
 
 /// Where an operation needs the API token (when `auth.token_file` is set).
@@ -245,6 +246,19 @@ impl Modify for Refusals {
                 }
                 if id == "acquireLock" {
                     link_lease(&mut operation.responses.responses);
+                }
+                if id == "renewLease" {
+                    // The renewal's body may be left out (`OptionalJsonBody`).
+                    let body = operation.request_body.as_mut();
+                    body.into_iter()
+                        .for_each(|b| b.required = Some(Required::False));
+                }
+                // An empty segment matches no route (404 `not_found`): no path parameter is.
+                let parameters = operation.parameters.iter_mut().flatten();
+                for parameter in parameters.filter(|p| p.parameter_in == ParameterIn::Path) {
+                    if let Some(RefOr::T(Schema::Object(schema))) = &mut parameter.schema {
+                        schema.min_length = Some(1);
+                    }
                 }
             }
         }
