@@ -29,6 +29,7 @@ pub(crate) mod guard;
 mod handlers;
 pub(crate) mod inventory;
 pub(crate) mod openapi;
+mod requests;
 pub(crate) mod scrape;
 
 use std::sync::Arc;

@@ -9,7 +9,8 @@
 //! 1. `server`: the sidecar process ([`server::Sidecar`]) and its HTTP/1.1 server on TCP or a
 //!    Unix socket: accept loop, connection cap, deadlines on slow clients.
 //! 2. `api`: the HTTP API, the checks before routing (`api::guard`), the JSON body reader and
-//!    its problem+json errors, the event stream.
+//!    its problem+json errors, the event stream, and the API's OpenAPI document
+//!    (`api::openapi`, generated from the handlers and the answers' types).
 //! 3. `config`: settings from defaults, TOML, `REDLEASE__…` variables and flags, turned into
 //!    each component's options.
 //! 4. `lease`: the lease table: auto-renewal, the adaptive TTL (`lease::ttl`), app liveness

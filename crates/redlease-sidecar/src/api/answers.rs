@@ -175,7 +175,8 @@ mod tests {
         }
     }
 
-    /// Every typed answer writes the bytes its map wrote: its keys in name order.
+    /// The problem and the lease, fleet and probe answers write the bytes their maps wrote:
+    /// their keys in name order.
     #[test]
     fn answers_write_their_keys_in_name_order() {
         let problem = Problem {
@@ -212,6 +213,11 @@ mod tests {
             masters_up: 3,
             ready: true,
         });
+    }
+
+    /// The inventory's shapes write the bytes their maps wrote: their keys in name order.
+    #[test]
+    fn inventory_shapes_write_their_keys_in_name_order() {
         let master = MasterLockJson {
             error: Some("e".into()),
             held: Some(true),

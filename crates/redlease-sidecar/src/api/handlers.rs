@@ -9,16 +9,15 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
-use utoipa::ToSchema;
 
 use super::answers::{
     AcquireRefusal, FleetAnswer, FleetMaster, Live, Ready, ReleaseRefusal, Released,
 };
-use super::body::{JsonBody, Millis, OptionalJsonBody};
+use super::body::{JsonBody, OptionalJsonBody};
 use super::error::{problem_with, ApiError};
+use super::requests::{AcquireBody, RenewBody};
 use super::AppState;
 use crate::fleet::Exclusion;
 use crate::keys::validate_resource;
@@ -28,41 +27,6 @@ use crate::LeaseId;
 
 /// `Retry-After` (seconds) of a blocking acquisition refused over `http.max_waiters`.
 const RETRY_WAITERS: &str = "1";
-
-/// Body of `POST /v1/locks/{resource}/acquire` (unknown fields are refused; `null` is the
-/// same as leaving a field out).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(super) struct AcquireBody {
-    /// Who holds the lease: 1–256 bytes, no control or format characters.
-    #[schema(value_type = String, min_length = 1)]
-    owner: Option<String>,
-    /// TTL (ms), 10 to `lease.max_ttl_ms`; default: the adaptive TTL.
-    #[serde(default)]
-    #[schema(value_type = Option<u64>, minimum = 10)]
-    ttl_ms: Millis,
-    /// How long to wait for the lock (ms), at most `lease.max_wait_ms`; default 0.
-    #[serde(default)]
-    #[schema(value_type = Option<u64>)]
-    wait_ms: Millis,
-    /// Whether the sidecar renews the lease; default `true`.
-    auto_renew: Option<bool>,
-    /// Release the lease after this long without a sign of life (ms), 1 to
-    /// `lease.max_idle_timeout_ms`; default `lease.idle_timeout_ms`.
-    #[serde(default)]
-    #[schema(value_type = Option<u64>, minimum = 1)]
-    idle_timeout_ms: Millis,
-}
-
-/// Body of `POST /v1/leases/{id}/renew` (may be empty).
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RenewBody {
-    /// The new TTL (ms), 10 to `lease.max_ttl_ms`; default: the lease's current TTL.
-    #[serde(default)]
-    #[schema(value_type = Option<u64>, minimum = 10)]
-    ttl_ms: Millis,
-}
 
 /// Acquire a lock: a lease on the resource, granted by a quorum of masters.
 #[utoipa::path(

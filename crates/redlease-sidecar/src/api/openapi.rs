@@ -5,6 +5,7 @@
 //! the refusals of the checks before routing, the bearer token, and the links that follow an
 //! acquisition to its lease.
 
+mod catalogue;
 mod names;
 mod refusals;
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use super::refusals::{GUARD, ROUTES};
+use super::catalogue::{GUARD, ROUTES};
 use super::{document, openapi_json};
 
 /// The workspace's root, where `docs/` is.
@@ -173,7 +173,12 @@ fn the_document_is_valid_openapi_3_1() {
             }
         }
     }
-    for (id, operation) in &ids {
+    links_name_operations_and_parameters(&ids);
+}
+
+/// Every link names an operation and parameters that operation has.
+fn links_name_operations_and_parameters(ids: &BTreeMap<String, Value>) {
+    for (id, operation) in ids {
         let links = operation["responses"]["200"]["links"].as_object();
         for (name, link) in links.into_iter().flatten() {
             let target = link["operationId"].as_str().unwrap();
