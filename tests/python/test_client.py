@@ -62,6 +62,10 @@ def test_take_renew_watch_and_release_a_lock():
         )
         assert renewed.status_code == 200, renewed.content
         assert renewed.parsed.ttl_ms == 1000 and renewed.parsed.lease_id == lease.lease_id
+        # Without a body (it is optional), the lease keeps its TTL.
+        kept = renew_lease.sync_detailed(lease.lease_id, client=sidecar)
+        assert kept.status_code == 200, kept.content
+        assert kept.parsed.ttl_ms == 1000
 
         # The sidecar renews the lease by itself (every few hundred ms at a 1 s TTL).
         name, event = first_event(lease.lease_id)
