@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use axum::http::StatusCode;
+use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::ParameterIn;
@@ -51,6 +52,9 @@ impl Modify for Refusals {
                 }
                 if id == "acquireLock" {
                     link_lease(&mut operation.responses.responses);
+                }
+                if id == "leaseEvents" {
+                    describe_events(&mut operation.responses.responses);
                 }
                 if id == "renewLease" {
                     // The renewal's body may be left out (`OptionalJsonBody`).
@@ -200,4 +204,22 @@ fn link_lease(responses: &mut BTreeMap<String, RefOr<Response>>) {
             .build();
         granted.links.insert(operation.to_string(), link.into());
     }
+}
+
+/// OpenAPI 3.1 has no schema for the items of a stream: the event stream's media type names
+/// `StreamEvent`, each event's shape, in an extension (`x-item-schema`, after 3.2's
+/// `itemSchema`).
+fn describe_events(responses: &mut BTreeMap<String, RefOr<Response>>) {
+    let Some(RefOr::T(stream)) = responses.get_mut("200") else {
+        return;
+    };
+    let Some(content) = stream.content.get_mut("text/event-stream") else {
+        return;
+    };
+    let item = serde_json::json!({"$ref": "#/components/schemas/StreamEvent"});
+    let extensions: Extensions = [("x-item-schema", item)].into_iter().collect();
+    content
+        .extensions
+        .get_or_insert_with(Default::default)
+        .merge(extensions);
 }
