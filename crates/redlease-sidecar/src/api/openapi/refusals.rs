@@ -1,16 +1,18 @@
 //! What the handlers' annotations cannot say, added to the document: each operation's
 //! problem+json answers with the exact `reason`s it can give per status, those of the checks
-//! before routing included, the bearer scheme and where it applies, and the links from an
-//! acquisition to the operations on its lease.
+//! before routing included, the bearer scheme and where it applies, the links from an
+//! acquisition to the operations on its lease, the event stream's item schema, the optional
+//! renewal body, and path parameters that are never empty.
 //!
 //! The reasons per operation are in [`super::catalogue`].
 
 use std::collections::BTreeMap;
 
 use axum::http::StatusCode;
+use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;
-use utoipa::openapi::path::ParameterIn;
+use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::openapi::security::SecurityScheme;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement};
@@ -49,26 +51,34 @@ impl Modify for Refusals {
                 for (status, response) in refusals(route, &mut shared) {
                     operation.responses.responses.insert(status, response);
                 }
-                if id == "acquireLock" {
-                    link_lease(&mut operation.responses.responses);
-                }
-                if id == "renewLease" {
-                    // The renewal's body may be left out (`OptionalJsonBody`).
-                    let body = operation.request_body.as_mut();
-                    body.into_iter()
-                        .for_each(|b| b.required = Some(Required::False));
-                }
-                // An empty segment matches no route (404 `not_found`): no path parameter is.
-                let parameters = operation.parameters.iter_mut().flatten();
-                for parameter in parameters.filter(|p| p.parameter_in == ParameterIn::Path) {
-                    if let Some(RefOr::T(Schema::Object(schema))) = &mut parameter.schema {
-                        schema.min_length = Some(1);
-                    }
-                }
+                amend(&id, operation);
             }
         }
         let components = openapi.components.get_or_insert_with(Default::default);
         components.responses.extend(shared);
+    }
+}
+
+/// What one operation needs besides its refusals and security.
+fn amend(id: &str, operation: &mut Operation) {
+    let responses = &mut operation.responses.responses;
+    match id {
+        "acquireLock" => link_lease(responses),
+        "leaseEvents" => describe_events(responses),
+        // The renewal's body may be left out (`OptionalJsonBody`).
+        "renewLease" => {
+            let body = operation.request_body.as_mut();
+            body.into_iter()
+                .for_each(|b| b.required = Some(Required::False));
+        }
+        _ => {}
+    }
+    // An empty segment matches no route (404 `not_found`): no path parameter is.
+    let parameters = operation.parameters.iter_mut().flatten();
+    for parameter in parameters.filter(|p| p.parameter_in == ParameterIn::Path) {
+        if let Some(RefOr::T(Schema::Object(schema))) = &mut parameter.schema {
+            schema.min_length = Some(1);
+        }
     }
 }
 
@@ -200,4 +210,22 @@ fn link_lease(responses: &mut BTreeMap<String, RefOr<Response>>) {
             .build();
         granted.links.insert(operation.to_string(), link.into());
     }
+}
+
+/// OpenAPI 3.1 has no schema for the items of a stream: the event stream's media type names
+/// `StreamEvent`, each event's shape, in an extension (`x-item-schema`, after 3.2's
+/// `itemSchema`).
+fn describe_events(responses: &mut BTreeMap<String, RefOr<Response>>) {
+    let Some(RefOr::T(stream)) = responses.get_mut("200") else {
+        return;
+    };
+    let Some(content) = stream.content.get_mut("text/event-stream") else {
+        return;
+    };
+    let item = serde_json::json!({"$ref": "#/components/schemas/StreamEvent"});
+    let extensions: Extensions = [("x-item-schema", item)].into_iter().collect();
+    content
+        .extensions
+        .get_or_insert_with(Default::default)
+        .merge(extensions);
 }

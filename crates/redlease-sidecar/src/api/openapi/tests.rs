@@ -294,3 +294,25 @@ fn the_reasons_are_the_catalogue() {
         assert!(documented.contains(&(shared.status, shared.reasons[0].to_string())));
     }
 }
+
+/// The event stream names each event's shape, and the event names are those the lease's
+/// task and the stream send.
+#[test]
+fn the_event_stream_names_its_events() {
+    let document = document();
+    let stream = &document["paths"]["/v1/leases/{id}/events"]["get"]["responses"]["200"];
+    let item = &stream["content"]["text/event-stream"]["x-item-schema"]["$ref"];
+    assert_eq!(item, "#/components/schemas/StreamEvent");
+    let names = document["components"]["schemas"]["LeaseEventName"]["enum"].clone();
+    let expected = ["renewed", "degraded", "recovered", "lost", "released"];
+    assert_eq!(names, serde_json::json!(expected));
+    let source = [
+        include_str!("../../lease.rs"),
+        include_str!("../../lease/renewal.rs"),
+        include_str!("../events.rs"),
+    ]
+    .concat();
+    for name in expected {
+        assert!(source.contains(&format!("\"{name}\"")), "{name}");
+    }
+}
