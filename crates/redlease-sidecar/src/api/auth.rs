@@ -3,7 +3,7 @@
 //! <token>`, or is answered 401 problem+json (`unauthorized`). The token is compared in
 //! constant time, never logged, and read again from its file on [`ApiToken::reload`] (SIGHUP).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use axum::http::{header, Request, StatusCode};
@@ -16,38 +16,27 @@ use crate::config::{read_token, AuthSettings};
 /// the API's OpenAPI document (the public contract, no data: generators fetch it).
 const OPEN_PATHS: [&str; 3] = ["/livez", "/readyz", "/v1/openapi.json"];
 
-/// The token the API asks for, if any.
-pub struct ApiToken {
+/// A bearer token read from a file, if one is configured: read again on [`Self::reload`]
+/// (SIGHUP), compared in constant time, never logged. The API's token and the metrics
+/// listener's are each one.
+pub(crate) struct BearerToken {
     file: Option<PathBuf>,
     token: RwLock<Option<Arc<str>>>,
-    metrics_open: bool,
 }
 
-impl ApiToken {
-    /// Reads the token named by `settings` (already checked when the settings were loaded).
-    pub fn load(settings: &AuthSettings) -> Result<Arc<Self>, String> {
-        let token = match &settings.token_file {
-            Some(file) => Some(Arc::from(read_token(file)?)),
-            None => None,
-        };
-        Ok(Arc::new(Self {
-            file: settings.token_file.clone(),
+impl BearerToken {
+    /// Reads the token in `file` (already checked when the settings were loaded); none asked
+    /// without a file.
+    pub(crate) fn load(file: Option<&Path>) -> Result<Self, String> {
+        let token = file.map(read_token).transpose()?.map(Arc::from);
+        Ok(Self {
+            file: file.map(Path::to_path_buf),
             token: RwLock::new(token),
-            metrics_open: settings.metrics_open,
-        }))
-    }
-
-    /// No token asked (tests and embedders that reach the router directly).
-    pub fn none() -> Arc<Self> {
-        Arc::new(Self {
-            file: None,
-            token: RwLock::new(None),
-            metrics_open: false,
         })
     }
 
     /// Reads the token file again; on an error the token in force stays.
-    pub fn reload(&self) -> Result<(), String> {
+    pub(crate) fn reload(&self) -> Result<(), String> {
         let Some(file) = &self.file else {
             return Ok(());
         };
@@ -56,21 +45,75 @@ impl ApiToken {
         Ok(())
     }
 
+    /// Whether no token is asked.
+    fn is_none(&self) -> bool {
+        self.current().is_none()
+    }
+
     fn current(&self) -> Option<Arc<str>> {
         // Only ever replaced whole: a poisoned lock still holds a whole token.
         self.token.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Whether a request to `path` with the `Authorization` header `authorization` may pass.
-    fn admits(&self, path: &str, authorization: Option<&[u8]>) -> bool {
+    /// Whether the `Authorization` header `authorization` carries the token (or none is
+    /// asked).
+    pub(crate) fn admits(&self, authorization: Option<&[u8]>) -> bool {
         let Some(token) = self.current() else {
             return true;
         };
+        let presented = authorization.and_then(bearer_credentials);
+        presented.is_some_and(|presented| same_bytes(presented, token.as_bytes()))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn fixed(token: &str) -> Self {
+        Self {
+            file: None,
+            token: RwLock::new(Some(Arc::from(token))),
+        }
+    }
+}
+
+/// The token the API asks for, if any.
+pub struct ApiToken {
+    token: BearerToken,
+    metrics_open: bool,
+}
+
+impl ApiToken {
+    /// Reads the token named by `settings` (already checked when the settings were loaded).
+    pub fn load(settings: &AuthSettings) -> Result<Arc<Self>, String> {
+        Ok(Arc::new(Self {
+            token: BearerToken::load(settings.token_file.as_deref())?,
+            metrics_open: settings.metrics_open,
+        }))
+    }
+
+    /// No token asked (tests and embedders that reach the router directly).
+    pub fn none() -> Arc<Self> {
+        Arc::new(Self {
+            token: BearerToken {
+                file: None,
+                token: RwLock::new(None),
+            },
+            metrics_open: false,
+        })
+    }
+
+    /// Reads the token file again; on an error the token in force stays.
+    pub fn reload(&self) -> Result<(), String> {
+        self.token.reload()
+    }
+
+    /// Whether a request to `path` with the `Authorization` header `authorization` may pass.
+    fn admits(&self, path: &str, authorization: Option<&[u8]>) -> bool {
+        if self.token.is_none() {
+            return true;
+        }
         if OPEN_PATHS.contains(&path) || (self.metrics_open && path == "/metrics") {
             return true;
         }
-        let presented = authorization.and_then(bearer_credentials);
-        presented.is_some_and(|presented| same_bytes(presented, token.as_bytes()))
+        self.token.admits(authorization)
     }
 }
 
@@ -94,17 +137,20 @@ pub(crate) fn refusal<B>(token: &ApiToken, request: &Request<B>) -> Option<Respo
     if token.admits(request.uri().path(), authorization.map(|v| v.as_bytes())) {
         return None;
     }
-    let refused = ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
+    Some(unauthorized(
         "this API needs `Authorization: Bearer <token>`",
-    );
+    ))
+}
+
+/// 401 problem+json (`unauthorized`, `detail`) with the `WWW-Authenticate: Bearer` challenge.
+pub(crate) fn unauthorized(detail: &'static str) -> Response {
+    let refused = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", detail);
     let mut response = refused.into_response();
     let challenge = header::HeaderValue::from_static("Bearer");
     response
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, challenge);
-    Some(response)
+    response
 }
 
 /// `a == b` in a time that depends on their lengths only, not on where they differ.
@@ -126,8 +172,7 @@ mod tests {
 
     fn with_token(metrics_open: bool) -> ApiToken {
         ApiToken {
-            file: None,
-            token: RwLock::new(Some(Arc::from("s3cret"))),
+            token: BearerToken::fixed("s3cret"),
             metrics_open,
         }
     }

@@ -4,82 +4,36 @@
 //! (`Bearer`, `bearer`), the token in constant time; the token is read again from its file on
 //! [`MetricsToken::reload`] (SIGHUP) and never logged.
 
-use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::{header, HeaderMap};
 use axum::routing::get;
 use axum::Router;
 
-use super::error::ApiError;
+use super::auth::{unauthorized, BearerToken};
 use super::{handlers, AppState};
-use crate::config::{read_token, MetricsSettings};
+use crate::config::MetricsSettings;
 
 /// The token the metrics listener asks for, if any.
-pub struct MetricsToken {
-    file: Option<PathBuf>,
-    token: RwLock<Option<Arc<str>>>,
-}
+pub struct MetricsToken(BearerToken);
 
 impl MetricsToken {
     /// Reads the token named by `settings` (already checked when the settings were loaded).
     pub fn load(settings: &MetricsSettings) -> Result<Arc<Self>, String> {
-        let token = match &settings.token_file {
-            Some(file) => Some(Arc::from(read_token(file)?)),
-            None => None,
-        };
-        Ok(Arc::new(Self {
-            file: settings.token_file.clone(),
-            token: RwLock::new(token),
-        }))
+        let token = BearerToken::load(settings.token_file.as_deref())?;
+        Ok(Arc::new(Self(token)))
     }
 
     /// Reads the token file again; on an error the token in force stays.
     pub fn reload(&self) -> Result<(), String> {
-        let Some(file) = &self.file else {
-            return Ok(());
-        };
-        let token = read_token(file)?;
-        *self.token.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::from(token));
-        Ok(())
+        self.0.reload()
     }
 
     /// Whether a request with the `Authorization` header `authorization` may read metrics.
     fn admits(&self, authorization: Option<&[u8]>) -> bool {
-        // Only ever replaced whole: a poisoned lock still holds a whole token.
-        let current = self.token.read().unwrap_or_else(|p| p.into_inner()).clone();
-        let Some(token) = current else {
-            return true;
-        };
-        authorization
-            .and_then(bearer_credentials)
-            .is_some_and(|presented| same_bytes(presented, token.as_bytes()))
+        self.0.admits(authorization)
     }
-}
-
-/// The credentials of an `Authorization: Bearer <token>` value, the scheme in any case and
-/// the two separated by spaces (RFC 9110 §11.1, RFC 6750 §2.1).
-fn bearer_credentials(value: &[u8]) -> Option<&[u8]> {
-    let space = value.iter().position(|&b| b == b' ')?;
-    let (scheme, rest) = value.split_at(space);
-    if !scheme.eq_ignore_ascii_case(b"bearer") {
-        return None;
-    }
-    let start = rest.iter().position(|&b| b != b' ')?;
-    Some(&rest[start..])
-}
-
-/// `a == b` in a time that depends on their lengths only, not on where they differ.
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    let mut differ = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        differ |= usize::from(x ^ y);
-    }
-    differ == 0
 }
 
 /// The router of the metrics listener, on the API's state (so the scrape-time gauges are the
@@ -90,7 +44,8 @@ pub(crate) fn router(state: AppState, token: Arc<MetricsToken>) -> Router {
         async move {
             let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
             if !token.admits(authorization) {
-                return unauthorized();
+                let detail = "the metrics listener needs `Authorization: Bearer <metrics token>`";
+                return unauthorized(detail);
             }
             handlers::metrics(state).await
         }
@@ -102,30 +57,12 @@ pub(crate) fn router(state: AppState, token: Arc<MetricsToken>) -> Router {
         .with_state(state)
 }
 
-/// 401 problem+json with the `WWW-Authenticate: Bearer` challenge.
-fn unauthorized() -> Response {
-    let refused = ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "the metrics listener needs `Authorization: Bearer <metrics token>`",
-    );
-    let mut response = refused.into_response();
-    let challenge = header::HeaderValue::from_static("Bearer");
-    response
-        .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, challenge);
-    response
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn with_token() -> MetricsToken {
-        MetricsToken {
-            file: None,
-            token: RwLock::new(Some(Arc::from("m3trics"))),
-        }
+        MetricsToken(BearerToken::fixed("m3trics"))
     }
 
     /// The exact token passes under a scheme in any case; anything else does not.
