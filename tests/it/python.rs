@@ -5,6 +5,7 @@
 //! `scripts/install-deps.sh` (they never skip).
 
 mod client;
+mod document;
 mod schemathesis;
 mod serve;
 mod venv;
