@@ -139,6 +139,9 @@ pub async fn run(args: LoadArgs) -> u8 {
     };
     print(&report, args.json);
     let written = files.write(&report);
+    if let Err(error) = &written {
+        eprintln!("redlease: {error}");
+    }
     if report.all_failed() {
         let first = report.first_error.as_deref().unwrap_or("unknown");
         eprintln!(
@@ -149,10 +152,7 @@ pub async fn run(args: LoadArgs) -> u8 {
     }
     match written {
         Ok(()) => EXIT_OK,
-        Err(error) => {
-            eprintln!("redlease: {error}");
-            EXIT_IO
-        }
+        Err(_) => EXIT_IO,
     }
 }
 

@@ -126,22 +126,28 @@ where
 }
 
 /// `line` (one JSON object and a newline) with each of [`LIST_FIELDS`] holding a string that
-/// parses as a JSON array replaced by the array; `None` when nothing changes.
+/// parses as a JSON array replaced by the array, in place (the other fields keep their
+/// order); `None` when nothing changes.
 fn lists_as_arrays(line: &str) -> Option<String> {
-    let mut object: serde_json::Map<String, serde_json::Value> =
+    let object: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(line.trim_end()).ok()?;
+    let mut fixed = line.to_string();
     let mut changed = false;
     for name in LIST_FIELDS {
         let Some(serde_json::Value::String(text)) = object.get(name) else {
             continue;
         };
-        if let Ok(array @ serde_json::Value::Array(_)) = serde_json::from_str(text) {
-            object.insert(name.to_string(), array);
+        let Ok(serde_json::Value::Array(_)) = serde_json::from_str(text) else {
+            continue;
+        };
+        // The line was written by serde_json: the field reads exactly as it writes it.
+        let written = serde_json::to_string(&serde_json::Value::String(text.clone())).ok()?;
+        let field = format!("\"{name}\":{written}");
+        if fixed.contains(&field) {
+            fixed = fixed.replacen(&field, &format!("\"{name}\":{text}"), 1);
             changed = true;
         }
     }
-    let mut fixed = serde_json::to_string(&object).ok()?;
-    fixed.push('\n');
     changed.then_some(fixed)
 }
 
@@ -176,9 +182,13 @@ mod tests {
     /// that holds no array, stay strings.
     #[test]
     fn json_lines_carry_their_lists_as_arrays() {
-        let line = r#"{"message":"force release","removed":"[\"a|x, \\\"y\\\"\"]","answers":"[\"deleted\"]","resource":"[1]"}"#;
+        let line = r#"{"timestamp":"t","removed":"[\"a|x, \\\"y\\\"\"]","answers":"[\"deleted\"]","resource":"[1]"}"#;
         let fixed = lists_as_arrays(&format!("{line}\n")).unwrap();
         assert!(fixed.ends_with('\n'));
+        assert!(
+            fixed.starts_with(r#"{"timestamp":"t","removed":["#),
+            "{fixed}"
+        );
         let value: serde_json::Value = serde_json::from_str(&fixed).unwrap();
         assert_eq!(value["removed"], serde_json::json!(["a|x, \"y\""]));
         assert_eq!(value["answers"], serde_json::json!(["deleted"]));

@@ -10,6 +10,47 @@ use redlease_testkit::TestFleet;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+/// Beside an API on a Unix socket (which has no `Host` check), the metrics listener, on TCP,
+/// still refuses a `Host` that is neither an IP literal, `localhost` nor allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_listener_checks_host_beside_a_unix_socket_api() {
+    use redlease_sidecar::config::{Listen, Overrides, Settings};
+    use redlease_sidecar::server::{Listener, Sidecar};
+
+    let fleet = TestFleet::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = format!("unix:{}", dir.path().join("api.sock").display());
+    let env = [(
+        "REDLEASE__METRICS__LISTEN".to_string(),
+        "127.0.0.1:0".to_string(),
+    )];
+    let overrides = Overrides {
+        masters: Some(fleet.urls()),
+        listen: Some(socket),
+    };
+    let settings = Settings::load(None, env, overrides).unwrap();
+    let api = Listener::bind(&settings.listen).await.unwrap();
+    let metrics_at = Listen::Tcp(settings.metrics.listen.unwrap());
+    let metrics = Listener::bind(&metrics_at).await.unwrap();
+    let Listen::Tcp(addr) = metrics.local().unwrap() else {
+        unreachable!("bound on a TCP address")
+    };
+    let sidecar = Sidecar::start(&settings).await.unwrap();
+    let sidecar = sidecar.with_metrics_listener(metrics);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(sidecar.run(api, async {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    let url = format!("http://{addr}/metrics");
+    let rebound = http.get(&url).header("host", "evil.example").send().await;
+    assert_eq!(rebound.unwrap().status(), 403);
+    let local = http.get(&url).send().await.unwrap();
+    assert_eq!(local.status(), 200);
+    let _ = stop.send(());
+    served.await.unwrap();
+}
+
 /// A sidecar with `metrics.listen` serves `/metrics` there, and only that: other paths 404,
 /// other methods 405, whatever the token; the API's listener keeps its routes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

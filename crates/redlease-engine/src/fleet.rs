@@ -167,6 +167,8 @@ pub struct Fleet {
     recent_p99: Mutex<Option<(Instant, Option<Duration>)>>,
     /// Held while a master's `run_id` is checked against the others' and recorded.
     identities: Mutex<()>,
+    /// Set once a [`Fleet::wait_for_statuses`] has run to its end: later reads go on at once.
+    statuses_awaited: std::sync::atomic::AtomicBool,
 }
 
 /// How long a computed quorum p99 serves the per-node timeouts before it is computed again.
@@ -220,6 +222,7 @@ impl Fleet {
             options: options.clone(),
             tls,
             subscribers: Mutex::new(Vec::new()),
+            statuses_awaited: std::sync::atomic::AtomicBool::new(false),
             history: watch::channel(None).0,
             birth_lock: tokio::sync::Mutex::new(()),
             writing: Arc::new(watch::channel(0).0),
@@ -334,10 +337,17 @@ impl Fleet {
     /// or its connection attempt failed: [`NodeStatus::is_settled`]), or `timeout` has passed:
     /// the operator's reads, right after a process connected, report what each master
     /// answered, not a connection still being made.
+    /// Once per process: a long-running sidecar whose master stays unprepared (an ACL that
+    /// refuses its preparation, say) must not make every inventory read wait `timeout`.
     pub async fn wait_for_statuses(&self, timeout: Duration) {
+        use std::sync::atomic::Ordering;
+        if self.statuses_awaited.load(Ordering::Acquire) {
+            return;
+        }
         let deadline = Instant::now() + timeout;
         let waits = self.nodes.iter().map(|node| node.wait_for_status(deadline));
         futures_util::future::join_all(waits).await;
+        self.statuses_awaited.store(true, Ordering::Release);
     }
 
     /// Opens one subscriber connection per master, in the configured order, for release

@@ -409,6 +409,12 @@ impl LeaseManager {
         ages.max().unwrap_or(Duration::ZERO)
     }
 
+    /// Ended leases kept readable now, at most `retained_max` (a lease is counted once its
+    /// task is over, right after its end).
+    pub fn retained(&self) -> usize {
+        self.retired().len()
+    }
+
     /// Leases held or degraded right now.
     pub fn active(&self) -> usize {
         let table = self.table();

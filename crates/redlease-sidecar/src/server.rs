@@ -140,7 +140,9 @@ impl Sidecar {
         let state = AppState::new(Arc::clone(&self.manager), Arc::clone(&self.engine), options);
         let abort = CancellationToken::new();
         let api_done = CancellationToken::new();
-        let metrics = self.serve_metrics(state.clone(), allowed_hosts, &api_done, &abort);
+        // The metrics listener is TCP even beside a Unix-socket API: it checks `Host` always.
+        let metrics_hosts = Some(self.http.allowed_hosts.clone().into());
+        let metrics = self.serve_metrics(state.clone(), metrics_hosts, &api_done, &abort);
         let serve = async {
             let router = api::app(state);
             let http = &self.http;

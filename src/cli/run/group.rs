@@ -15,10 +15,11 @@ pub fn signal(group: Option<Pid>, signal: Signal) {
     }
 }
 
-/// SIGKILLs the group, and says whether that kill reached a process still running: one of it
-/// runs (not a zombie) right before the signal, and the signal was delivered. A group whose
-/// processes have all exited gets the signal too (harmless), and `false`: nothing was killed,
-/// and nobody should be told otherwise.
+/// SIGKILLs the group, and says whether that kill reached a process still running, as far as
+/// can be told: one of it runs (not a zombie) right before the signal, and the signal was
+/// delivered. A group whose processes have all exited gets the signal too (harmless), and
+/// `false`: nothing was killed, and nobody should be told otherwise. (A process that exits in
+/// the microseconds between the look and the signal is still reported killed.)
 pub fn kill_running(group: Option<Pid>) -> bool {
     let Some(group) = group else {
         return false;

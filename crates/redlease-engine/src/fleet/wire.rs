@@ -226,18 +226,6 @@ impl Wire {
         self.last_failure.borrow().clone()
     }
 
-    /// Waits until a link is up or a connection attempt has failed (see
-    /// [`Wire::last_failure`]): what the master answered to being connected.
-    pub async fn wait_for_attempt(&self) {
-        let mut connected = self.connected.subscribe();
-        let mut failure = self.last_failure.subscribe();
-        // Both senders live in `self`, so neither channel can close while we wait on it.
-        tokio::select! {
-            _ = connected.wait_for(|up| *up) => {}
-            _ = failure.wait_for(Option::is_some) => {}
-        }
-    }
-
     /// Sends `commands` and waits for their replies, in order. Without a link, starts making
     /// one and answers [`WireError::Down`].
     pub async fn send(&self, commands: &Commands) -> Result<Vec<Reply>, WireError> {

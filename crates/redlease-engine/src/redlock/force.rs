@@ -365,7 +365,6 @@ impl Redlock {
     }
 }
 
-/// The distinct values removed, each with how many masters held it.
 /// A list of strings written as a JSON array (`["a","b"]`), for a log field.
 struct JsonList<'a, T>(&'a [T]);
 
@@ -391,6 +390,7 @@ impl<T: AsRef<str>> std::fmt::Display for JsonList<'_, T> {
     }
 }
 
+/// The distinct values removed, each with how many masters held it.
 fn removed_holders(values: &[String]) -> Vec<RemovedHolder> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for value in values {
