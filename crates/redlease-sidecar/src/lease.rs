@@ -5,6 +5,7 @@
 
 #[macro_use]
 mod logs;
+mod retired;
 
 pub(crate) mod escalation;
 pub(crate) mod holder;
@@ -346,7 +347,10 @@ impl LeaseManager {
         // Ended leases stay readable for the retention, and for at most a second more.
         let sweep_every =
             (manager.policy.retention / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-        tokio::spawn(sweep_retired_every(Arc::downgrade(&manager), sweep_every));
+        tokio::spawn(retired::sweep_retired_every(
+            Arc::downgrade(&manager),
+            sweep_every,
+        ));
         if let Some(revocations) = manager.engine.revocations() {
             tokio::spawn(tell_revoked(Arc::downgrade(&manager), revocations));
         }
@@ -407,12 +411,6 @@ impl LeaseManager {
             held.then(|| now.saturating_duration_since(record.acquired_at))
         });
         ages.max().unwrap_or(Duration::ZERO)
-    }
-
-    /// Ended leases kept readable now, at most `retained_max` (a lease is counted once its
-    /// task is over, right after its end).
-    pub fn retained(&self) -> usize {
-        self.retired().len()
     }
 
     /// Leases held or degraded right now.
@@ -601,47 +599,6 @@ impl LeaseManager {
         view
     }
 
-    /// The lease `id` has ended and its task is over: it stays readable for the retention
-    /// period (no task of its own waits for it), and the leases whose period is over, or the
-    /// oldest beyond `retained_max`, are forgotten.
-    fn retire(&self, id: LeaseId, now: Instant) {
-        let mut retired = self.retired();
-        retired.push_back((now + self.policy.retention, id));
-        self.forget_retired(&mut retired, now);
-    }
-
-    /// Forgets the ended leases whose retention is over at `now`, and the oldest of those
-    /// beyond `retained_max`.
-    fn forget_retired(&self, retired: &mut VecDeque<(Instant, LeaseId)>, now: Instant) {
-        // Deadlines are pushed in order (one retention period after each end).
-        let expired = retired
-            .iter()
-            .take_while(|(until, _)| *until <= now)
-            .count();
-        let beyond_cap = retired.len().saturating_sub(self.policy.retained_max);
-        let over = expired.max(beyond_cap);
-        if over == 0 {
-            return;
-        }
-        let mut table = self.table();
-        for (_, id) in retired.drain(..over) {
-            table.remove(&id);
-        }
-    }
-
-    /// Forgets the ended leases whose retention is over, when no lease ends to do it.
-    fn sweep_retired(&self, now: Instant) {
-        let mut retired = self.retired();
-        self.forget_retired(&mut retired, now);
-    }
-
-    fn retired(&self) -> MutexGuard<'_, VecDeque<(Instant, LeaseId)>> {
-        // Pushes and drains only: a poisoned queue is still consistent.
-        self.retired
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     fn find(&self, id: LeaseId) -> Option<Arc<Tracked>> {
         self.table().get(&id).cloned()
     }
@@ -671,19 +628,5 @@ async fn tell_revoked(manager: Weak<LeaseManager>, mut revocations: broadcast::R
         if let Some(tracked) = manager.find(id) {
             renewal::revoke(&manager.engine, &manager.policy, &tracked);
         }
-    }
-}
-
-/// Forgets ended leases past their retention every `interval` while `manager` lives (a
-/// sidecar where no lease ends would keep them otherwise).
-async fn sweep_retired_every(manager: Weak<LeaseManager>, interval: Duration) {
-    let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(manager) = manager.upgrade() else {
-            return;
-        };
-        manager.sweep_retired(Instant::now());
     }
 }

@@ -24,7 +24,8 @@ pub struct MasterAccount {
     /// Its URL, credentials masked.
     pub url: String,
     /// A stable word for scripts: `granted`, `held`, `extended`, `lease_lost`, `revoked`,
-    /// `down`, `timed_out`, `connection_failed`, `error_reply`, `lost_memory`, `no_answer`.
+    /// `down`, `timed_out`, `connection_failed`, `error_reply`, `lost_memory`, `no_answer`, and
+    /// `up` where only the master's state is known.
     pub outcome: &'static str,
     /// What happened, for a person.
     pub why: String,
@@ -55,8 +56,9 @@ impl Redlock {
             .collect()
     }
 
-    /// What each master is now, for calls whose outcome carries no vote per master (a release
-    /// without quorum).
+    /// What each master is now, for calls whose outcome carries no vote per master (`lock run`'s
+    /// acquisition, a release without quorum): `down` and why, or `up` (whatever it answered,
+    /// no quorum formed).
     pub async fn status_accounts(&self) -> Vec<MasterAccount> {
         let deadline = Instant::now() + STATUS_WAIT;
         let nodes = self.fleet.nodes();
@@ -65,9 +67,9 @@ impl Redlock {
         let accounts = nodes.iter().zip(statuses);
         accounts
             .map(|(node, status)| match status {
-                NodeStatus::Up => {
-                    account(node, "no_answer", "up, but did not answer in time".into())
-                }
+                // Its own answer is not known here: it may have answered, too late or apart
+                // from a quorum.
+                NodeStatus::Up => account(node, "up", "up (no quorum formed)".into()),
                 status => account(node, "down", status.to_string()),
             })
             .collect()
