@@ -156,7 +156,7 @@ async fn the_metrics_listener_asks_its_own_token() {
 async fn a_chosen_expiry_is_not_a_lost_lease() {
     let fleet = TestFleet::start(3);
     let dir = tempfile::tempdir().unwrap();
-    let serve = Serve::start(&fleet, &dir.path().join("sidecar.log"));
+    let serve = Serve::start(&fleet, &dir.path().join("sidecar.log")).await;
     let body = json!({"owner": "cron", "ttl_ms": 300, "auto_renew": false});
     let lease = serve.acquire_when_up("report", body).await;
     assert_eq!(lease["auto_renew"], false);
@@ -255,6 +255,31 @@ fn sample(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The API's and the metrics listener's addresses, from the start-up line of the log `log`
+/// (`redlease sidecar serving listen=… metrics_listen=…`), waited for up to 20 s.
+async fn bound_addresses(log: &Path) -> (String, String) {
+    let field = |line: &str, name: &str| {
+        let value = line.split_whitespace().find_map(|w| w.strip_prefix(name))?;
+        Some(value.to_string())
+    };
+    for _ in 0..400 {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let line = text
+            .lines()
+            .find(|l| l.contains("redlease sidecar serving"));
+        if let Some(line) = line {
+            let api = field(line, "listen=").unwrap_or_else(|| panic!("{line}"));
+            let metrics = field(line, "metrics_listen=").unwrap_or_else(|| panic!("{line}"));
+            return (api, metrics);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "no start-up line:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
 /// A `redlease serve` process on loopback ports the kernel chose, its log in a file.
 struct Serve {
     child: tokio::process::Child,
@@ -265,21 +290,18 @@ struct Serve {
 }
 
 impl Serve {
-    fn start(fleet: &TestFleet, log: &Path) -> Self {
-        let free = || {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.local_addr().unwrap().to_string()
-        };
-        let (api, metrics) = (free(), free());
+    /// Starts it on port 0 for both listeners, and reads the ports it bound from its start-up
+    /// log line (within 20 s).
+    async fn start(fleet: &TestFleet, log: &Path) -> Self {
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
             .args([
                 "serve",
                 "--masters",
                 &fleet.urls().join(","),
                 "--listen",
-                &api,
+                "127.0.0.1:0",
             ])
-            .env("REDLEASE__METRICS__LISTEN", &metrics)
+            .env("REDLEASE__METRICS__LISTEN", "127.0.0.1:0")
             .env_remove("RUST_LOG")
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
@@ -288,6 +310,7 @@ impl Serve {
             .unwrap();
         let http = reqwest::Client::new();
         let log = log.to_path_buf();
+        let (api, metrics) = bound_addresses(&log).await;
         Self {
             child,
             api,

@@ -1,4 +1,5 @@
-//! A real `redlease serve` process for the Python tools: on a loopback port the kernel chose,
+//! A real `redlease serve` process for the Python tools: on a loopback port the kernel chose
+//! (it binds port 0 and names the port),
 //! with a bearer token from a file, its log in a file; SIGTERM on drop (SIGKILL if it lingers),
 //! both by its pid.
 
@@ -31,21 +32,31 @@ impl Serve {
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
         let log = dir.path().join("serve.log");
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        drop(listener);
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
+        // Port 0: the sidecar binds a port the kernel chose and names it on its first line.
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
             .args(["serve", "--masters", &fleet.urls().join(",")])
-            .args(["--listen", &addr.to_string()])
+            .args(["--listen", "127.0.0.1:0"])
             .env("REDLEASE__AUTH__TOKEN_FILE", &token_file)
             .envs(env.iter().copied())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+        let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
+        let first = first.ok().and_then(|line| line.ok().flatten());
+        let first = first.unwrap_or_else(|| {
+            let logged = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!("the sidecar named no address:\n{logged}")
+        });
+        // "redlease sidecar on 127.0.0.1:PORT with N masters"
+        let addr = first.split_whitespace().nth(3).unwrap().to_string();
+        // Later lines go nowhere; the pipe stays open for the sidecar's life.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let serve = Self {
             child,
             base: format!("http://{addr}"),
