@@ -1,9 +1,9 @@
 //! The `redlease` command line: argument parsing, logging set-up and exit codes.
 //!
 //! Exit codes: 0 success, 3 held by another / not ours, 4 no quorum, 64 invalid input, 69 a
-//! service unavailable, 74 an output file not written, 77 the sidecar refused the API token. `lock run` passes its command's exit
-//! code through, and adds 75 (the lease was lost while the command ran), 126 and 127 (the
-//! command could not be started, as shells answer).
+//! service unavailable, 74 an output file not written, 77 the sidecar refused the API token.
+//! `lock run` passes its command's exit code through, and adds 75 (the lease was lost while
+//! the command ran), 126 and 127 (the command could not be started, as shells answer).
 
 mod access;
 mod fleet;

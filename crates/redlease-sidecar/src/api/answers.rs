@@ -186,6 +186,10 @@ mod tests {
             title: "Conflict",
             problem_type: "/problems/held".into(),
         };
+        // The exact bytes, whatever order a `serde_json` map may keep one day.
+        let written = serde_json::to_string(&problem).unwrap();
+        let expected = r#"{"detail":"d","reason":"held","status":409,"title":"Conflict","type":"/problems/held"}"#;
+        assert_eq!(written, expected);
         in_name_order(problem);
         in_name_order(Released {
             reason: Some("released"),
