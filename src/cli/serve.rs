@@ -116,6 +116,15 @@ async fn run(settings: Settings, audience: Audience) -> u8 {
             return EXIT_UNAVAILABLE;
         }
     };
+    // Both listeners are bound before the masters are connected to: a port in use is said at
+    // once, not after the start-up's waits.
+    let metrics = match bind_metrics(&settings).await {
+        Ok(metrics) => metrics,
+        Err(error) => {
+            eprintln!("redlease: metrics.listen: {error}");
+            return EXIT_UNAVAILABLE;
+        }
+    };
     let sidecar = match Sidecar::start(&settings).await {
         Ok(sidecar) => sidecar,
         Err(error) => {
@@ -123,16 +132,12 @@ async fn run(settings: Settings, audience: Audience) -> u8 {
             return EXIT_USAGE;
         }
     };
-    let (sidecar, metrics) = match bind_metrics(&settings).await {
-        Ok(Some(metrics)) => {
+    let (sidecar, metrics) = match metrics {
+        Some(metrics) => {
             let local = metrics.local().ok();
             (sidecar.with_metrics_listener(metrics), local)
         }
-        Ok(None) => (sidecar, None),
-        Err(error) => {
-            eprintln!("redlease: metrics.listen: {error}");
-            return EXIT_UNAVAILABLE;
-        }
+        None => (sidecar, None),
     };
     crate::shutdown::reload_tokens_on_hangup(
         std::sync::Arc::clone(sidecar.token()),
