@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlease::{Fleet, FleetOptions, Redlock};
+use redlease::{Fleet, FleetOptions, LeaseId, Redlock};
 use redlease_sidecar::config::in_process_lease_policy;
-use redlease_sidecar::{AcquireRequest, Acquired, LeaseManager};
+use redlease_sidecar::{AcquireRequest, Acquired, LeaseManager, LeasePolicy};
 use redlease_testkit::assert_eventually;
 use redlease_testkit::TestFleet;
 
@@ -21,20 +21,31 @@ fn request(resource: &str) -> AcquireRequest {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ended_lease_is_readable_for_its_retention_then_forgotten() {
-    let fleet = TestFleet::start(3);
+/// A lease table on `fleet` with the in-process policy, as `tune` changes it.
+async fn manager(fleet: &TestFleet, tune: impl FnOnce(&mut LeasePolicy)) -> Arc<LeaseManager> {
     let masters = Fleet::connect(&fleet.urls(), &FleetOptions::default())
         .await
         .unwrap();
     let engine = Arc::new(Redlock::new(masters, Default::default()));
     let mut policy = in_process_lease_policy(engine.fleet().quarantine());
-    policy.retention = Duration::from_millis(400);
-    let manager = LeaseManager::new(engine, policy);
-    let granted = |acquired| match acquired {
+    tune(&mut policy);
+    LeaseManager::new(engine, policy)
+}
+
+fn granted(acquired: Acquired) -> LeaseId {
+    match acquired {
         Acquired::Granted(view) => view.lease_id.parse().unwrap(),
         other => panic!("not granted: {other:?}"),
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_lease_is_readable_for_its_retention_then_forgotten() {
+    let fleet = TestFleet::start(3);
+    let manager = manager(&fleet, |policy| {
+        policy.retention = Duration::from_millis(400)
+    })
+    .await;
     let held = granted(manager.acquire(request("held")).await.unwrap());
     let ended = granted(manager.acquire(request("ended")).await.unwrap());
     let answer = manager.release(ended, "released").await.unwrap();
@@ -60,17 +71,7 @@ async fn an_ended_lease_is_readable_for_its_retention_then_forgotten() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_more_ended_leases_than_retained_max_stay_readable_oldest_forgotten_first() {
     let fleet = TestFleet::start(3);
-    let masters = Fleet::connect(&fleet.urls(), &FleetOptions::default())
-        .await
-        .unwrap();
-    let engine = Arc::new(Redlock::new(masters, Default::default()));
-    let mut policy = in_process_lease_policy(engine.fleet().quarantine());
-    policy.retained_max = 2;
-    let manager = LeaseManager::new(engine, policy);
-    let granted = |acquired| match acquired {
-        Acquired::Granted(view) => view.lease_id.parse().unwrap(),
-        other => panic!("not granted: {other:?}"),
-    };
+    let manager = manager(&fleet, |policy| policy.retained_max = 2).await;
     let held = granted(manager.acquire(request("held")).await.unwrap());
     let mut ended = Vec::new();
     for n in 0..3 {
