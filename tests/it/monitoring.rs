@@ -182,6 +182,9 @@ async fn a_chosen_expiry_is_not_a_lost_lease() {
         .await;
     assert_eq!(lost_total(&lost), 1.0, "{lost}");
     assert_eq!(sample(&lost, "lock_leases_expired_total"), 1.0, "{lost}");
+    // Both ended leases stay readable, and the gauge of the cap counts them.
+    let retained = serve.wait_for("lock_retained_leases", 2.0).await;
+    assert_eq!(sample(&retained, "lock_retained_leases"), 2.0, "{retained}");
 
     let metrics_listen = serve.metrics.clone();
     let log = serve.stop().await;

@@ -387,6 +387,7 @@ impl LeaseManager {
             .filter(|n| n.exclusion().is_some_and(|e| e.needs_operator()));
         let refused = refused.count() as u64;
         METRICS.active_leases.record(self.active() as u64, &[]);
+        METRICS.retained_leases.record(self.retained() as u64, &[]);
         METRICS
             .adaptive_ttl
             .record(self.adaptive_ttl().as_secs_f64(), &[]);

@@ -70,6 +70,8 @@ pub struct Metrics {
     pub leases_expired: Counter<u64>,
     /// `lock_active_leases`: leases held or degraded by this sidecar.
     pub active_leases: Gauge<u64>,
+    /// `lock_retained_leases`: ended leases kept readable (at most `lease.retained_max`).
+    pub retained_leases: Gauge<u64>,
     /// `lock_adaptive_ttl` (s): the TTL a lease gets when its caller names none.
     pub adaptive_ttl: Gauge<f64>,
     /// `lock_quorum_rtt_p99` (s): p99 RTT of the ⌊N/2⌋+1-th fastest master.
@@ -147,6 +149,10 @@ impl Metrics {
             active_leases: u64_gauge(
                 "lock_active_leases",
                 "Leases held or degraded by this sidecar",
+            ),
+            retained_leases: u64_gauge(
+                "lock_retained_leases",
+                "Ended leases kept readable, at most lease.retained_max",
             ),
             adaptive_ttl: seconds_gauge(
                 "lock_adaptive_ttl",
