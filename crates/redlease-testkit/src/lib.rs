@@ -17,12 +17,14 @@
 //!    pure checks).
 //! 6. Leaves: [`redis_server`] (one `redis-server`, through `redlease-dev`'s launcher, killed
 //!    with the thread that started it), [`resp`] (a blocking RESP2 client to inspect masters),
-//!    [`http`] (the one raw HTTP/1.x client, for hostile input and the lean bench client), and
+//!    [`http`] (the one raw HTTP/1.x client, for hostile input and the lean bench client),
+//!    [`closed_port`] (a port that refuses connections while held), and
 //!    [`assert_eventually!`].
 #![deny(unsafe_code)]
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod closed_port;
 pub mod fleet;
 pub mod history;
 pub mod http;

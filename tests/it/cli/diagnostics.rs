@@ -1,6 +1,7 @@
 //! What the command line says when it cannot do what it was asked: every master named with
 //! what it did, and each master reported as it answered, run after run.
 
+use redlease_testkit::closed_port::ClosedPort;
 use redlease_testkit::TestFleet;
 use serde_json::Value;
 
@@ -11,11 +12,10 @@ use crate::support::run_redlease;
 /// connection attempts report).
 #[test]
 fn no_quorum_names_every_master_and_why_every_run() {
-    let mut fleet = TestFleet::start(3);
-    let masters = fleet.urls().join(",");
-    for server in &mut fleet.servers {
-        server.stop();
-    }
+    // Ports that refuse while held (a stopped master's port could be taken by another test).
+    let closed: Vec<ClosedPort> = (0..3).map(|_| ClosedPort::new()).collect();
+    let urls: Vec<String> = closed.iter().map(ClosedPort::url).collect();
+    let masters = urls.join(",");
     for run in 0..5 {
         let output = run_redlease(&["lock", "acquire", "nightly"], &masters);
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -25,8 +25,9 @@ fn no_quorum_names_every_master_and_why_every_run() {
             Some(4),
             "run {run}: {stdout} {stderr}"
         );
-        for url in fleet.urls() {
-            let named = |line: &&str| line.contains(&url) && line.contains("connection refused");
+        for url in &urls {
+            let named =
+                |line: &&str| line.contains(url.as_str()) && line.contains("connection refused");
             let line = stderr.lines().find(named);
             assert!(
                 line.is_some(),
