@@ -45,7 +45,9 @@ RUN apt-get update \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin redlease
 COPY --from=build /usr/local/bin/redlease /usr/local/bin/redlease
 USER 10001:10001
-EXPOSE 7600
+# 7600: the API; 9600: the metrics listener where `metrics.listen` sets it (the compose stack
+# and the k8s example do; it is off by default).
+EXPOSE 7600 9600
 # /livez answers 200 while the process runs; it is asked on loopback, which every listen
 # address in use here (127.0.0.1:7600 or 0.0.0.0:7600) includes.
 HEALTHCHECK --interval=10s --timeout=2s --start-period=5s --retries=3 \
