@@ -116,7 +116,8 @@ async fn dockerfile_entrypoint_serves_a_ready_sidecar() {
         !user.starts_with("root") && !user.starts_with('0'),
         "USER {user}"
     );
-    assert_eq!(dockerfile.all("EXPOSE"), ["7600"]);
+    // The API, and the metrics listener the compose stack and the k8s example turn on.
+    assert_eq!(dockerfile.all("EXPOSE"), ["7600 9600"]);
     let healthcheck = dockerfile.all("HEALTHCHECK").join(" ");
     assert!(
         healthcheck.contains("http://127.0.0.1:7600/livez"),
