@@ -140,9 +140,7 @@ impl Sidecar {
         let state = AppState::new(Arc::clone(&self.manager), Arc::clone(&self.engine), options);
         let abort = CancellationToken::new();
         let api_done = CancellationToken::new();
-        // The metrics listener is TCP even beside a Unix-socket API: it checks `Host` always.
-        let metrics_hosts = Some(self.http.allowed_hosts.clone().into());
-        let metrics = self.serve_metrics(state.clone(), metrics_hosts, &api_done, &abort);
+        let metrics = self.serve_metrics(state.clone(), &api_done, &abort);
         let serve = async {
             let router = api::app(state);
             let http = &self.http;
@@ -172,15 +170,16 @@ impl Sidecar {
     }
 
     /// The metrics listener's server, if there is one: `GET /metrics` on the API's `state`,
-    /// its own token and connection cap, the API's `Host` check; until `api_done`.
+    /// its own token and connection cap, the `Host` check of a TCP listener (even beside a
+    /// Unix-socket API); until `api_done`.
     fn serve_metrics(
         &mut self,
         state: AppState,
-        allowed_hosts: Option<Arc<[String]>>,
         api_done: &CancellationToken,
         abort: &CancellationToken,
     ) -> impl Future<Output = ()> + Send + 'static {
         let listener = self.metrics_listener.take();
+        let allowed_hosts = ApiOptions::new(&self.http, false).allowed_hosts;
         let router = api::scrape::router(state, Arc::clone(&self.metrics_token));
         // Its own token is checked by its router; the API's is not asked there.
         let guard = Guard::new(allowed_hosts, ApiToken::none(), METRICS_REQUEST_LIMIT);

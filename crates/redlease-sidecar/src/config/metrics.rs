@@ -10,7 +10,7 @@ use ::config::builder::DefaultState;
 use ::config::ConfigBuilder;
 use serde::Deserialize;
 
-use super::server::{read_token, Listen};
+use super::server::{token_file, Listen};
 
 /// Where metrics are served besides the API listener, and who may read them there.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -62,15 +62,14 @@ impl RawMetrics {
                 p.push(format!("metrics.listen: {rule}, got {addr}"));
             }
         }
-        let token_file = (!self.token_file.is_empty()).then(|| PathBuf::from(&self.token_file));
-        if let Some(file) = &token_file {
-            if self.listen.trim().is_empty() {
-                let rule = "needs metrics.listen (/metrics on the API listener follows auth.*)";
-                p.push(format!("metrics.token_file: {rule}"));
-            } else if let Err(problem) = read_token(file) {
-                p.push(format!("metrics.token_file: {problem}"));
-            }
-        }
+        let has_token = !self.token_file.is_empty();
+        let token_file = if has_token && self.listen.trim().is_empty() {
+            let rule = "needs metrics.listen (/metrics on the API listener follows auth.*)";
+            p.push(format!("metrics.token_file: {rule}"));
+            Some(PathBuf::from(&self.token_file))
+        } else {
+            token_file("metrics.token_file", &self.token_file, p)
+        };
         MetricsSettings { listen, token_file }
     }
 }

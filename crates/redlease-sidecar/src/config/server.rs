@@ -236,18 +236,21 @@ fn is_host_name(name: &str) -> bool {
 impl RawAuth {
     /// The `auth.*` settings; the token file must be readable and hold one word.
     pub(super) fn validate(self, p: &mut Vec<String>) -> AuthSettings {
-        let token_file =
-            (!self.token_file.is_empty()).then(|| std::path::PathBuf::from(self.token_file));
-        if let Some(file) = &token_file {
-            if let Err(problem) = read_token(file) {
-                p.push(format!("auth.token_file: {problem}"));
-            }
-        }
         AuthSettings {
-            token_file,
+            token_file: token_file("auth.token_file", &self.token_file, p),
             metrics_open: self.metrics_open,
         }
     }
+}
+
+/// The token file of the key `key` (`raw` empty: none), with a problem pushed onto `p` when
+/// it cannot be read or does not hold one word.
+pub(super) fn token_file(key: &str, raw: &str, p: &mut Vec<String>) -> Option<std::path::PathBuf> {
+    let file = (!raw.is_empty()).then(|| std::path::PathBuf::from(raw))?;
+    if let Err(problem) = read_token(&file) {
+        p.push(format!("{key}: {problem}"));
+    }
+    Some(file)
 }
 
 /// The bearer token in `file`: its content less surrounding whitespace (a trailing newline
