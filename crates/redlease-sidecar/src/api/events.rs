@@ -21,6 +21,7 @@ use utoipa::ToSchema;
 
 use super::error::ApiError;
 use super::handlers::lease_id;
+use super::requests::LeaseIdParam;
 use super::AppState;
 use crate::lease::reading::{heartbeat_period, ReadingChecks, Sample};
 use crate::lease::{LeaseEvent, LeaseState, LeaseView, Watch, WatchGuard};
@@ -77,7 +78,7 @@ pub(crate) enum LeaseEventName {
     path = "/v1/leases/{id}/events",
     operation_id = "leaseEvents",
     tag = "leases",
-    params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
+    params(LeaseIdParam),
     responses((
         status = 200,
         description = "Server-Sent Events, each a `StreamEvent`: `event:` one of `renewed`, \

@@ -17,7 +17,7 @@ use super::answers::{
 };
 use super::body::{JsonBody, OptionalJsonBody};
 use super::error::{problem_with, ApiError};
-use super::requests::{AcquireBody, RenewBody};
+use super::requests::{AcquireBody, LeaseIdParam, RenewBody};
 use super::AppState;
 use crate::fleet::Exclusion;
 use crate::keys::validate_resource;
@@ -108,7 +108,7 @@ fn too_many_waiters(max_waiters: usize) -> Response {
     path = "/v1/leases/{id}",
     operation_id = "getLease",
     tag = "leases",
-    params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
+    params(LeaseIdParam),
     responses((status = 200, description = "The lease", body = LeaseView)),
 )]
 pub(super) async fn get_lease(
@@ -128,7 +128,7 @@ pub(super) async fn get_lease(
     path = "/v1/leases/{id}/renew",
     operation_id = "renewLease",
     tag = "leases",
-    params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
+    params(LeaseIdParam),
     request_body(content = RenewBody, content_type = "application/json",
         description = "Optional: an empty body, with any content type or none, keeps the TTL"),
     responses((status = 200, description = "The lease renewed", body = LeaseView)),
@@ -153,7 +153,7 @@ pub(super) async fn renew(
     path = "/v1/leases/{id}/keepalive",
     operation_id = "keepaliveLease",
     tag = "leases",
-    params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
+    params(LeaseIdParam),
     responses((status = 200, description = "The lease", body = LeaseView)),
 )]
 pub(super) async fn keepalive(
@@ -176,7 +176,7 @@ pub(super) async fn keepalive(
     path = "/v1/leases/{id}",
     operation_id = "releaseLease",
     tag = "leases",
-    params(("id" = String, Path, description = "The lease id (32 lowercase hex digits)")),
+    params(LeaseIdParam),
     responses((status = 200, description = "Released on a quorum, or ended already", body = Released)),
 )]
 pub(super) async fn release(

@@ -1,9 +1,9 @@
-//! The JSON bodies the lease routes read (acquire, renew), as the handlers take them and the
-//! OpenAPI document describes them. The inventory's body and query live in
+//! The JSON bodies the lease routes read (acquire, renew) and their path parameter, as the
+//! handlers take them and the OpenAPI document describes them. The inventory's body and query live in
 //! [`super::inventory`].
 
 use serde::Deserialize;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::body::Millis;
 
@@ -40,4 +40,14 @@ pub(super) struct RenewBody {
     #[serde(default)]
     #[schema(value_type = Option<u64>, minimum = 10)]
     pub(super) ttl_ms: Millis,
+}
+
+/// The path parameter of every `/v1/leases/{id}` route, for the OpenAPI document (the handlers
+/// read it as a string and parse it themselves, to answer `unknown_lease`).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(super) struct LeaseIdParam {
+    /// The lease id (32 lowercase hex digits)
+    id: String,
 }
