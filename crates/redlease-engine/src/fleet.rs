@@ -344,10 +344,15 @@ impl Fleet {
         if self.statuses_awaited.load(Ordering::Acquire) {
             return;
         }
-        let deadline = Instant::now() + timeout;
-        let waits = self.nodes.iter().map(|node| node.wait_for_status(deadline));
-        futures_util::future::join_all(waits).await;
+        self.statuses_by(Instant::now() + timeout).await;
         self.statuses_awaited.store(true, Ordering::Release);
+    }
+
+    /// Every master's status, in the configured order, once it has settled
+    /// ([`NodeStatus::is_settled`]) or at `deadline`.
+    pub async fn statuses_by(&self, deadline: Instant) -> Vec<NodeStatus> {
+        let waits = self.nodes.iter().map(|node| node.wait_for_status(deadline));
+        futures_util::future::join_all(waits).await
     }
 
     /// Opens one subscriber connection per master, in the configured order, for release

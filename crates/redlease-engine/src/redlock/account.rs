@@ -43,10 +43,8 @@ impl Redlock {
         } else {
             Vec::new()
         };
-        let deadline = Instant::now() + STATUS_WAIT;
+        let statuses = self.fleet.statuses_by(Instant::now() + STATUS_WAIT).await;
         let nodes = self.fleet.nodes();
-        let statuses = nodes.iter().map(|node| node.wait_for_status(deadline));
-        let statuses = futures_util::future::join_all(statuses).await;
         let votes = nodes.iter().zip(&refusal.votes).zip(statuses);
         votes
             .map(|((node, vote), status)| {
@@ -60,11 +58,8 @@ impl Redlock {
     /// acquisition, a release without quorum): `down` and why, or `up` (whatever it answered,
     /// no quorum formed).
     pub async fn status_accounts(&self) -> Vec<MasterAccount> {
-        let deadline = Instant::now() + STATUS_WAIT;
-        let nodes = self.fleet.nodes();
-        let statuses = nodes.iter().map(|node| node.wait_for_status(deadline));
-        let statuses = futures_util::future::join_all(statuses).await;
-        let accounts = nodes.iter().zip(statuses);
+        let statuses = self.fleet.statuses_by(Instant::now() + STATUS_WAIT).await;
+        let accounts = self.fleet.nodes().iter().zip(statuses);
         accounts
             .map(|(node, status)| match status {
                 // Its own answer is not known here: it may have answered, too late or apart
