@@ -27,6 +27,7 @@ mod release_retry;
 mod revocation;
 mod safety;
 mod scripts;
+mod semaphore;
 mod sidecar;
 mod tls;
 mod unix_socket;

@@ -25,6 +25,14 @@ pub enum Error {
     /// The sidecar's API token file cannot be read or holds no usable token.
     #[error("invalid API token: {0}")]
     InvalidToken(String),
+    /// A semaphore's limit other than the one its holders use on a master.
+    #[error("semaphore limit {asked} differs from the limit {in_force} its holders use")]
+    SemaphoreLimit {
+        /// The limit asked for.
+        asked: u32,
+        /// The limit a holder uses.
+        in_force: u32,
+    },
     /// A TTL outside the engine's `min_ttl`–`max_ttl`.
     #[error("invalid ttl: {0}")]
     InvalidTtl(String),

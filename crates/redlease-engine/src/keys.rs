@@ -10,6 +10,65 @@ pub const MAX_RESOURCE_BYTES: usize = 512;
 pub const MAX_OWNER_BYTES: usize = 256;
 /// Longest actor or reason of a force release accepted, in bytes.
 pub const MAX_AUDIT_TEXT_BYTES: usize = 512;
+/// The largest limit a counting semaphore may have: its acquisition reads every slot of the
+/// semaphore on each master, to refuse a limit other than the one its holders use.
+pub const MAX_SEMAPHORE_LIMIT: u32 = 64;
+/// Separates a resource from the kind in a lock name. A control character, which no resource
+/// may contain ([`validate_resource`]), so no caller can name another kind's keys.
+const KIND_SEPARATOR: char = '\u{1f}';
+
+/// What a lock name locks: a resource's exclusive lock, or one slot of its counting semaphore.
+/// Every kind is a lock key holding `<lease id>|<owner>…` with a TTL, so extending, shadowing,
+/// releasing, force-releasing and inspecting a lease work alike for every kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LockKind {
+    /// The resource's exclusive lock, `<prefix>lock:<resource>`: the lock name is the resource.
+    Exclusive,
+    /// Slot `n` of the resource's counting semaphore, `<prefix>sem:<resource>:<n>`.
+    Slot(u32),
+}
+
+/// A lock name split into its resource and kind (see [`lock_name`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockName<'a> {
+    /// The resource, as its callers name it.
+    pub resource: &'a str,
+    /// Which of the resource's locks.
+    pub kind: LockKind,
+}
+
+/// The lock name of `kind` on `resource`: the resource itself for its exclusive lock,
+/// `<resource>\u{1f}s<n>` for semaphore slot `n`. The engine takes a lock name wherever it takes
+/// a lease's resource.
+pub fn lock_name(resource: &str, kind: LockKind) -> String {
+    match kind {
+        LockKind::Exclusive => resource.to_string(),
+        LockKind::Slot(slot) => format!("{resource}{KIND_SEPARATOR}s{slot}"),
+    }
+}
+
+/// The resource and kind of a lock name; `None` for a name no kind makes.
+pub fn parse_lock_name(name: &str) -> Option<LockName<'_>> {
+    let Some((resource, kind)) = name.split_once(KIND_SEPARATOR) else {
+        return Some(LockName {
+            resource: name,
+            kind: LockKind::Exclusive,
+        });
+    };
+    let slot = kind.strip_prefix('s')?;
+    let digits_only = !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit());
+    let slot: u32 = slot.parse().ok().filter(|_| digits_only)?;
+    (slot < MAX_SEMAPHORE_LIMIT).then_some(LockName {
+        resource,
+        kind: LockKind::Slot(slot),
+    })
+}
+
+/// A lock name is a valid resource, alone or with a kind ([`lock_name`]).
+pub fn validate_lock_name(name: &str) -> Result<(), Error> {
+    let parsed = parse_lock_name(name).ok_or(Error::InvalidResource("unknown lock kind"))?;
+    validate_resource(parsed.resource)
+}
 
 /// The names of everything one resource touches on a master.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,14 +112,34 @@ impl Keyspace {
         }
     }
 
-    /// `<prefix>lock:<resource>` alone (renewals need no other key).
-    pub fn lock(&self, resource: &str) -> String {
-        self.join("lock:", resource)
+    /// The lock key of a lock name ([`lock_name`]): `<prefix>lock:<resource>` for an exclusive
+    /// lock (renewals need no other key), `<prefix>sem:<resource>:<n>` for a semaphore slot.
+    pub fn lock(&self, name: &str) -> String {
+        match parse_lock_name(name) {
+            Some(LockName {
+                resource,
+                kind: LockKind::Slot(slot),
+            }) => {
+                let mut key = self.semaphore_slots(resource);
+                key.push_str(itoa::Buffer::new().format(slot));
+                key
+            }
+            _ => self.join("lock:", name),
+        }
     }
 
-    /// `<prefix>released:<resource>` alone (a release needs no fence key).
-    pub fn released_channel(&self, resource: &str) -> String {
-        self.join("released:", resource)
+    /// `<prefix>sem:<resource>:`, which a slot's number follows in its key.
+    pub fn semaphore_slots(&self, resource: &str) -> String {
+        let mut base = self.join("sem:", resource);
+        base.push(':');
+        base
+    }
+
+    /// The channel a release of lock `name` is announced on (a release needs no fence key):
+    /// `<prefix>released:<resource>` for an exclusive lock; one channel for every slot of a
+    /// semaphore, `<prefix>released:<resource>\u{1f}s`, so its waiters hear any slot freed.
+    pub fn released_channel(&self, name: &str) -> String {
+        self.join("released:", waiting_name(name))
     }
 
     /// `<prefix>revocations`: the lease ids force releases revoke, for their holders.
@@ -89,6 +168,18 @@ impl Keyspace {
         lock_key
             .strip_prefix(self.prefix.as_str())?
             .strip_prefix("lock:")
+    }
+
+    /// The lock name of a lock key of any kind (see [`Keyspace::lock`]), `None` for a key
+    /// that is not one.
+    pub fn lock_name_of(&self, key: &str) -> Option<String> {
+        if let Some(resource) = self.resource_of(key) {
+            return Some(resource.to_string());
+        }
+        let slot_key = key.strip_prefix(self.prefix.as_str())?.strip_prefix("sem:")?;
+        let (resource, slot) = slot_key.rsplit_once(':')?;
+        let name = format!("{resource}{KIND_SEPARATOR}s{slot}");
+        parse_lock_name(&name).is_some().then_some(name)
     }
 
     /// `<prefix>fleet`: set (no TTL) on every master adopted into the fleet; a master that
@@ -122,6 +213,19 @@ impl Keyspace {
 impl Default for Keyspace {
     fn default() -> Self {
         Self::new(DEFAULT_PREFIX)
+    }
+}
+
+/// The name a lock's waiters queue under in this process, and whose channel announces its
+/// releases: the lock name of an exclusive lock, `<resource>\u{1f}s` for every slot of a
+/// semaphore.
+pub fn waiting_name(name: &str) -> &str {
+    match parse_lock_name(name) {
+        Some(LockName {
+            resource,
+            kind: LockKind::Slot(_),
+        }) => &name[..resource.len() + KIND_SEPARATOR.len_utf8() + 1],
+        _ => name,
     }
 }
 
@@ -229,6 +333,36 @@ mod tests {
         assert!(validate_resource("").is_err());
         assert!(validate_resource("a\nb").is_err());
         assert!(validate_resource("a\u{7f}b").is_err());
+    }
+
+    /// Lock names of every kind map to their own keys and back; a semaphore's slots share
+    /// one release channel; names no kind makes are refused.
+    #[test]
+    fn lock_names_map_to_their_keys_and_back() {
+        let keyspace = Keyspace::new("p:");
+        let slot = lock_name("jobs:a", LockKind::Slot(7));
+        assert_eq!(keyspace.lock(&slot), "p:sem:jobs:a:7");
+        assert_eq!(keyspace.lock_name_of("p:sem:jobs:a:7"), Some(slot.clone()));
+        assert_eq!(keyspace.lock_name_of("p:lock:jobs:a").as_deref(), Some("jobs:a"));
+        assert_eq!(keyspace.lock_name_of("p:sem:jobs:a:x"), None);
+        assert_eq!(keyspace.lock_name_of("p:sem:jobs:a:64"), None);
+        assert_eq!(
+            keyspace.released_channel(&slot),
+            keyspace.released_channel(&lock_name("jobs:a", LockKind::Slot(0)))
+        );
+        assert_ne!(keyspace.released_channel(&slot), keyspace.released_channel("jobs:a"));
+        assert_eq!(
+            parse_lock_name(&slot),
+            Some(LockName {
+                resource: "jobs:a",
+                kind: LockKind::Slot(7)
+            })
+        );
+        assert!(validate_lock_name(&slot).is_ok());
+        assert!(validate_lock_name("jobs\u{1f}x1").is_err());
+        assert!(validate_lock_name("jobs\u{1f}s").is_err());
+        assert!(validate_lock_name("jobs\u{1f}s+1").is_err());
+        assert!(validate_resource(&slot).is_err(), "callers cannot name a slot");
     }
 
     /// Every key of a resource lives under the prefix.

@@ -21,7 +21,12 @@ impl LeaseId {
         Self(rand::random())
     }
 
-    /// The value written into the lock key for this lease and `owner`.
+    /// The id as a number (a semaphore picks the slot it tries first from it).
+    pub fn as_u128(&self) -> u128 {
+        self.0
+    }
+
+    /// `<32 hex digits>|<owner>`: the value every lock key of the lease holds.
     pub fn value_for(&self, owner: &str) -> String {
         let mut value = String::with_capacity(33 + owner.len());
         value.push_str(self.hex().as_str());

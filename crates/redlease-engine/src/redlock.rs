@@ -14,6 +14,7 @@ pub mod outcome;
 pub mod quorum;
 mod release;
 mod retry;
+pub mod semaphore;
 mod shadow;
 mod wait;
 

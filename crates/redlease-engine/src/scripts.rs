@@ -34,6 +34,10 @@ pub struct Scripts {
     pub mark: Script,
     /// `quarantine.lua`: a quarantine's record and marker together.
     pub quarantine: Script,
+    /// `semaphore_acquire.lua`: one free slot of a counting semaphore.
+    pub semaphore_acquire: Script,
+    /// `semaphore_release.lua`: a semaphore's stray claims of one lease.
+    pub semaphore_release: Script,
 }
 
 /// The scripts, hashed once per process.
@@ -48,13 +52,15 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     birth: Script::from_lua(include_str!("../../../lua/birth.lua")),
     mark: Script::from_lua(include_str!("../../../lua/mark.lua")),
     quarantine: Script::from_lua(include_str!("../../../lua/quarantine.lua")),
+    semaphore_acquire: Script::from_lua(include_str!("../../../lua/semaphore_acquire.lua")),
+    semaphore_release: Script::from_lua(include_str!("../../../lua/semaphore_release.lua")),
 });
 
 // === impl Scripts ===
 
 impl Scripts {
     /// Every script, to load on a master.
-    pub fn all(&self) -> [&Script; 10] {
+    pub fn all(&self) -> [&Script; 12] {
         [
             &self.raise_fence,
             &self.release,
@@ -66,6 +72,8 @@ impl Scripts {
             &self.birth,
             &self.mark,
             &self.quarantine,
+            &self.semaphore_acquire,
+            &self.semaphore_release,
         ]
     }
 }

@@ -12,7 +12,7 @@ use super::fanout::fan_out;
 use super::quorum::{Tally, Verdict};
 use super::{count_vote, ExtendOutcome, NodeVote, Redlock};
 use crate::fleet::CallError;
-use crate::keys::validate_resource;
+use crate::keys::validate_lock_name;
 use crate::scripts::{ExtendReply, ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
@@ -91,7 +91,7 @@ impl Redlock {
     }
 
     fn check_extension(&self, extension: &Extension) -> Result<(), Error> {
-        validate_resource(&extension.resource)?;
+        validate_lock_name(&extension.resource)?;
         self.check_ttl(extension.ttl)
     }
 

@@ -19,7 +19,7 @@ use super::inventory::{text, INSPECT_TIMEOUT};
 use super::Redlock;
 use crate::backoff::Backoff;
 use crate::fleet::{Admission, Deadline};
-use crate::keys::{validate_actor, validate_reason, validate_resource};
+use crate::keys::{validate_actor, validate_reason, validate_lock_name};
 use crate::lease_id::parse_value;
 use crate::metrics::METRICS;
 use crate::resp::Commands;
@@ -118,7 +118,7 @@ impl Redlock {
         reason: &str,
         options: &ForceOptions,
     ) -> Result<ForceRelease, Error> {
-        validate_resource(resource)?;
+        validate_lock_name(resource)?;
         validate_actor(actor)?;
         validate_reason(reason)?;
         self.fleet.wait_for_links(INSPECT_TIMEOUT).await;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::Redlock;
 use crate::fleet::{CallError, Deadline, Node};
-use crate::keys::{validate_prefix, validate_resource};
+use crate::keys::{validate_prefix, validate_lock_name};
 use crate::lease_id::parse_value;
 use crate::resp::{Commands, Reply};
 use crate::{Error, LeaseId};
@@ -110,7 +110,7 @@ pub struct LockPage {
 impl Redlock {
     /// What every master holds for `resource`, and the lease a quorum carries.
     pub async fn inspect(&self, resource: &str) -> Result<LockView, Error> {
-        validate_resource(resource)?;
+        validate_lock_name(resource)?;
         self.fleet.wait_for_statuses(INSPECT_TIMEOUT).await;
         let resources = [resource.to_string()];
         let views = self.read_locks(&resources).await;
@@ -133,7 +133,7 @@ impl Redlock {
             validate_prefix(prefix)?;
         }
         if let Some(after) = after {
-            validate_resource(after)?;
+            validate_lock_name(after)?;
         }
         if !(1..=MAX_LIST_LIMIT).contains(&limit) {
             return Err(Error::InvalidLimit(format!(
@@ -244,7 +244,10 @@ fn holding(get: Option<&Reply>, pttl: Option<&Reply>) -> Result<Option<Holding>,
         Value::Integer(ms) if ms >= 0 => Some(Duration::from_millis(ms as u64)),
         _ => None,
     };
-    let parsed = parse_value(&value).map(|(id, owner)| (id, owner.to_string()));
+    // A semaphore slot's value ends with `\u{1f}<limit>` after the owner (no owner has a
+    // control character).
+    let owner_only = |owner: &str| owner.split('\u{1f}').next().unwrap_or(owner).to_string();
+    let parsed = parse_value(&value).map(|(id, owner)| (id, owner_only(owner)));
     let (lease_id, owner) = parsed.unzip();
     Ok(Some(Holding {
         lease_id,

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::calls::{release_call, release_on};
 use super::fanout::fan_out;
 use super::{Redlock, ReleaseOutcome};
-use crate::keys::validate_resource;
+use crate::keys::validate_lock_name;
 use crate::metrics::METRICS;
 use crate::{Error, LeaseId};
 
@@ -144,7 +144,7 @@ impl Redlock {
     /// quorum confirmed it or it was given up, instead of sending it again itself.
     #[tracing::instrument(level = "debug", skip(self), fields(lease_id = %id))]
     pub async fn release_followed(&self, resource: &str, id: LeaseId) -> Result<Release, Error> {
-        validate_resource(resource)?;
+        validate_lock_name(resource)?;
         let keyspace = self.fleet.keyspace();
         let now = Instant::now();
         let timeout = self.node_timeout(self.options.max_ttl, now);

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::calls::{shadow_call, vote_on};
 use super::fanout::fan_out;
 use super::{collect_votes, ExtendOutcome, NodeVote, Redlock};
-use crate::keys::validate_resource;
+use crate::keys::validate_lock_name;
 use crate::{Error, LeaseId};
 
 // === impl Redlock ===
@@ -30,7 +30,7 @@ impl Redlock {
         shadow_ttl: Duration,
         timeout: Duration,
     ) -> Result<ExtendOutcome, Error> {
-        validate_resource(resource)?;
+        validate_lock_name(resource)?;
         let quarantine = self.fleet.options().quarantine;
         if shadow_ttl.is_zero() || shadow_ttl > quarantine {
             let bound = quarantine.as_millis();

@@ -3,6 +3,7 @@
 //! at once on a release message, or when the holder's lease would have expired. Without them,
 //! attempts come at random intervals.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -25,6 +26,24 @@ impl Redlock {
         ttl: Duration,
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
+        self.wait_for_grant(resource, wait, || self.acquire(resource, owner, ttl))
+            .await
+    }
+
+    /// Runs `attempt` until it grants or `wait` has passed, queued in this process under
+    /// `queue` (a lock name's [`crate::keys::waiting_name`], whose channel announces the
+    /// releases worth retrying at).
+    pub(crate) async fn wait_for_grant<F, A>(
+        &self,
+        queue: &str,
+        wait: Duration,
+        mut attempt: F,
+    ) -> Result<AcquireOutcome, Error>
+    where
+        F: FnMut() -> A,
+        A: Future<Output = Result<AcquireOutcome, Error>>,
+    {
+        let resource = queue;
         let deadline = Instant::now() + wait;
         let queued = self
             .wakeups
@@ -33,7 +52,7 @@ impl Redlock {
         // An attempt already answered, to wait after before the next one.
         let mut refused = None;
         if wait.is_zero() || !queued {
-            let outcome = self.acquire(resource, owner, ttl).await?;
+            let outcome = attempt().await?;
             if outcome.lease().is_some() || wait.is_zero() {
                 return Ok(outcome);
             }
@@ -61,7 +80,7 @@ impl Redlock {
             }
             let outcome = match refused.take() {
                 Some(outcome) => outcome,
-                None => self.acquire(resource, owner, ttl).await?,
+                None => attempt().await?,
             };
             let now = Instant::now();
             let Some(refusal) = outcome.refusal().filter(|_| now < deadline) else {

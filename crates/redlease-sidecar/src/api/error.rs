@@ -60,6 +60,10 @@ impl From<crate::Error> for ApiError {
             InvalidPrefix(_) => "invalid_prefix",
             InvalidLimit(_) => "invalid_limit",
             InvalidLeaseId => "unknown_lease",
+            SemaphoreLimit { .. } => {
+                let detail = error.to_string();
+                return Self::new(StatusCode::CONFLICT, "limit_mismatch", detail);
+            }
             InvalidMaster { .. }
             | NoMasters
             | DuplicateMaster { .. }
