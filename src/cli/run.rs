@@ -142,6 +142,7 @@ async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
     let engine = Arc::new(engine);
     let manager = LeaseManager::new(Arc::clone(&engine), policy);
     let request = AcquireRequest {
+        limit: None,
         resource: args.resource.clone(),
         owner: owner.to_string(),
         ttl: Some(Duration::from_millis(

@@ -30,6 +30,7 @@ mod handlers;
 pub(crate) mod inventory;
 pub(crate) mod openapi;
 mod requests;
+mod semaphores;
 pub(crate) mod scrape;
 
 use std::sync::Arc;
@@ -123,6 +124,7 @@ impl AppState {
 pub(crate) fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/locks/{resource}/acquire", post(handlers::acquire))
+        .route("/v1/semaphores/{resource}/acquire", post(semaphores::acquire))
         .route("/v1/locks", get(inventory::list))
         .route("/v1/locks/{resource}", get(inventory::show))
         .route(

@@ -93,6 +93,9 @@ pub struct AcquireRequest {
     pub auto_renew: bool,
     /// `None`: the policy's idle timeout.
     pub idle_timeout: Option<Duration>,
+    /// `Some(n)`: a permit of the resource's counting semaphore of `n` slots; `None`: the
+    /// resource's exclusive lock.
+    pub limit: Option<u32>,
 }
 
 /// The answer to an acquisition.
@@ -456,9 +459,18 @@ impl LeaseManager {
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
         let (resource, owner) = (request.resource.as_str(), request.owner.as_str());
-        self.engine
-            .acquire_with_wait(resource, owner, ttl, wait)
-            .await
+        match request.limit {
+            Some(limit) => {
+                let engine = &self.engine;
+                engine
+                    .acquire_permit_with_wait(resource, owner, ttl, limit, wait)
+                    .await
+            }
+            None => {
+                let engine = &self.engine;
+                engine.acquire_with_wait(resource, owner, ttl, wait).await
+            }
+        }
     }
 
     /// Whether shutdown began: no new lease is granted.
@@ -554,6 +566,7 @@ impl LeaseManager {
                 .schedule
                 .renew_at(granted_at, lease.ttl, rand::random()),
             lease,
+            limit: request.limit,
             state: LeaseState::Held,
             acquired_at: now,
             reason: None,

@@ -48,18 +48,33 @@ pub(super) async fn acquire(
         resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
     validate_resource(&resource)?;
     let JsonBody(body) = body?;
-    let request = acquire_request(&state, resource, body)?;
-    let _waiting = match waiting_permit(&state, &request) {
+    let request = acquire_request(&state, resource, body, None)?;
+    answer_acquisition(&state, request).await
+}
+
+/// Takes the lease `request` asks for and answers with it, or with why not.
+pub(super) async fn answer_acquisition(
+    state: &AppState,
+    request: AcquireRequest,
+) -> Result<Response, ApiError> {
+    let held = match request.limit {
+        Some(_) => "every slot of the semaphore is held by another lease",
+        None => "the lock is held by another lease",
+    };
+    let _waiting = match waiting_permit(state, &request) {
         Ok(permit) => permit,
         Err(TooManyWaiters) => return Ok(too_many_waiters(state.max_waiters)),
     };
-    Ok(match state.manager.acquire(request).await? {
+    let acquired = match state.manager.acquire(request).await {
+        Err(error @ crate::Error::SemaphoreLimit { .. }) => {
+            let detail = error.to_string();
+            return Ok(refused(StatusCode::CONFLICT, "limit_mismatch", &detail));
+        }
+        acquired => acquired?,
+    };
+    Ok(match acquired {
         Acquired::Granted(view) => Json(view).into_response(),
-        Acquired::Held => refused(
-            StatusCode::CONFLICT,
-            "held",
-            "the lock is held by another lease",
-        ),
+        Acquired::Held => refused(StatusCode::CONFLICT, "held", held),
         Acquired::NoQuorum => refused(
             StatusCode::SERVICE_UNAVAILABLE,
             "no_quorum",
@@ -334,10 +349,11 @@ pub(super) async fn method_not_allowed(method: Method) -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", detail)
 }
 
-fn acquire_request(
+pub(super) fn acquire_request(
     state: &AppState,
     resource: String,
     body: AcquireBody,
+    limit: Option<u32>,
 ) -> Result<AcquireRequest, ApiError> {
     let owner = body
         .owner
@@ -368,6 +384,7 @@ fn acquire_request(
         wait,
         auto_renew: body.auto_renew.unwrap_or(true),
         idle_timeout: idle,
+        limit,
     })
 }
 

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use utoipa::ToSchema;
 
+use crate::keys::{parse_lock_name, LockKind, LockName};
 use crate::redlock::Lease;
 
 /// Where a lease stands, as the API reports it.
@@ -46,6 +47,8 @@ impl LeaseState {
 #[derive(Clone, Debug)]
 pub(crate) struct LeaseRecord {
     pub lease: Lease,
+    /// A semaphore permit's limit (its lease's resource names the slot); `None` for a lock.
+    pub limit: Option<u32>,
     /// Where it stands.
     pub state: LeaseState,
     /// When the lease was granted (for the hold-duration metric).
@@ -148,10 +151,19 @@ impl LeaseRecord {
         let expires_at = expires
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
+        let (resource, slot) = match parse_lock_name(&self.lease.resource) {
+            Some(LockName {
+                resource,
+                kind: LockKind::Slot(slot),
+            }) => (resource, Some(slot)),
+            _ => (self.lease.resource.as_str(), None),
+        };
         LeaseView {
             acquired: true,
             lease_id: self.lease.id.to_string(),
-            resource: self.lease.resource.clone(),
+            resource: resource.to_string(),
+            slot,
+            limit: self.limit,
             owner: self.lease.owner.clone(),
             fencing_token: self.lease.fencing_token,
             ttl_ms: self.lease.ttl.as_millis() as u64,
@@ -224,6 +236,12 @@ pub struct LeaseView {
     pub lease_id: String,
     /// The resource it locks.
     pub resource: String,
+    /// A semaphore permit's slot, 0 to `limit − 1`: fence per slot (absent on a lock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// A semaphore permit's limit (absent on a lock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
     /// Who holds it.
     pub owner: String,
     /// Larger than every earlier holder's: pass it to what you write.

@@ -92,6 +92,30 @@ pub(super) const ROUTES: &[Route] = &[
             extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
         ],
     ),
+    route(
+        "acquirePermit",
+        &[
+            group(
+                400,
+                &[
+                    "invalid_resource",
+                    "invalid_owner",
+                    "invalid_limit",
+                    "invalid_permits",
+                    "invalid_ttl",
+                    "invalid_wait",
+                    "invalid_idle_timeout",
+                ],
+            ),
+            JSON_BODY[0],
+            JSON_BODY[1],
+            JSON_BODY[2],
+            JSON_BODY[3],
+            extended(409, &["held", "limit_mismatch"], "AcquireRefusal"),
+            extended(429, &["too_many_waiters"], "AcquireRefusal"),
+            extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
+        ],
+    ),
     route("getLease", &[group(404, &["unknown_lease"])]),
     route(
         "renewLease",

@@ -73,6 +73,7 @@ fn every_route_of_the_router_is_an_operation() {
     ids.sort();
     let mut expected = [
         "acquireLock",
+        "acquirePermit",
         "forceReleaseLock",
         "getFleet",
         "getLease",
@@ -281,6 +282,7 @@ fn the_reasons_are_the_catalogue() {
         include_str!("../auth.rs"),
         include_str!("../body.rs"),
         include_str!("../handlers.rs"),
+        include_str!("../semaphores.rs"),
         include_str!("../inventory.rs"),
         include_str!("../events.rs"),
         include_str!("../../server/accept.rs"),

@@ -6,6 +6,7 @@ use crate::LeaseId;
 fn record(now: Instant, auto_renew: bool) -> LeaseRecord {
     let ttl = Duration::from_millis(1_000);
     LeaseRecord {
+        limit: None,
         lease: Lease {
             id: LeaseId::random(),
             resource: "r".into(),
