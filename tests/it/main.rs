@@ -14,6 +14,7 @@ mod history;
 mod hostile;
 mod http_limits;
 mod inventory;
+mod kinds;
 mod load;
 mod lock_run;
 mod lock_run_containment;

@@ -1,0 +1,160 @@
+//! A history checker for the lock kinds beyond the exclusive lock: two sidecars and two
+//! library clients take permits of one counting semaphore on five masters behind fault
+//! proxies, while masters are slowed, black-holed, frozen, killed and restarted empty. Every
+//! client records when it was told it held which slot (its windows); at the end the checker
+//! finds at most `limit` permits valid at every instant, no two windows of one slot
+//! overlapping, and each slot's tokens rising in grant order.
+//!
+//! This file owns the lab (fleet, proxies, sidecars, engines), the faults and the test; the
+//! clients are in `clients`, the recording and the sweep in `record`.
+
+mod clients;
+mod record;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlease::{EngineOptions, Fleet, FleetOptions, ProbeGuard, Redlock};
+use redlease_testkit::fleet::test_fleet_options;
+use redlease_testkit::history::check;
+use redlease_testkit::proxy::{Fault, FaultProxy};
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
+use tokio::time::Instant;
+
+use self::clients::{LibraryClient, SidecarClient};
+use self::record::Record;
+
+/// Restart quarantine of every client; no lease or shadow outlives it.
+const QUARANTINE: Duration = Duration::from_secs(3);
+/// The semaphore every client takes permits of, and its limit.
+const SEMAPHORE: &str = "pool";
+const LIMIT: u32 = 2;
+
+/// Settings of both sidecars, as `REDLEASE__…` pairs.
+const SIDECAR_ENV: [(&str, &str); 4] = [
+    ("REDLEASE__FLEET__QUARANTINE_MS", "3000"),
+    ("REDLEASE__LEASE__MAX_TTL_MS", "3000"),
+    ("REDLEASE__FLEET__PROBE_INTERVAL_MS", "100"),
+    ("REDLEASE__FLEET__CONNECT_TIMEOUT_MS", "1000"),
+];
+
+/// A library client's engine and the probe that keeps its breakers current.
+pub struct LibraryEngine {
+    pub engine: Redlock,
+    _probe: ProbeGuard,
+}
+
+async fn library_engine(urls: &[String]) -> Arc<LibraryEngine> {
+    let options = FleetOptions {
+        quarantine: QUARANTINE,
+        ..test_fleet_options()
+    };
+    // The proxies are up and the fleet is born: connecting cannot fail.
+    let fleet = Fleet::connect(urls, &options).await.unwrap();
+    let probe = fleet.spawn_probe(Duration::from_millis(50));
+    let engine_options = EngineOptions {
+        max_ttl: QUARANTINE,
+        ..EngineOptions::default()
+    };
+    Arc::new(LibraryEngine {
+        engine: Redlock::new(fleet, engine_options),
+        _probe: probe,
+    })
+}
+
+/// Two sidecar clients (one auto-renewed, one renewing by hand) on each of two sidecars and
+/// two library clients take permits of a semaphore of limit 2 for 14 s, while a majority is
+/// slowed, one master black-holed, one frozen, one killed and one restarted empty: at no
+/// instant were more than two permits valid, no slot had two holders at once, and each slot's
+/// tokens rose with every grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_never_exceed_the_limit_under_faults() {
+    redlease_testkit::fleet::init_test_logs();
+    let mut fleet = TestFleet::start(5);
+    let starts = fleet.servers.iter().map(|s| FaultProxy::start(s.port()));
+    let proxies = futures_util::future::join_all(starts).await;
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let mut sidecars = Vec::new();
+    for _ in 0..2 {
+        sidecars.push(TestSidecar::start_on(urls.clone(), &SIDECAR_ENV).await);
+    }
+    let record = Arc::new(Record::new());
+    let stop_at = Instant::now() + Duration::from_secs(14);
+    let mut clients = Vec::new();
+    for (i, sidecar) in sidecars.iter().enumerate() {
+        for auto_renew in [true, false] {
+            let client = SidecarClient {
+                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
+                base: sidecar.base.clone(),
+                http: reqwest::Client::new(),
+                record: Arc::clone(&record),
+                auto_renew,
+                stop_at,
+            };
+            clients.push(tokio::spawn(client.run()));
+        }
+    }
+    for i in 0..2 {
+        let client = LibraryClient {
+            name: format!("lib-{i}"),
+            engine: library_engine(&urls).await,
+            record: Arc::clone(&record),
+            stop_at,
+        };
+        clients.push(tokio::spawn(client.run()));
+    }
+
+    // The faults, in the test's own thread (a restarted master is tied to it).
+    let pause = |ms| tokio::time::sleep(Duration::from_millis(ms));
+    pause(1500).await;
+    for proxy in &proxies[..3] {
+        proxy.set_both(Fault::Delay(Duration::from_millis(40)));
+    }
+    record.fault("slow majority: masters 0-2 delayed 40 ms");
+    pause(2000).await;
+    proxies[..3].iter().for_each(|p| p.set_both(Fault::Pass));
+    proxies[4].set_both(Fault::BlackholeDrop);
+    record.fault("master 4 black-holed");
+    pause(2000).await;
+    proxies[4].set_both(Fault::Pass);
+    fleet.servers[0].pause();
+    record.fault("master 0 frozen");
+    pause(1500).await;
+    fleet.servers[0].resume();
+    fleet.servers[1].stop();
+    record.fault("master 1 killed");
+    pause(1500).await;
+    fleet.servers[1].restart();
+    record.fault("master 1 restarted empty");
+    pause(1500).await;
+    fleet.servers[2].restart();
+    record.fault("master 2 restarted empty");
+
+    for client in clients {
+        tokio::time::timeout(Duration::from_secs(15), client)
+            .await
+            .expect("a client did not stop")
+            .unwrap();
+    }
+    let windows = record.windows();
+    let counts = record.counts();
+    eprintln!("semaphore history: {} windows; {counts:?}", windows.len());
+    eprintln!("faults: {:?}", record.faults());
+    let overlaps = check::overlaps(&windows);
+    let regressions = check::regressions(&windows);
+    let most = record::most_at_once(&windows);
+    assert!(overlaps.is_empty(), "slots held twice at once: {overlaps:?}");
+    assert!(regressions.is_empty(), "slot tokens went back: {regressions:?}");
+    assert!(most <= LIMIT as usize, "{most} permits valid at once");
+    let slots_in_range = windows.iter().all(|w| {
+        let slot = w.resource.rsplit('#').next().and_then(|s| s.parse::<u32>().ok());
+        slot.is_some_and(|slot| slot < LIMIT)
+    });
+    assert!(slots_in_range, "a slot outside the limit");
+    for who in ["sidecar grants", "library grants"] {
+        let granted = counts.get(who).copied().unwrap_or(0);
+        assert!(granted >= 8, "too few {who} to judge: {counts:?}");
+    }
+    assert_eq!(most, LIMIT as usize, "the limit was never reached: no contention");
+}

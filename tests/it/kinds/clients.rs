@@ -1,0 +1,195 @@
+//! The clients of the kinds' history: sidecar clients (auto-renewed, their validity read back
+//! while they hold; or renewed by hand) and library clients, each taking permits in a loop
+//! and recording the window each grant opened, as conservatively as they were told.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redlease::keys::{parse_lock_name, LockKind};
+use redlease::{AcquireOutcome, Lease};
+use redlease_testkit::history::Window;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::record::Record;
+use super::{LibraryEngine, LIMIT, SEMAPHORE};
+
+/// How long a client waits for a permit, and the TTL it asks for.
+const WAIT: Duration = Duration::from_millis(1000);
+const TTL: Duration = Duration::from_millis(1200);
+
+fn random_ms(low: u64, high: u64) -> Duration {
+    Duration::from_millis(low + rand::random::<u64>() % (high - low))
+}
+
+/// The window resource of a slot: `pool#<slot>`.
+fn slot_resource(slot: u64) -> String {
+    format!("{SEMAPHORE}#{slot}")
+}
+
+/// A wall-clock `expires_at` on the monotonic clock.
+fn instant_of_wall_ms(ms: u64) -> Instant {
+    let now = Instant::now();
+    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let at = Duration::from_millis(ms);
+    match at.checked_sub(wall) {
+        Some(ahead) => now + ahead,
+        None => now.checked_sub(wall - at).unwrap_or(now),
+    }
+}
+
+/// The end of the validity a lease view tells, counted from `sent` (when the request that
+/// answered it left), never past its `expires_at`; `sent` itself for an ended lease.
+fn told_end(view: &Value, sent: Instant) -> Option<Instant> {
+    let state = view["state"].as_str()?;
+    if state != "held" && state != "degraded" {
+        return Some(sent);
+    }
+    let validity = Duration::from_millis(view["validity_ms"].as_u64()?);
+    Some((sent + validity).min(instant_of_wall_ms(view["expires_at"].as_u64()?)))
+}
+
+/// One client of one sidecar.
+pub struct SidecarClient {
+    pub name: String,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub record: Arc<Record>,
+    pub auto_renew: bool,
+    pub stop_at: Instant,
+}
+
+impl SidecarClient {
+    pub async fn run(self) {
+        while Instant::now() < self.stop_at {
+            let body = json!({
+                "owner": self.name, "limit": LIMIT, "ttl_ms": TTL.as_millis() as u64,
+                "wait_ms": WAIT.as_millis() as u64, "auto_renew": self.auto_renew,
+            });
+            let url = format!("{}/v1/semaphores/{SEMAPHORE}/acquire", self.base);
+            let sent = Instant::now();
+            let answer = self.http.post(url).json(&body).timeout(WAIT * 4).send().await;
+            let Some(view) = ok_json(answer).await else {
+                self.record.count("sidecar refusals");
+                tokio::time::sleep(random_ms(10, 50)).await;
+                continue;
+            };
+            // A grant may have waited in the sidecar's queue: its validity counts from the
+            // request, not from the answer.
+            let start = Instant::now();
+            let (Some(end), Some(slot)) = (told_end(&view, sent), view["slot"].as_u64()) else {
+                panic!("a grant without validity or slot: {view}");
+            };
+            let id = self.record.open(Window {
+                client: self.name.clone(),
+                resource: slot_resource(slot),
+                token: view["fencing_token"].as_u64().unwrap(),
+                start,
+                end,
+                sidecar: None,
+            });
+            self.record.count("sidecar grants");
+            let lease = view["lease_id"].as_str().unwrap().to_string();
+            self.hold(id, &lease).await;
+            let released = Instant::now();
+            if released < self.record.end(id) {
+                self.record.set_end(id, released);
+            }
+            let url = format!("{}/v1/leases/{lease}", self.base);
+            let _ = self.http.delete(url).timeout(WAIT * 4).send().await;
+        }
+    }
+
+    /// Holds for a while: an auto-renewed lease reads its validity back; one renewed by hand
+    /// renews. The window's end moves only to what an answer told.
+    async fn hold(&self, id: usize, lease: &str) {
+        let until = Instant::now() + random_ms(50, 800);
+        while Instant::now() < until && Instant::now() < self.record.end(id) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let url = format!("{}/v1/leases/{lease}", self.base);
+            let sent = Instant::now();
+            let answer = if self.auto_renew {
+                self.http.get(url).timeout(WAIT).send().await
+            } else {
+                let renew = self.http.post(format!("{url}/renew"));
+                renew.json(&json!({})).timeout(WAIT).send().await
+            };
+            match ok_json(answer).await.and_then(|view| told_end(&view, sent)) {
+                // Still believed held when the answer came: it now holds until the answer's end.
+                Some(end) if end > sent && self.record.end(id) > Instant::now() => {
+                    self.record.set_end(id, end);
+                }
+                Some(end) if end > sent => {}
+                Some(_) => {
+                    self.record.set_end(id, self.record.end(id).min(sent));
+                    self.record.count("sidecar leases ended while held");
+                    return;
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+async fn ok_json(answer: reqwest::Result<reqwest::Response>) -> Option<Value> {
+    let answer = answer.ok()?;
+    if answer.status() != 200 {
+        return None;
+    }
+    answer.json().await.ok()
+}
+
+/// One library client.
+pub struct LibraryClient {
+    pub name: String,
+    pub engine: Arc<LibraryEngine>,
+    pub record: Arc<Record>,
+    pub stop_at: Instant,
+}
+
+impl LibraryClient {
+    pub async fn run(self) {
+        let engine = &self.engine.engine;
+        while Instant::now() < self.stop_at {
+            let outcome = engine.acquire_permit_with_wait(SEMAPHORE, &self.name, TTL, LIMIT, WAIT);
+            let Ok(AcquireOutcome::Acquired(lease)) = outcome.await else {
+                self.record.count("library refusals");
+                tokio::time::sleep(random_ms(10, 50)).await;
+                continue;
+            };
+            self.record.count("library grants");
+            let lease = self.hold(lease).await;
+            let _ = engine.release(&lease.resource, lease.id).await;
+        }
+        engine.settle(Duration::from_secs(3)).await;
+    }
+
+    /// Holds, extending once halfway; the window ends at the validity the lease has, or when
+    /// the client stops holding.
+    async fn hold(&self, mut lease: Lease) -> Lease {
+        let Some(LockKind::Slot(slot)) = parse_lock_name(&lease.resource).map(|n| n.kind) else {
+            panic!("a permit without a slot: {}", lease.resource);
+        };
+        let id = self.record.open(Window {
+            client: self.name.clone(),
+            resource: slot_resource(u64::from(slot)),
+            token: lease.fencing_token,
+            start: Instant::now(),
+            end: lease.valid_until,
+            sidecar: None,
+        });
+        let hold = random_ms(50, 700);
+        tokio::time::sleep((hold / 2).min(lease.remaining_validity(Instant::now()))).await;
+        let extended = self.engine.engine.extend(&lease.resource, lease.id, TTL).await;
+        if let Ok(outcome) = extended {
+            lease.apply_extension(&outcome, Instant::now());
+        }
+        self.record.set_end(id, lease.valid_until);
+        tokio::time::sleep((hold / 2).min(lease.remaining_validity(Instant::now()))).await;
+        let now = Instant::now();
+        if now < lease.valid_until {
+            self.record.set_end(id, now);
+        }
+        lease
+    }
+}
