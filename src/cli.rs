@@ -14,6 +14,7 @@ mod locks;
 mod log_fields;
 mod openapi;
 mod run;
+mod semaphore;
 mod serve;
 
 use std::io::IsTerminal;
@@ -64,6 +65,9 @@ enum Command {
     /// Acquire, extend or release a lock directly on the masters; run a command under a lock.
     #[command(subcommand)]
     Lock(lock::LockCommand),
+    /// Run a command under a permit of a counting semaphore (`semaphore run`).
+    #[command(subcommand)]
+    Semaphore(semaphore::SemaphoreCommand),
     /// The lock inventory and force release, straight on the masters.
     #[command(subcommand)]
     Locks(locks::LocksCommand),
@@ -103,6 +107,7 @@ pub fn main() -> ExitCode {
         Command::Watchdog(args) => return ExitCode::from(run::serve_watchdog(args)),
         Command::Openapi(args) => return ExitCode::from(openapi::run(args)),
         Command::Lock(_)
+        | Command::Semaphore(_)
         | Command::Locks(_)
         | Command::Audit(_)
         | Command::Fleet(_)
@@ -145,6 +150,7 @@ pub fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match cli.command {
             Command::Lock(command) => lock::run(command).await,
+            Command::Semaphore(command) => semaphore::run(command).await,
             Command::Locks(command) => locks::run(command).await,
             Command::Audit(args) => locks::run_audit(args).await,
             Command::Fleet(command) => fleet::run(command).await,

@@ -38,6 +38,8 @@ use crate::{Error, Fleet, Wakeups, DEFAULT_PROBE_PERIOD};
 const MASTERS_ENV: &str = "REDLEASE__MASTERS";
 /// Why the command was not run, after the resource's name.
 const HELD: &str = "is held by another lease";
+/// Why a permit's command was not run: every slot held.
+const NO_PERMIT: &str = "has no free permit: every slot is held by another lease";
 const NO_QUORUM: &str = "cannot be taken: too few masters answered";
 const TOKEN_REFUSED: &str = "cannot be taken: the sidecar refused the API token (none was \
      sent, or another one); give the file holding its token with --token-file FILE or \
@@ -94,6 +96,16 @@ pub struct RunArgs {
 /// Runs `lock run` and returns its exit code: the command's, or why it did not run or was
 /// stopped.
 pub async fn run(args: RunArgs) -> u8 {
+    run_holding(args, None).await
+}
+
+/// `semaphore run`: [`run`] under a permit of the semaphore of `limit` slots instead of the
+/// lock; the slot is in the command's environment (`REDLEASE_SLOT`, `REDLEASE_LIMIT`).
+pub async fn run_permit(args: RunArgs, limit: u32) -> u8 {
+    run_holding(args, Some(limit)).await
+}
+
+async fn run_holding(args: RunArgs, limit: Option<u32>) -> u8 {
     // The grace is checked before anything is taken, unless the TTL is a sidecar's adaptive
     // one (known once granted).
     let ttl = match &args.sidecar {
@@ -106,8 +118,8 @@ pub async fn run(args: RunArgs) -> u8 {
     }
     let owner = args.owner.clone().unwrap_or_else(default_owner);
     match &args.sidecar {
-        Some(url) => through_sidecar(url, &args, &owner).await,
-        None => match on_masters(&args, &owner).await {
+        Some(url) => through_sidecar(url, &args, &owner, limit).await,
+        None => match on_masters(&args, &owner, limit).await {
             Ok(code) => code,
             Err(error) => {
                 eprintln!("redlease: {error}");
@@ -119,7 +131,7 @@ pub async fn run(args: RunArgs) -> u8 {
 
 // === the masters, through the lease table ===
 
-async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
+async fn on_masters(args: &RunArgs, owner: &str, limit: Option<u32>) -> Result<u8, Error> {
     let masters = args.masters.clone().unwrap_or_else(masters_from_env);
     let options = args
         .access
@@ -142,7 +154,7 @@ async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
     let engine = Arc::new(engine);
     let manager = LeaseManager::new(Arc::clone(&engine), policy);
     let request = AcquireRequest {
-        limit: None,
+        limit,
         resource: args.resource.clone(),
         owner: owner.to_string(),
         ttl: Some(Duration::from_millis(
@@ -154,10 +166,10 @@ async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
     };
     let code = match manager.acquire(request).await {
         Ok(Acquired::Granted(view)) => match manager.follow(&view) {
-            Some(following) => Ok(hold_on_masters(following, args).await),
+            Some(following) => Ok(hold_on_masters(following, args, limit).await),
             None => Ok(not_run(&args.resource, LOST_AT_ONCE, EXIT_LEASE_LOST)),
         },
-        Ok(Acquired::Held) => Ok(not_run(&args.resource, HELD, EXIT_HELD)),
+        Ok(Acquired::Held) => Ok(not_run(&args.resource, held(limit), EXIT_HELD)),
         // `Closing` never comes: this table is not shut down while it acquires.
         Ok(Acquired::NoQuorum | Acquired::Closing) => {
             for master in engine.status_accounts().await {
@@ -173,9 +185,14 @@ async fn on_masters(args: &RunArgs, owner: &str) -> Result<u8, Error> {
 
 /// Runs the command while the lease table renews the lease `following` follows, then lets the
 /// lease go: released, or its revocation acknowledged once the command has stopped.
-async fn hold_on_masters(mut following: Following, args: &RunArgs) -> u8 {
+async fn hold_on_masters(mut following: Following, args: &RunArgs, limit: Option<u32>) -> u8 {
     let lease = following.lease.clone();
-    let env = child::lease_env(lease.fencing_token, &lease.id.to_string(), &lease.resource);
+    let slot = match crate::keys::parse_lock_name(&lease.resource).map(|name| name.kind) {
+        Some(crate::keys::LockKind::Slot(slot)) => Some(slot),
+        _ => None,
+    };
+    let id = lease.id.to_string();
+    let env = child::lease_env(lease.fencing_token, &id, &args.resource, slot.zip(limit));
     let code = match grace(args, lease.ttl.as_millis() as u64) {
         // Checked against this TTL in `run`.
         Err(error) => not_run(
@@ -208,7 +225,7 @@ async fn hold_on_masters(mut following: Following, args: &RunArgs) -> u8 {
     if following.let_go().await == LetGo::Releasing {
         eprintln!(
             "redlease: too few masters confirmed the release of {}: its keys expire within {} ms",
-            lease.resource,
+            args.resource,
             lease.ttl.as_millis()
         );
     }
@@ -232,7 +249,7 @@ fn ending(state: LeaseState, reason: &str) -> String {
 
 // === a sidecar, through the client ===
 
-async fn through_sidecar(url: &str, args: &RunArgs, owner: &str) -> u8 {
+async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, limit: Option<u32>) -> u8 {
     let client = match super::sidecar_client(url, args.token_file.as_deref()) {
         Ok(client) => client,
         Err(error) => {
@@ -240,16 +257,27 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str) -> u8 {
             return EXIT_USAGE;
         }
     };
-    let mut request = client.lock(args.resource.as_str()).owner(owner);
+    let resource = args.resource.as_str();
+    let request = match limit {
+        Some(limit) => client.semaphore(resource, limit),
+        None => client.lock(resource),
+    };
+    let mut request = request.owner(owner);
     request = request.wait(Duration::from_millis(args.wait_ms));
     if let Some(ttl_ms) = args.ttl_ms {
         request = request.ttl(Duration::from_millis(ttl_ms));
     }
     let guard = match request.send().await {
         Ok(guard) => guard,
-        Err(error) => return refused(&args.resource, &error),
+        Err(error) => return refused(&args.resource, &error, limit),
     };
-    let env = child::lease_env(guard.fencing_token(), guard.lease_id(), guard.resource());
+    let permit = guard.slot().zip(guard.info().limit);
+    let env = child::lease_env(
+        guard.fencing_token(),
+        guard.lease_id(),
+        guard.resource(),
+        permit,
+    );
     let code = match (guard.ended(), grace(args, guard.info().ttl_ms)) {
         (_, Err(error)) => not_run(
             &args.resource,
@@ -284,9 +312,9 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str) -> u8 {
 }
 
 /// The exit code and message of an acquisition the sidecar refused or could not answer.
-fn refused(resource: &str, error: &ClientError) -> u8 {
+fn refused(resource: &str, error: &ClientError, limit: Option<u32>) -> u8 {
     match error {
-        ClientError::Held { .. } => not_run(resource, HELD, EXIT_HELD),
+        ClientError::Held { .. } => not_run(resource, held(limit), EXIT_HELD),
         ClientError::NoQuorum { .. } => not_run(resource, NO_QUORUM, EXIT_NO_QUORUM),
         ClientError::Unauthorized { .. } => not_run(resource, TOKEN_REFUSED, EXIT_NO_PERMISSION),
         ClientError::Invalid { .. } | ClientError::InvalidUrl { .. } => {
@@ -297,6 +325,16 @@ fn refused(resource: &str, error: &ClientError) -> u8 {
             &format!("cannot be taken: {error}"),
             EXIT_UNAVAILABLE,
         ),
+    }
+}
+
+/// Why a held resource's command was not run: its lock, or every permit of its semaphore,
+/// is held.
+fn held(limit: Option<u32>) -> &'static str {
+    if limit.is_some() {
+        NO_PERMIT
+    } else {
+        HELD
     }
 }
 

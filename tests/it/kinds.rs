@@ -144,11 +144,21 @@ async fn permits_never_exceed_the_limit_under_faults() {
     let overlaps = check::overlaps(&windows);
     let regressions = check::regressions(&windows);
     let most = record::most_at_once(&windows);
-    assert!(overlaps.is_empty(), "slots held twice at once: {overlaps:?}");
-    assert!(regressions.is_empty(), "slot tokens went back: {regressions:?}");
+    assert!(
+        overlaps.is_empty(),
+        "slots held twice at once: {overlaps:?}"
+    );
+    assert!(
+        regressions.is_empty(),
+        "slot tokens went back: {regressions:?}"
+    );
     assert!(most <= LIMIT as usize, "{most} permits valid at once");
     let slots_in_range = windows.iter().all(|w| {
-        let slot = w.resource.rsplit('#').next().and_then(|s| s.parse::<u32>().ok());
+        let slot = w
+            .resource
+            .rsplit('#')
+            .next()
+            .and_then(|s| s.parse::<u32>().ok());
         slot.is_some_and(|slot| slot < LIMIT)
     });
     assert!(slots_in_range, "a slot outside the limit");
@@ -156,5 +166,8 @@ async fn permits_never_exceed_the_limit_under_faults() {
         let granted = counts.get(who).copied().unwrap_or(0);
         assert!(granted >= 8, "too few {who} to judge: {counts:?}");
     }
-    assert_eq!(most, LIMIT as usize, "the limit was never reached: no contention");
+    assert_eq!(
+        most, LIMIT as usize,
+        "the limit was never reached: no contention"
+    );
 }

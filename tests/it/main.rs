@@ -29,6 +29,7 @@ mod revocation;
 mod safety;
 mod scripts;
 mod semaphore;
+mod semaphore_run;
 mod sidecar;
 mod tls;
 mod unix_socket;

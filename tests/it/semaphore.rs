@@ -38,10 +38,19 @@ async fn a_limit_of_two_gives_two_permits_on_two_slots() {
     for i in 0..3 {
         let mut keys = fleet.command(i, &["KEYS", "redlease:sem:pool:*"]).strings();
         keys.sort();
-        assert_eq!(keys, ["redlease:sem:pool:0", "redlease:sem:pool:1"], "master {i}");
+        assert_eq!(
+            keys,
+            ["redlease:sem:pool:0", "redlease:sem:pool:1"],
+            "master {i}"
+        );
     }
     // The exclusive lock of the same resource is another lock.
-    assert!(engine.acquire("pool", "x", TTL).await.unwrap().lease().is_some());
+    assert!(engine
+        .acquire("pool", "x", TTL)
+        .await
+        .unwrap()
+        .lease()
+        .is_some());
 
     assert!(engine.release(&a.resource, a.id).await.unwrap().released());
     let c = engine.acquire_permit("pool", "c", TTL, 2).await.unwrap();
@@ -49,7 +58,10 @@ async fn a_limit_of_two_gives_two_permits_on_two_slots() {
     assert_eq!(slot_of(&c.resource), slot_of(&a.resource));
     assert!(c.fencing_token > b.fencing_token, "tokens rise per slot");
     let renewed = engine.extend(&c.resource, c.id, TTL).await.unwrap();
-    assert!(matches!(renewed, redlease::ExtendOutcome::Extended(_)), "a permit renews as any lease");
+    assert!(
+        matches!(renewed, redlease::ExtendOutcome::Extended(_)),
+        "a permit renews as any lease"
+    );
 }
 
 /// A limit other than the one the holders use is refused and writes nothing; once the
@@ -105,7 +117,10 @@ async fn the_divergent_three_master_state_has_no_third_permit_holder() {
         for (slot, (id, owner)) in slots.iter().enumerate() {
             let key = format!("redlease:sem:pool:{slot}");
             let set = fleet.command(master, &["SET", &key, &value(*id, owner), "PX", "10000"]);
-            assert!(matches!(set, redlease_testkit::resp::Resp::Simple(_)), "{set:?}");
+            assert!(
+                matches!(set, redlease_testkit::resp::Resp::Simple(_)),
+                "{set:?}"
+            );
         }
     }
     // Counting holders on a majority finds three, over a limit of two.
@@ -138,7 +153,10 @@ async fn the_divergent_three_master_state_has_no_third_permit_holder() {
     for slot in 0..2 {
         let name = lock_name("pool", LockKind::Slot(slot));
         let renewed = engine.extend(&name, c, TTL).await.unwrap();
-        assert!(!matches!(renewed, redlease::ExtendOutcome::Extended(_)), "C renewed slot {slot}");
+        assert!(
+            !matches!(renewed, redlease::ExtendOutcome::Extended(_)),
+            "C renewed slot {slot}"
+        );
     }
     // A newcomer finds both slots held.
     let newcomer = engine.acquire_permit("pool", "d", TTL, 2).await.unwrap();
@@ -207,7 +225,11 @@ async fn at_most_limit_permits_are_valid_at_every_instant_under_faults() {
         worker.await.unwrap();
     }
     let mut grants = grants.lock().unwrap().clone();
-    assert!(grants.len() >= 20, "too few grants to judge: {}", grants.len());
+    assert!(
+        grants.len() >= 20,
+        "too few grants to judge: {}",
+        grants.len()
+    );
     // Sweep line: +1 at each start, −1 at each end (ends first at a tie).
     let mut edges: Vec<(Instant, i32)> = grants
         .iter()
@@ -227,7 +249,11 @@ async fn at_most_limit_permits_are_valid_at_every_instant_under_faults() {
             continue;
         }
         assert!(earlier.until <= later.from, "slot {} overlaps", later.slot);
-        assert!(later.token > earlier.token, "slot {} token went back", later.slot);
+        assert!(
+            later.token > earlier.token,
+            "slot {} token went back",
+            later.slot
+        );
     }
 }
 

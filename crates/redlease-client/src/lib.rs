@@ -77,6 +77,8 @@ pub struct LockRequest<'a> {
     auto_renew: bool,
     idle_timeout: Option<Duration>,
     events: bool,
+    /// `Some(n)`: a permit of the semaphore of `n` slots on the resource.
+    limit: Option<u32>,
 }
 
 /// A held lease. It keeps the lease's event stream open (which also tells an auto-renewing
@@ -126,6 +128,12 @@ pub struct LeaseInfo {
     /// `revoked`, `invalid`); absent while it is held or degraded.
     #[serde(default)]
     pub reason: Option<String>,
+    /// A semaphore permit's slot (0 to `limit` − 1): fence per slot. `None` for a lock.
+    #[serde(default)]
+    pub slot: Option<u32>,
+    /// A semaphore permit's limit; `None` for a lock.
+    #[serde(default)]
+    pub limit: Option<u32>,
 }
 
 /// Where a lease stands (`docs/api.md`, Lease states).
@@ -185,6 +193,8 @@ struct AcquireBody<'a> {
     auto_renew: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     idle_timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<u32>,
 }
 
 // === impl Client ===
@@ -285,6 +295,17 @@ impl Client {
             auto_renew: true,
             idle_timeout: None,
             events: true,
+            limit: None,
+        }
+    }
+
+    /// A request for a permit of the counting semaphore `resource` of `limit` slots (1–64,
+    /// the same for every holder), to adjust and [`send`](LockRequest::send): the guard's
+    /// lease holds one slot ([`LockGuard::slot`]); fence per slot.
+    pub fn semaphore(&self, resource: impl Into<String>, limit: u32) -> LockRequest<'_> {
+        LockRequest {
+            limit: Some(limit),
+            ..self.lock(resource)
         }
     }
 
@@ -368,8 +389,14 @@ impl LockRequest<'_> {
             wait_ms: self.wait.as_millis() as u64,
             auto_renew: self.auto_renew,
             idle_timeout_ms: self.idle_timeout.map(|idle| idle.as_millis() as u64),
+            limit: self.limit,
         };
-        let path = client.path(&["v1", "locks", &self.resource, "acquire"]);
+        let kind = if self.limit.is_some() {
+            "semaphores"
+        } else {
+            "locks"
+        };
+        let path = client.path(&["v1", kind, &self.resource, "acquire"]);
         // Plain strings and numbers: serialising them cannot fail.
         let body = serde_json::to_vec(&body).unwrap_or_default();
         let limit = self.wait + REQUEST_MARGIN;
@@ -427,6 +454,11 @@ fn deadline_of(
 // === impl LockGuard ===
 
 impl LockGuard {
+    /// A semaphore permit's slot; `None` for a lock. Fence on the slot and the token.
+    pub fn slot(&self) -> Option<u32> {
+        self.lease.slot
+    }
+
     /// The fencing token: strictly greater than every earlier holder's. Pass it to what the
     /// lock protects, which refuses writes with a smaller one.
     pub fn fencing_token(&self) -> u64 {

@@ -176,7 +176,9 @@ impl Keyspace {
         if let Some(resource) = self.resource_of(key) {
             return Some(resource.to_string());
         }
-        let slot_key = key.strip_prefix(self.prefix.as_str())?.strip_prefix("sem:")?;
+        let slot_key = key
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix("sem:")?;
         let (resource, slot) = slot_key.rsplit_once(':')?;
         let name = format!("{resource}{KIND_SEPARATOR}s{slot}");
         parse_lock_name(&name).is_some().then_some(name)
@@ -343,14 +345,20 @@ mod tests {
         let slot = lock_name("jobs:a", LockKind::Slot(7));
         assert_eq!(keyspace.lock(&slot), "p:sem:jobs:a:7");
         assert_eq!(keyspace.lock_name_of("p:sem:jobs:a:7"), Some(slot.clone()));
-        assert_eq!(keyspace.lock_name_of("p:lock:jobs:a").as_deref(), Some("jobs:a"));
+        assert_eq!(
+            keyspace.lock_name_of("p:lock:jobs:a").as_deref(),
+            Some("jobs:a")
+        );
         assert_eq!(keyspace.lock_name_of("p:sem:jobs:a:x"), None);
         assert_eq!(keyspace.lock_name_of("p:sem:jobs:a:64"), None);
         assert_eq!(
             keyspace.released_channel(&slot),
             keyspace.released_channel(&lock_name("jobs:a", LockKind::Slot(0)))
         );
-        assert_ne!(keyspace.released_channel(&slot), keyspace.released_channel("jobs:a"));
+        assert_ne!(
+            keyspace.released_channel(&slot),
+            keyspace.released_channel("jobs:a")
+        );
         assert_eq!(
             parse_lock_name(&slot),
             Some(LockName {
@@ -362,7 +370,10 @@ mod tests {
         assert!(validate_lock_name("jobs\u{1f}x1").is_err());
         assert!(validate_lock_name("jobs\u{1f}s").is_err());
         assert!(validate_lock_name("jobs\u{1f}s+1").is_err());
-        assert!(validate_resource(&slot).is_err(), "callers cannot name a slot");
+        assert!(
+            validate_resource(&slot).is_err(),
+            "callers cannot name a slot"
+        );
     }
 
     /// Every key of a resource lives under the prefix.

@@ -30,8 +30,8 @@ mod handlers;
 pub(crate) mod inventory;
 pub(crate) mod openapi;
 mod requests;
-mod semaphores;
 pub(crate) mod scrape;
+mod semaphores;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,7 +124,10 @@ impl AppState {
 pub(crate) fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/locks/{resource}/acquire", post(handlers::acquire))
-        .route("/v1/semaphores/{resource}/acquire", post(semaphores::acquire))
+        .route(
+            "/v1/semaphores/{resource}/acquire",
+            post(semaphores::acquire),
+        )
         .route("/v1/locks", get(inventory::list))
         .route("/v1/locks/{resource}", get(inventory::show))
         .route(

@@ -68,7 +68,13 @@ impl SidecarClient {
             });
             let url = format!("{}/v1/semaphores/{SEMAPHORE}/acquire", self.base);
             let sent = Instant::now();
-            let answer = self.http.post(url).json(&body).timeout(WAIT * 4).send().await;
+            let answer = self
+                .http
+                .post(url)
+                .json(&body)
+                .timeout(WAIT * 4)
+                .send()
+                .await;
             let Some(view) = ok_json(answer).await else {
                 self.record.count("sidecar refusals");
                 tokio::time::sleep(random_ms(10, 50)).await;
@@ -180,7 +186,11 @@ impl LibraryClient {
         });
         let hold = random_ms(50, 700);
         tokio::time::sleep((hold / 2).min(lease.remaining_validity(Instant::now()))).await;
-        let extended = self.engine.engine.extend(&lease.resource, lease.id, TTL).await;
+        let extended = self
+            .engine
+            .engine
+            .extend(&lease.resource, lease.id, TTL)
+            .await;
         if let Ok(outcome) = extended {
             lease.apply_extension(&outcome, Instant::now());
         }

@@ -19,7 +19,7 @@ use super::inventory::{text, INSPECT_TIMEOUT};
 use super::Redlock;
 use crate::backoff::Backoff;
 use crate::fleet::{Admission, Deadline};
-use crate::keys::{validate_actor, validate_reason, validate_lock_name};
+use crate::keys::{validate_actor, validate_lock_name, validate_reason};
 use crate::lease_id::parse_value;
 use crate::metrics::METRICS;
 use crate::resp::Commands;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::Redlock;
 use crate::fleet::{CallError, Deadline, Node};
-use crate::keys::{validate_prefix, validate_lock_name};
+use crate::keys::{validate_lock_name, validate_prefix};
 use crate::lease_id::parse_value;
 use crate::resp::{Commands, Reply};
 use crate::{Error, LeaseId};

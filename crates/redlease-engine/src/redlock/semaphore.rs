@@ -344,10 +344,7 @@ fn acquire_call(
     let value = id.value_for(owner);
     let ttl = ttl.as_millis().to_string();
     let (limit_text, most) = (limit.to_string(), MAX_SEMAPHORE_LIMIT.to_string());
-    let order: Vec<String> = slot_order(id, limit)
-        .iter()
-        .map(u32::to_string)
-        .collect();
+    let order: Vec<String> = slot_order(id, limit).iter().map(u32::to_string).collect();
     let mut args: Vec<&[u8]> = vec![
         base.as_bytes(),
         value.as_bytes(),
@@ -397,12 +394,7 @@ mod tests {
     /// Only a slot a quorum gave wins; divergent grants give none.
     #[test]
     fn only_a_slot_a_quorum_gave_wins() {
-        let g = |slot| {
-            Some(SlotReply::Granted {
-                slot,
-                counter: 1,
-            })
-        };
+        let g = |slot| Some(SlotReply::Granted { slot, counter: 1 });
         assert_eq!(quorum_slot(&[g(1), g(1), g(0)], 2), Some(1));
         assert_eq!(quorum_slot(&[g(0), g(1), None], 2), None);
         assert_eq!(quorum_slot(&[g(0), g(1), g(2), g(2), g(2)], 3), Some(2));
