@@ -128,6 +128,7 @@ pub(crate) fn app(state: AppState) -> Router {
             "/v1/semaphores/{resource}/acquire",
             post(semaphores::acquire),
         )
+        .route("/v1/semaphores/{resource}", get(inventory::show_semaphore))
         .route("/v1/locks", get(inventory::list))
         .route("/v1/locks/{resource}", get(inventory::show))
         .route(

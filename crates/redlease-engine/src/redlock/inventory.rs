@@ -141,18 +141,19 @@ impl Redlock {
             )));
         }
         let keyspace = self.fleet.keyspace();
-        let lock_prefix = keyspace.lock("");
-        let pattern = format!(
-            "{}{}*",
-            glob_escape(&lock_prefix),
-            glob_escape(prefix.unwrap_or(""))
-        );
+        let wanted = glob_escape(prefix.unwrap_or(""));
+        // Locks, and the slots of semaphores (whose lock names sort right after their
+        // resource's: the kind separator is below every character a resource may hold).
+        let patterns = [
+            format!("{}{wanted}*", glob_escape(&keyspace.lock(""))),
+            format!("{}sem:{wanted}*", glob_escape(keyspace.prefix())),
+        ];
         self.fleet.wait_for_statuses(INSPECT_TIMEOUT).await;
-        let scans = self
-            .fleet
-            .nodes()
-            .iter()
-            .map(|node| scan(node, &pattern, MAX_SCANNED_KEYS));
+        let scans = self.fleet.nodes().iter().flat_map(|node| {
+            patterns
+                .iter()
+                .map(move |pattern| scan(node, pattern, MAX_SCANNED_KEYS))
+        });
         let mut names = BTreeSet::new();
         let mut complete = true;
         for scanned in futures_util::future::join_all(scans).await {
@@ -161,9 +162,9 @@ impl Redlock {
                 continue;
             };
             complete &= finished;
-            let resources = keys.iter().filter_map(|key| keyspace.resource_of(key));
-            let wanted = resources.filter(|r| after.is_none_or(|after| *r > after));
-            names.extend(wanted.map(str::to_string));
+            let found = keys.iter().filter_map(|key| keyspace.lock_name_of(key));
+            let wanted = found.filter(|name| after.is_none_or(|after| name.as_str() > after));
+            names.extend(wanted);
         }
         let more = names.len() > limit;
         let page: Vec<String> = names.into_iter().take(limit).collect();

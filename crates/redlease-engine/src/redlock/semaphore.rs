@@ -213,6 +213,23 @@ impl Redlock {
         .await
     }
 
+    /// What every master holds in each slot of the semaphore `resource` that any master holds
+    /// a value in, slot order (the inventory of a semaphore: a [`super::LockView`] per slot).
+    pub async fn inspect_semaphore(&self, resource: &str) -> Result<Vec<super::LockView>, Error> {
+        validate_resource(resource)?;
+        self.fleet
+            .wait_for_statuses(super::inventory::INSPECT_TIMEOUT)
+            .await;
+        let names: Vec<String> = (0..MAX_SEMAPHORE_LIMIT)
+            .map(|slot| lock_name(resource, LockKind::Slot(slot)))
+            .collect();
+        let views = self.read_locks(&names).await;
+        Ok(views
+            .into_iter()
+            .filter(|view| view.masters_holding() > 0)
+            .collect())
+    }
+
     /// Fences a permit a quorum gave, as [`Redlock::confirm`] does a grant: the token is the
     /// largest counter among the masters that gave this slot, the lagging ones are raised, and
     /// the permit stands if a quorum holds the token and validity is left. A permit that does

@@ -240,11 +240,13 @@ mod tests {
             masters_holding: 1,
             quorum: 2,
             resource: "r".into(),
+            slot: Some(1),
         });
         let lock = PageLockJson {
             holder: Some(holder()),
             masters_holding: 1,
             resource: "r".into(),
+            slot: Some(1),
         };
         in_name_order(PageJson {
             complete: true,
@@ -273,6 +275,7 @@ mod tests {
             masters_removed: 1,
             removed: vec![removed],
             resource: "r".into(),
+            slot: Some(1),
             time_ms: 3,
         });
         in_name_order(AuditJson {
@@ -282,6 +285,7 @@ mod tests {
             masters: 1,
             reason: "r".into(),
             resource: "s".into(),
+            slot: Some(1),
             time_ms: 4,
         });
     }

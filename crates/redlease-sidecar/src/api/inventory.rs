@@ -13,11 +13,13 @@ use utoipa::{IntoParams, ToSchema};
 use super::body::JsonBody;
 use super::error::{problem_with, ApiError};
 use super::AppState;
+use crate::keys::{lock_name, validate_resource, LockKind, MAX_SEMAPHORE_LIMIT};
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
 use crate::{ForceOptions, ForceVerdict, LeaseId, LockView};
 
 pub(crate) mod shapes;
 
+pub(crate) use shapes::SemaphoreJson;
 pub use shapes::{audit_json, force_release_json, lock_json, page_json};
 pub use shapes::{AuditJson, ForceReleaseJson, LockJson, PageJson};
 
@@ -51,6 +53,9 @@ pub(crate) struct ForceReleaseBody {
     /// The holder is gone: delete the lock at once instead of waiting for it to be told.
     #[serde(default)]
     holder_gone: bool,
+    /// Release this slot of the resource's counting semaphore (0–63) instead of its lock.
+    #[schema(value_type = Option<u32>, minimum = 0, maximum = 63)]
+    slot: Option<u64>,
 }
 
 /// One lock as every master holds it, and the lease a quorum carries.
@@ -68,9 +73,33 @@ pub(crate) async fn show(
 ) -> Result<Json<LockJson>, ApiError> {
     let Path(resource) =
         resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
+    validate_resource(&resource)?;
     let view = state.engine.inspect(&resource).await?;
     let token = held_here(&state, &view);
     Ok(Json(lock_json(&view, token)))
+}
+
+/// Every slot of a counting semaphore that any master holds a value in, as locks.
+#[utoipa::path(
+    get,
+    path = "/v1/semaphores/{resource}",
+    operation_id = "showSemaphore",
+    tag = "inventory",
+    params(("resource" = String, Path, description = "The resource (percent-decoded)")),
+    responses((status = 200, description = "The semaphore's slots", body = SemaphoreJson)),
+)]
+pub(crate) async fn show_semaphore(
+    State(state): State<AppState>,
+    resource: Result<Path<String>, PathRejection>,
+) -> Result<Json<SemaphoreJson>, ApiError> {
+    let Path(resource) =
+        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
+    let views = state.engine.inspect_semaphore(&resource).await?;
+    let slots = views
+        .iter()
+        .map(|view| lock_json(view, held_here(&state, view)))
+        .collect();
+    Ok(Json(SemaphoreJson { resource, slots }))
 }
 
 /// The locks held under a prefix on any master, with their quorum holder, a page at a time.
@@ -113,7 +142,18 @@ pub(crate) async fn force_release(
 ) -> Result<Response, ApiError> {
     let Path(resource) =
         resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
+    validate_resource(&resource)?;
     let JsonBody(body) = body?;
+    let name = match body.slot {
+        None => resource,
+        Some(slot) if slot < u64::from(MAX_SEMAPHORE_LIMIT) => {
+            lock_name(&resource, LockKind::Slot(slot as u32))
+        }
+        Some(_) => {
+            let detail = format!("slot must be below {MAX_SEMAPHORE_LIMIT}");
+            return Err(ApiError::bad_request("invalid_slot", detail));
+        }
+    };
     let actor = body.actor.unwrap_or_default();
     let reason = body.reason.unwrap_or_default();
     let lease_id = match body.lease_id.as_deref().map(str::parse::<LeaseId>) {
@@ -130,7 +170,7 @@ pub(crate) async fn force_release(
     };
     let engine = &state.engine;
     let forced = engine
-        .force_release(&resource, &actor, &reason, &options)
+        .force_release(&name, &actor, &reason, &options)
         .await?;
     let answer = force_release_json(&forced);
     let (status, reason, detail) = match forced.verdict {

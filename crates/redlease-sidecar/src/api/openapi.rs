@@ -58,6 +58,7 @@ does.";
         events::events,
         inventory::list,
         inventory::show,
+        inventory::show_semaphore,
         inventory::force_release,
         handlers::fleet,
         handlers::livez,

@@ -8,6 +8,7 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::keys::{parse_lock_name, LockKind};
 use crate::{AuditRecord, ForceRelease, ForceVerdict, LockPage, LockView};
 use crate::{MasterAnswer, MasterView};
 
@@ -24,6 +25,9 @@ pub struct LockJson {
     pub quorum: usize,
     /// The resource.
     pub resource: String,
+    /// A semaphore's slot (its lock is that slot's); absent for a resource's lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
 }
 
 /// The lease a quorum of masters carries.
@@ -79,6 +83,15 @@ pub struct MasterLockJson {
     pub value: Option<String>,
 }
 
+/// A counting semaphore's slots that any master holds a value in.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub(crate) struct SemaphoreJson {
+    /// The resource.
+    pub resource: String,
+    /// One lock per slot held on any master, in slot order, each with its `slot`.
+    pub slots: Vec<LockJson>,
+}
+
 /// A page of locks, in name order.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct PageJson {
@@ -99,6 +112,9 @@ pub struct PageLockJson {
     pub masters_holding: usize,
     /// The resource.
     pub resource: String,
+    /// A semaphore's slot (its lock is that slot's); absent for a resource's lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
 }
 
 /// What a force release did (also the extension members of its 409 and 503 problems).
@@ -124,6 +140,9 @@ pub struct ForceReleaseJson {
     pub removed: Vec<RemovedJson>,
     /// The resource.
     pub resource: String,
+    /// A semaphore's slot (its lock is that slot's); absent for a resource's lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
     /// When it happened (Unix ms).
     pub time_ms: u64,
 }
@@ -188,6 +207,9 @@ pub struct AuditJson {
     pub reason: String,
     /// The resource.
     pub resource: String,
+    /// A semaphore's slot (its lock is that slot's); absent for a resource's lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
     /// When (Unix ms).
     pub time_ms: u64,
 }
@@ -199,7 +221,8 @@ pub fn lock_json(view: &LockView, fencing_token: Option<u64>) -> LockJson {
         masters: view.masters.iter().map(master_json).collect(),
         masters_holding: view.masters_holding(),
         quorum: view.quorum,
-        resource: view.resource.clone(),
+        resource: resource_of(&view.resource),
+        slot: slot_of(&view.resource),
     }
 }
 
@@ -210,7 +233,8 @@ pub fn page_json(page: &LockPage, fencing_tokens: &[Option<u64>]) -> PageJson {
         PageLockJson {
             holder: holder_json(view, token),
             masters_holding: view.masters_holding(),
-            resource: view.resource.clone(),
+            resource: resource_of(&view.resource),
+            slot: slot_of(&view.resource),
         }
     };
     PageJson {
@@ -286,7 +310,8 @@ pub fn force_release_json(forced: &ForceRelease) -> ForceReleaseJson {
         masters_answered: forced.masters_answered,
         masters_removed: forced.masters_removed,
         removed: removed.collect(),
-        resource: forced.resource.clone(),
+        resource: resource_of(&forced.resource),
+        slot: slot_of(&forced.resource),
         time_ms: forced.time_ms,
     }
 }
@@ -299,7 +324,23 @@ pub fn audit_json(record: &AuditRecord) -> AuditJson {
         holders: record.holders.clone(),
         masters: record.masters,
         reason: record.reason.clone(),
-        resource: record.resource.clone(),
+        resource: resource_of(&record.resource),
+        slot: slot_of(&record.resource),
         time_ms: record.time_ms,
+    }
+}
+
+/// The resource of a lock name (a semaphore slot's names its semaphore's resource).
+pub(crate) fn resource_of(name: &str) -> String {
+    parse_lock_name(name)
+        .map_or(name, |parsed| parsed.resource)
+        .to_string()
+}
+
+/// The semaphore slot a lock name names; `None` for a resource's lock.
+pub(crate) fn slot_of(name: &str) -> Option<u32> {
+    match parse_lock_name(name)?.kind {
+        LockKind::Slot(slot) => Some(slot),
+        LockKind::Exclusive => None,
     }
 }

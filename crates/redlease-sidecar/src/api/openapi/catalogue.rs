@@ -163,6 +163,7 @@ pub(super) const ROUTES: &[Route] = &[
         )],
     ),
     route("showLock", &[group(400, &["invalid_resource"])]),
+    route("showSemaphore", &[group(400, &["invalid_resource"])]),
     route(
         "forceReleaseLock",
         &[
@@ -173,6 +174,7 @@ pub(super) const ROUTES: &[Route] = &[
                     "invalid_actor",
                     "invalid_reason",
                     "invalid_lease_id",
+                    "invalid_slot",
                 ],
             ),
             JSON_BODY[0],

@@ -87,6 +87,7 @@ fn every_route_of_the_router_is_an_operation() {
         "releaseLease",
         "renewLease",
         "showLock",
+        "showSemaphore",
     ];
     expected.sort();
     assert_eq!(ids, expected);
