@@ -4,6 +4,7 @@
 
 mod client;
 mod faults;
+mod retention;
 
 use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
