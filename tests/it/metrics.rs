@@ -41,6 +41,7 @@ async fn metrics_expose_the_names_operators_query() {
         "lock_active_leases ",
         "lock_adaptive_ttl ",
         "lock_leases_lost_total{reason=\"expired\"}",
+        "lock_reentries_total{outcome=\"entered\"}",
         "redis_command_rtt_bucket{node=\"0\"",
         "redis_masters_up 3",
         "redis_masters_quarantined 0",

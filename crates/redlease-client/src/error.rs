@@ -43,6 +43,13 @@ pub enum ClientError {
         /// The sidecar's `detail`, in words.
         detail: String,
     },
+    /// 409 `too_many_holds`: a re-entry found 1,000 holds open on the lease; no hold was
+    /// opened. Release one first.
+    #[error("too many holds: {detail}")]
+    TooManyHolds {
+        /// The sidecar's `detail`, in words.
+        detail: String,
+    },
     /// 410 `lease_lost`: the lease has ended.
     #[error("lease lost: {detail}")]
     LeaseLost {
@@ -118,6 +125,7 @@ impl ClientError {
     pub fn reason(&self) -> Option<&str> {
         match self {
             Self::Held { .. } => Some("held"),
+            Self::TooManyHolds { .. } => Some("too_many_holds"),
             Self::NoQuorum { .. } | Self::Releasing { .. } => Some("no_quorum"),
             Self::ShuttingDown { .. } => Some("shutting_down"),
             Self::UnknownLease { .. } => Some("unknown_lease"),
@@ -132,7 +140,7 @@ impl ClientError {
     /// The HTTP status of the answer, when there was one.
     pub fn status(&self) -> Option<u16> {
         match self {
-            Self::Held { .. } => Some(409),
+            Self::Held { .. } | Self::TooManyHolds { .. } => Some(409),
             Self::NoQuorum { .. } | Self::Releasing { .. } | Self::ShuttingDown { .. } => Some(503),
             Self::UnknownLease { .. } => Some(404),
             Self::LeaseLost { .. } => Some(410),
@@ -164,6 +172,7 @@ impl ClientError {
         };
         match (status, reason.as_str()) {
             (409, "held") => Self::Held { detail },
+            (409, "too_many_holds") => Self::TooManyHolds { detail },
             (503, "no_quorum") if problem.state.as_deref() == Some("releasing") => {
                 Self::Releasing { detail }
             }
@@ -227,6 +236,12 @@ mod tests {
         let held = problem(409, "held", r#","acquired":false"#);
         assert!(matches!(&held, ClientError::Held { detail } if detail == "d"));
         assert_eq!(held.reason(), Some("held"));
+        let full = problem(409, "too_many_holds", "");
+        assert!(matches!(full, ClientError::TooManyHolds { .. }));
+        assert_eq!(
+            (full.reason(), full.status()),
+            (Some("too_many_holds"), Some(409))
+        );
         let releasing = problem(503, "no_quorum", r#","released":false,"state":"releasing""#);
         assert!(matches!(releasing, ClientError::Releasing { .. }));
         assert_eq!(releasing.reason(), Some("no_quorum"));

@@ -1,8 +1,8 @@
 //! redlease-client: a Rust client of the redlease sidecar's HTTP API: take a lock, hold it
-//! while the lease's event stream says how it stands, release it. It speaks HTTP/1.1 to a
-//! sidecar (hyper's client connection, driven in the caller's own task: see `http`) and uses
-//! nothing of the engine (no Redis client, and no TLS: the sidecar listens on loopback or on a
-//! socket file).
+//! while the lease's event stream says how it stands, enter it again ([`LockGuard::reenter`]),
+//! release it. It speaks HTTP/1.1 to a sidecar (hyper's client connection, driven in the
+//! caller's own task: see `http`) and uses nothing of the engine (no Redis client, and no TLS:
+//! the sidecar listens on loopback or on a socket file).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -28,6 +28,7 @@
 
 mod error;
 mod events;
+mod hold;
 mod http;
 
 use std::future::Future;
@@ -40,6 +41,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use error::ClientError;
+pub use hold::Hold;
 pub use http::TransportError;
 use http::{Endpoint, Transport};
 use hyper::header::HeaderValue;
@@ -124,6 +126,10 @@ pub struct LeaseInfo {
     pub state: LeaseState,
     /// Whether the sidecar renews it.
     pub auto_renew: bool,
+    /// Re-entry holds open on it ([`LockGuard::reenter`]), not counting the lease itself;
+    /// 0 once it has ended (and from a sidecar without re-entry).
+    #[serde(default)]
+    pub holds: u64,
     /// Why the lease ended (`released`, `idle`, `shutdown`, `expired`, `not_ours`,
     /// `revoked`, `invalid`); absent while it is held or degraded.
     #[serde(default)]

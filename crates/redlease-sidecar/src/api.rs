@@ -1,7 +1,8 @@
 //! The sidecar's HTTP/JSON API (v1) on loopback:
 //!
 //! - `POST /v1/locks/{resource}/acquire`, `GET /v1/leases/{id}`, `POST /v1/leases/{id}/renew`,
-//!   `POST /v1/leases/{id}/keepalive`, `DELETE /v1/leases/{id}`,
+//!   `POST /v1/leases/{id}/keepalive`, `POST /v1/leases/{id}/reenter` (see [`reentry`]),
+//!   `DELETE /v1/leases/{id}` (a lease, or one re-entry hold by its id),
 //!   `GET /v1/leases/{id}/events` (Server-Sent Events)
 //! - `GET /v1/locks/{resource}`, `GET /v1/locks?prefix=&limit=&after=`,
 //!   `POST /v1/locks/{resource}/force-release` (the inventory, see [`inventory`])
@@ -29,6 +30,7 @@ pub(crate) mod guard;
 mod handlers;
 pub(crate) mod inventory;
 pub(crate) mod openapi;
+mod reentry;
 mod requests;
 pub(crate) mod scrape;
 mod semaphores;
@@ -139,6 +141,7 @@ pub(crate) fn app(state: AppState) -> Router {
         .route("/v1/leases/{id}", delete(handlers::release))
         .route("/v1/leases/{id}/renew", post(handlers::renew))
         .route("/v1/leases/{id}/keepalive", post(handlers::keepalive))
+        .route("/v1/leases/{id}/reenter", post(reentry::reenter))
         .route("/v1/fleet", get(handlers::fleet))
         .route("/livez", get(handlers::livez))
         .route("/readyz", get(handlers::readyz))

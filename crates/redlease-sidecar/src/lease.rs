@@ -1,7 +1,8 @@
 //! The leases this sidecar holds: acquiring them for apps, renewing them automatically while
 //! the app is alive, reporting loss at once, releasing them on request, on idleness and on
 //! shutdown. Each lease has one task (see `renewal`) that owns its timing. The same table
-//! keeps a lease for a holder in this very process (`lock run` on the masters, see `holder`).
+//! keeps a lease for a holder in this very process (`lock run` on the masters, see `holder`),
+//! and the re-entry holds of its leases (see `reentry`).
 
 #[macro_use]
 mod logs;
@@ -10,6 +11,7 @@ mod retired;
 pub(crate) mod escalation;
 pub(crate) mod holder;
 pub(crate) mod reading;
+pub(crate) mod reentry;
 pub(crate) mod renewal;
 pub(crate) mod state;
 pub(crate) mod ttl;
@@ -31,6 +33,7 @@ use crate::metrics::METRICS;
 use crate::redlock::{AcquireOutcome, Lease, Redlock};
 use crate::{Error, LeaseId};
 pub use holder::Revocations;
+pub use reentry::{HoldRelease, Reentry};
 use renewal::Begin;
 pub(crate) use state::RecordGuard;
 pub(crate) use state::{LeaseEndReason, LeaseEvent, LeaseState, LeaseView};
@@ -131,6 +134,9 @@ pub enum RenewError {
     Gone(Box<LeaseView>),
     #[error("no quorum")]
     NoQuorum,
+    /// A re-entry: [`reentry::MAX_HOLDS`] holds are open on the lease.
+    #[error("too many holds")]
+    TooManyHolds,
     #[error(transparent)]
     Invalid(#[from] Error),
 }
@@ -321,6 +327,8 @@ pub struct LeaseManager {
     renewals: Arc<Renewals>,
     policy: LeasePolicy,
     table: Mutex<HashMap<LeaseId, Arc<Tracked>>>,
+    /// Each re-entry hold's id → the lease it is a hold of, until that lease is forgotten.
+    holds: Mutex<HashMap<LeaseId, LeaseId>>,
     /// Ended leases in the order their tasks ended, with when each is forgotten.
     retired: Mutex<VecDeque<(Instant, LeaseId)>>,
     tasks: TaskTracker,
@@ -340,6 +348,7 @@ impl LeaseManager {
             engine,
             policy,
             table: Mutex::new(HashMap::new()),
+            holds: Mutex::new(HashMap::new()),
             retired: Mutex::new(VecDeque::new()),
             tasks: TaskTracker::new(),
             closing: AtomicBool::new(false),
@@ -502,13 +511,22 @@ impl LeaseManager {
     /// Extends the lease now, to `ttl` or its current TTL.
     pub async fn renew(&self, id: LeaseId, ttl: Option<Duration>) -> Result<LeaseView, RenewError> {
         let tracked = self.find(id).ok_or(RenewError::Unknown)?;
+        self.renew_tracked(&tracked, ttl).await
+    }
+
+    /// Extends the lease of `tracked` now (a sign of life), as [`LeaseManager::renew`].
+    async fn renew_tracked(
+        &self,
+        tracked: &Arc<Tracked>,
+        ttl: Option<Duration>,
+    ) -> Result<LeaseView, RenewError> {
         let view = tracked.view();
         if view.state.is_ended() {
             return Err(RenewError::Gone(Box::new(view)));
         }
         tracked.record().last_seen = Instant::now();
         let ttl = ttl.unwrap_or_else(|| tracked.record().lease.ttl);
-        match renewal::renew(&self.renewals, &self.policy, &tracked, ttl).await? {
+        match renewal::renew(&self.renewals, &self.policy, tracked, ttl).await? {
             Some(view) => Ok(view),
             None if tracked.view().state.is_ended() => {
                 Err(RenewError::Gone(Box::new(tracked.view())))
@@ -574,6 +592,7 @@ impl LeaseManager {
             idle_timeout: request.idle_timeout.unwrap_or(self.policy.idle_timeout),
             last_seen: now,
             ended_at: None,
+            holds: Default::default(),
         };
         let id = record.lease.id;
         lease_event!(

@@ -50,4 +50,4 @@ pub use lease::holder::{Following, LetGo};
 pub use lease::state::{LeaseEvent, LeaseState, LeaseView};
 pub use lease::ttl::{RenewalSchedule, TtlPolicy};
 pub use lease::{AcquireRequest, Acquired, LeaseManager, LeasePolicy};
-pub use lease::{Revocations, NEVER_IDLE};
+pub use lease::{HoldRelease, Reentry, Revocations, NEVER_IDLE};

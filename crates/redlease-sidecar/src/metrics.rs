@@ -26,6 +26,11 @@ pub const LOST_REASONS: [&str; 4] = ["expired", "not_ours", "revoked", "invalid"
 /// app had not read (`unread`), or the connection could not be checked (`unchecked`).
 pub const CHECK_OUTCOMES: [&str; 3] = ["read", "unread", "unchecked"];
 
+/// Outcomes of a re-entry (`POST /v1/leases/{id}/reenter`): a hold opened (`entered`), or
+/// refused for want of a quorum (`no_quorum`), because the lease had ended (`lease_lost`), or
+/// over the cap of open holds (`too_many_holds`).
+pub const REENTRY_OUTCOMES: [&str; 4] = ["entered", "no_quorum", "lease_lost", "too_many_holds"];
+
 /// The exporter's registry and provider, made and installed as the global provider once.
 static EXPORTER: LazyLock<(Registry, SdkMeterProvider)> = LazyLock::new(|| {
     let (registry, provider) = exported_provider();
@@ -95,6 +100,9 @@ pub struct Metrics {
     pub waiting_acquisitions: Gauge<u64>,
     /// `lock_waiters_refused_total`: blocking acquisitions refused over `http.max_waiters`.
     pub waiters_refused: Counter<u64>,
+    /// `lock_reentries_total`: re-entries of a lease, by `outcome` (one of
+    /// [`REENTRY_OUTCOMES`]).
+    pub reentries: Counter<u64>,
     /// `process_cpu_seconds_total` (s): user + system CPU time of this process, read at scrape.
     _process_cpu: ObservableCounter<f64>,
     /// `process_resident_memory_bytes`: resident memory of this process, read at scrape.
@@ -188,6 +196,10 @@ impl Metrics {
                 "lock_waiters_refused",
                 "Blocking acquisitions refused: http.max_waiters were waiting",
             ),
+            reentries: counter(
+                "lock_reentries",
+                "Re-entries of a lease by its id, by outcome",
+            ),
             _process_cpu: meter
                 .f64_observable_counter("process_cpu_seconds")
                 .with_unit("s")
@@ -230,6 +242,9 @@ impl Metrics {
         }
         for outcome in CHECK_OUTCOMES {
             self.stream_checks.add(0, &label("outcome", outcome));
+        }
+        for outcome in REENTRY_OUTCOMES {
+            self.reentries.add(0, &label("outcome", outcome));
         }
     }
 }

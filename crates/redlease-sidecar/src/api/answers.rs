@@ -9,7 +9,7 @@ use serde::Serialize;
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use utoipa::ToSchema;
 
-use crate::lease::{LeaseEndReason, LeaseState};
+use crate::lease::{LeaseEndReason, LeaseState, LeaseView};
 
 /// An `application/problem+json` body (RFC 9457). Match on `reason`.
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -46,17 +46,40 @@ pub(crate) struct ReleaseRefusal {
     pub state: LeaseState,
 }
 
-/// The answer of `DELETE /v1/leases/{id}`.
-#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+/// The answer of `DELETE /v1/leases/{id}`: of a lease, or of one of its re-entry holds
+/// (`hold_id` and `holds` present).
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub(crate) struct Released {
-    /// What ended the lease (`null` only for a lease read before its task marked it).
+    /// A hold's release: the hold's id. Absent for a lease's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = false, pattern = "^[0-9a-f]{32}$")]
+    pub hold_id: Option<String>,
+    /// A hold's release: the holds still open on its lease. Absent for a lease's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = usize, required = false)]
+    pub holds: Option<usize>,
+    /// What ended the lease (`null` for a lease read before its task marked it, and for a
+    /// hold's lease still held).
     #[schema(value_type = Option<LeaseEndReason>)]
     pub reason: Option<&'static str>,
-    /// `true` for exactly one request: the one that saw a quorum confirm a release begun by
-    /// a `DELETE`.
+    /// A lease's release: `true` for exactly one request, the one that saw a quorum confirm
+    /// a release begun by a `DELETE`. A hold's: `true` for exactly one request, the one that
+    /// released the hold (never after its lease ended, which closed it).
     pub released: bool,
-    /// `released` or `lost`.
+    /// A lease's release: `released` or `lost`. A hold's: its lease's state, whatever it is.
     pub state: LeaseState,
+}
+
+/// The answer of `POST /v1/leases/{id}/reenter`: the hold opened, and the lease renewed with
+/// the same fencing token, its `holds` counting this one.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub(crate) struct Reentered {
+    /// The hold's id (32 lowercase hex digits): `DELETE /v1/leases/{hold_id}` releases it.
+    #[schema(pattern = "^[0-9a-f]{32}$")]
+    pub hold_id: String,
+    /// The lease.
+    #[serde(flatten)]
+    pub lease: LeaseView,
 }
 
 /// `GET /v1/fleet`: every master in the configured order, the quorum and the fleet.
@@ -192,6 +215,8 @@ mod tests {
         assert_eq!(written, expected);
         in_name_order(problem);
         in_name_order(Released {
+            hold_id: Some("0".repeat(32)),
+            holds: Some(1),
             reason: Some("released"),
             released: true,
             state: LeaseState::Released,

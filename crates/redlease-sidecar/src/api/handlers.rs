@@ -17,10 +17,12 @@ use super::answers::{
 };
 use super::body::{JsonBody, OptionalJsonBody};
 use super::error::{problem_with, ApiError};
-use super::requests::{AcquireBody, LeaseIdParam, RenewBody};
+use super::reentry;
+use super::requests::{AcquireBody, LeaseIdParam, LeaseOrHoldIdParam, RenewBody};
 use super::AppState;
 use crate::fleet::Exclusion;
 use crate::keys::validate_resource;
+use crate::lease::reentry::MAX_HOLDS;
 use crate::lease::{AcquireRequest, Acquired, LeaseState, LeaseView, RenewError};
 use crate::metrics::METRICS;
 use crate::LeaseId;
@@ -181,26 +183,32 @@ pub(super) async fn keepalive(
     }
 }
 
-/// Release the lease: marked `releasing` at once, released on the masters by a task of its own.
+/// Release the lease, or one re-entry hold of it.
 ///
-/// `released: true` exactly once per lease, to the request that saw a quorum of masters
-/// confirm the release; 503 `no_quorum` (state `releasing`) while too few answered: the
-/// release keeps trying in the background.
+/// A lease id: the lease is marked `releasing` at once and released on the masters by a task
+/// of its own, which closes every hold of it; `released: true` exactly once per lease, to the
+/// request that saw a quorum of masters confirm the release; 503 `no_quorum` (state
+/// `releasing`) while too few answered: the release keeps trying in the background.
+///
+/// A hold id (`hold_id` of a re-entry): that one hold is released, and nothing else — no
+/// master is written to, and the lease stays held. `released: true` once per hold; a retry
+/// answers `released: false` again while the lease is kept readable.
 #[utoipa::path(
     delete,
     path = "/v1/leases/{id}",
     operation_id = "releaseLease",
     tag = "leases",
-    params(LeaseIdParam),
-    responses((status = 200, description = "Released on a quorum, or ended already", body = Released)),
+    params(LeaseOrHoldIdParam),
+    responses((status = 200, description = "Released on a quorum, or ended already; or the hold released", body = Released)),
 )]
 pub(super) async fn release(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = lease_id(id)?;
-    let answer = state.manager.release(id, "released").await;
-    let answer = answer.ok_or_else(ApiError::unknown_lease)?;
+    let Some(answer) = state.manager.release(id, "released").await else {
+        return reentry::release_hold(&state, id);
+    };
     if answer.view.state == LeaseState::Releasing {
         let detail = "too few masters confirmed the release; it keeps trying";
         let extra = ReleaseRefusal {
@@ -212,6 +220,8 @@ pub(super) async fn release(
     }
     let view = &answer.view;
     let body = Released {
+        hold_id: None,
+        holds: None,
         reason: view.reason,
         released: answer.released,
         state: view.state,
@@ -219,7 +229,8 @@ pub(super) async fn release(
     Ok(Json(body).into_response())
 }
 
-fn renew_error(error: RenewError) -> ApiError {
+/// The refusal of a renewal, keepalive or re-entry.
+pub(super) fn renew_error(error: RenewError) -> ApiError {
     match error {
         RenewError::Unknown => ApiError::unknown_lease(),
         RenewError::Gone(view) => {
@@ -231,6 +242,12 @@ fn renew_error(error: RenewError) -> ApiError {
             "no_quorum",
             "too few masters answered the renewal; it is retried automatically",
         ),
+        RenewError::TooManyHolds => {
+            let detail = format!(
+                "{MAX_HOLDS} re-entry holds are open on the lease; release one (DELETE its hold_id) first"
+            );
+            ApiError::new(StatusCode::CONFLICT, "too_many_holds", detail)
+        }
         RenewError::Invalid(error) => error.into(),
     }
 }

@@ -24,7 +24,7 @@ use utoipa::OpenApi;
 use super::answers::{AcquireRefusal, FleetAnswer, Live, Problem, Ready, ReleaseRefusal};
 use super::events::StreamEvent;
 use super::inventory::ForceReleaseJson;
-use super::{events, handlers, inventory, semaphores};
+use super::{events, handlers, inventory, reentry, semaphores};
 
 /// The document's `info.description`: what holds for every operation.
 const DESCRIPTION: &str = "The redlease sidecar's HTTP API: leases on a Redlock fleet for apps \
@@ -54,6 +54,7 @@ does.";
         handlers::get_lease,
         handlers::renew,
         handlers::keepalive,
+        reentry::reenter,
         handlers::release,
         events::events,
         inventory::list,

@@ -1,4 +1,4 @@
-//! The JSON bodies the lease routes read (acquire, renew) and their path parameter, as the
+//! The JSON bodies the lease routes read (acquire, renew, re-enter) and their path parameter, as the
 //! handlers take them and the OpenAPI document describes them. The inventory's body and query live in
 //! [`super::inventory`].
 
@@ -42,12 +42,31 @@ pub(super) struct RenewBody {
     pub(super) ttl_ms: Millis,
 }
 
-/// The path parameter of every `/v1/leases/{id}` route, for the OpenAPI document (the handlers
-/// read it as a string and parse it themselves, to answer `unknown_lease`).
+/// Body of `POST /v1/leases/{id}/reenter` (may be empty): the re-entry is a renewal.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReenterBody {
+    /// The new TTL (ms), 10 to `lease.max_ttl_ms`; default: the lease's current TTL.
+    #[serde(default)]
+    #[schema(value_type = Option<u64>, minimum = 10)]
+    pub(super) ttl_ms: Millis,
+}
+
+/// The path parameter of every `/v1/leases/{id}` route but `DELETE`, for the OpenAPI document
+/// (the handlers read it as a string and parse it themselves, to answer `unknown_lease`).
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)]
 pub(super) struct LeaseIdParam {
     /// The lease id (32 lowercase hex digits)
+    id: String,
+}
+
+/// The path parameter of `DELETE /v1/leases/{id}`, which takes a re-entry hold's id too.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(super) struct LeaseOrHoldIdParam {
+    /// The lease id, or the `hold_id` of one of its re-entries (32 lowercase hex digits)
     id: String,
 }

@@ -1,6 +1,7 @@
 //! The ended leases the table keeps readable: each for the retention period after its end,
 //! and never more than `retained_max` of them (the oldest forgotten first), which bounds the
-//! table's memory under churn; swept as leases end and on a timer when none does.
+//! table's memory under churn; swept as leases end and on a timer when none does. A lease
+//! forgotten takes its re-entry holds' ids with it (see `reentry`).
 
 use std::collections::VecDeque;
 use std::sync::{MutexGuard, Weak};
@@ -44,7 +45,9 @@ impl LeaseManager {
         }
         let mut table = self.table();
         for (_, id) in retired.drain(..over) {
-            table.remove(&id);
+            if let Some(tracked) = table.remove(&id) {
+                self.forget_holds(&tracked);
+            }
         }
     }
 

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use utoipa::ToSchema;
 
+use super::reentry::Holds;
 use crate::keys::{parse_lock_name, LockKind, LockName};
 use crate::redlock::Lease;
 
@@ -66,6 +67,8 @@ pub(crate) struct LeaseRecord {
     pub renew_at: Instant,
     /// When the lease stopped being valid for the app (release began, or it was lost).
     pub ended_at: Option<Instant>,
+    /// Its re-entry holds (`POST …/reenter`): open ones, and the ids of those released.
+    pub holds: Holds,
 }
 
 /// What the lease's task does next.
@@ -140,7 +143,16 @@ impl LeaseRecord {
         }
     }
 
+    /// Re-entry holds open on a lease in `state`: none once it has ended, which closed them all.
+    pub(crate) fn open_holds(&self, state: LeaseState) -> usize {
+        match state.is_ended() {
+            true => 0,
+            false => self.holds.open(),
+        }
+    }
+
     pub(crate) fn view(&self, now: Instant) -> LeaseView {
+        let state = self.state_at(now);
         let remaining = self.remaining_validity(now);
         let until = self.valid_until();
         let wall_now = SystemTime::now();
@@ -169,8 +181,9 @@ impl LeaseRecord {
             ttl_ms: self.lease.ttl.as_millis() as u64,
             validity_ms: remaining.as_millis() as u64,
             expires_at,
-            state: self.state_at(now),
+            state,
             auto_renew: self.auto_renew,
+            holds: self.open_holds(state),
             reason: self.reason,
         }
     }
@@ -257,6 +270,9 @@ pub struct LeaseView {
     pub state: LeaseState,
     /// Whether the sidecar renews it.
     pub auto_renew: bool,
+    /// Re-entry holds open on it (`POST …/reenter`), not counting the lease itself; 0 for a
+    /// lease never re-entered, and once it has ended.
+    pub holds: usize,
     /// Why it ended; absent while held or degraded.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = LeaseEndReason, required = false)]

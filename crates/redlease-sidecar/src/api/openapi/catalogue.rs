@@ -131,6 +131,20 @@ pub(super) const ROUTES: &[Route] = &[
         ],
     ),
     route(
+        "reenterLease",
+        &[
+            group(400, &["invalid_ttl"]),
+            JSON_BODY[0],
+            JSON_BODY[1],
+            JSON_BODY[2],
+            JSON_BODY[3],
+            group(404, &["unknown_lease"]),
+            group(409, &["too_many_holds"]),
+            group(410, &["lease_lost"]),
+            group(503, &["no_quorum"]),
+        ],
+    ),
+    route(
         "keepaliveLease",
         &[group(404, &["unknown_lease"]), group(410, &["lease_lost"])],
     ),

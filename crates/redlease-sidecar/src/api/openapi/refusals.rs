@@ -1,8 +1,9 @@
 //! What the handlers' annotations cannot say, added to the document: each operation's
 //! problem+json answers with the exact `reason`s it can give per status, those of the checks
 //! before routing included, the bearer scheme and where it applies, the links from an
-//! acquisition to the operations on its lease, the event stream's item schema, the optional
-//! renewal body, and path parameters that are never empty.
+//! acquisition to the operations on its lease and from a re-entry to its hold's release, the
+//! event stream's item schema, the optional renewal and re-entry bodies, and path parameters
+//! that are never empty.
 //!
 //! The reasons per operation are in [`super::catalogue`].
 
@@ -25,13 +26,17 @@ use super::catalogue::{merged, Merged, Route, Token, GUARD, ROUTES, TIMEOUT, UNA
 const BEARER: &str = "bearer";
 
 /// The operations a granted lease links to, by the `lease_id` of the acquisition's answer.
-const LEASE_LINKS: [&str; 5] = [
+const LEASE_LINKS: [&str; 6] = [
     "getLease",
     "renewLease",
     "keepaliveLease",
+    "reenterLease",
     "releaseLease",
     "leaseEvents",
 ];
+
+/// The link from a re-entry to the release of the hold it opened, by its `hold_id`.
+const HOLD_LINK: &str = "releaseHold";
 
 /// Adds the refusals, the security and the links to the document.
 pub(super) struct Refusals;
@@ -65,6 +70,13 @@ fn amend(id: &str, operation: &mut Operation) {
     match id {
         "acquireLock" => link_lease(responses),
         "leaseEvents" => describe_events(responses),
+        // The re-entry's body may be left out, as the renewal's.
+        "reenterLease" => {
+            link_hold(responses);
+            let body = operation.request_body.as_mut();
+            body.into_iter()
+                .for_each(|b| b.required = Some(Required::False));
+        }
         // The renewal's body may be left out (`OptionalJsonBody`).
         "renewLease" => {
             let body = operation.request_body.as_mut();
@@ -210,6 +222,19 @@ fn link_lease(responses: &mut BTreeMap<String, RefOr<Response>>) {
             .build();
         granted.links.insert(operation.to_string(), link.into());
     }
+}
+
+/// A link from the re-entry's 200 to the release of the hold it opened.
+fn link_hold(responses: &mut BTreeMap<String, RefOr<Response>>) {
+    let Some(RefOr::T(entered)) = responses.get_mut("200") else {
+        return;
+    };
+    let link = LinkBuilder::new()
+        .operation_id("releaseLease")
+        .parameter("id", "$response.body#/hold_id")
+        .description("`releaseLease` of the hold just opened: that hold only, never the lease")
+        .build();
+    entered.links.insert(HOLD_LINK.to_string(), link.into());
 }
 
 /// OpenAPI 3.1 has no schema for the items of a stream: the event stream's media type names

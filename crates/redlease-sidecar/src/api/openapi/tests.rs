@@ -84,6 +84,7 @@ fn every_route_of_the_router_is_an_operation() {
         "metrics",
         "openapi",
         "readyz",
+        "reenterLease",
         "releaseLease",
         "renewLease",
         "showLock",
@@ -207,6 +208,7 @@ fn an_acquisition_links_to_its_lease() {
         "getLease",
         "keepaliveLease",
         "leaseEvents",
+        "reenterLease",
         "releaseLease",
         "renewLease",
     ];
@@ -214,6 +216,23 @@ fn an_acquisition_links_to_its_lease() {
     for link in links.values() {
         assert_eq!(link["parameters"]["id"], "$response.body#/lease_id");
     }
+}
+
+/// A re-entry's 200 links to the release of the hold it opened, by its `hold_id`, and its
+/// body, like a renewal's, may be left out.
+#[test]
+fn a_reentry_links_to_its_hold() {
+    let document = document();
+    let operation = &document["paths"]["/v1/leases/{id}/reenter"]["post"];
+    let links = operation["responses"]["200"]["links"].as_object().unwrap();
+    let names: Vec<&str> = links.keys().map(String::as_str).collect();
+    assert_eq!(names, ["releaseHold"]);
+    assert_eq!(links["releaseHold"]["operationId"], "releaseLease");
+    assert_eq!(
+        links["releaseHold"]["parameters"]["id"],
+        "$response.body#/hold_id"
+    );
+    assert_eq!(operation["requestBody"]["required"], false);
 }
 
 /// Every `reason` enum of the document, as (status, reason).
@@ -284,6 +303,7 @@ fn the_reasons_are_the_catalogue() {
         include_str!("../body.rs"),
         include_str!("../handlers.rs"),
         include_str!("../semaphores.rs"),
+        include_str!("../reentry.rs"),
         include_str!("../inventory.rs"),
         include_str!("../events.rs"),
         include_str!("../../server/accept.rs"),

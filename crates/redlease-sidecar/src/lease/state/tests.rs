@@ -24,6 +24,7 @@ fn record(now: Instant, auto_renew: bool) -> LeaseRecord {
         last_seen: now,
         renew_at: now + Duration::from_millis(450),
         ended_at: None,
+        holds: Default::default(),
     }
 }
 
