@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use redlease_sidecar::{AcquireRequest, Acquired, Following, LeaseManager, LeaseState, LetGo};
+use redlease_sidecar::{AcquireKind, AcquireRequest, Acquired, Following, LeaseManager};
+use redlease_sidecar::{LeaseState, LetGo};
 use tokio::time::Instant;
 
 use super::access::AccessArgs;
@@ -154,7 +155,7 @@ async fn on_masters(args: &RunArgs, owner: &str, limit: Option<u32>) -> Result<u
     let engine = Arc::new(engine);
     let manager = LeaseManager::new(Arc::clone(&engine), policy);
     let request = AcquireRequest {
-        limit,
+        kind: limit.map_or(AcquireKind::Lock, |limit| AcquireKind::Permit { limit }),
         resource: args.resource.clone(),
         owner: owner.to_string(),
         ttl: Some(Duration::from_millis(

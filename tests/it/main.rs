@@ -24,6 +24,7 @@ mod monitoring;
 mod prometheus;
 mod proxy;
 mod python;
+mod read_write;
 mod reenter;
 mod release_retry;
 mod revocation;

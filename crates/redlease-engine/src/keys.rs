@@ -13,6 +13,9 @@ pub const MAX_AUDIT_TEXT_BYTES: usize = 512;
 /// The largest limit a counting semaphore may have: its acquisition reads every slot of the
 /// semaphore on each master, to refuse a limit other than the one its holders use.
 pub const MAX_SEMAPHORE_LIMIT: u32 = 64;
+/// The most readers a read-write lock has at once: a reader holds one of these slots, and a
+/// writer's acquisition reads every one of them on each master.
+pub const MAX_READERS: u32 = 64;
 /// Separates a resource from the kind in a lock name. A control character, which no resource
 /// may contain ([`validate_resource`]), so no caller can name another kind's keys.
 const KIND_SEPARATOR: char = '\u{1f}';
@@ -26,6 +29,10 @@ pub enum LockKind {
     Exclusive,
     /// Slot `n` of the resource's counting semaphore, `<prefix>sem:<resource>:<n>`.
     Slot(u32),
+    /// The writer of the resource's read-write lock, `<prefix>rw:<resource>:w`.
+    Writer,
+    /// Reader slot `n` of the resource's read-write lock, `<prefix>rw:<resource>:r<n>`.
+    Reader(u32),
 }
 
 /// A lock name split into its resource and kind (see [`lock_name`]).
@@ -44,6 +51,8 @@ pub fn lock_name(resource: &str, kind: LockKind) -> String {
     match kind {
         LockKind::Exclusive => resource.to_string(),
         LockKind::Slot(slot) => format!("{resource}{KIND_SEPARATOR}s{slot}"),
+        LockKind::Writer => format!("{resource}{KIND_SEPARATOR}w"),
+        LockKind::Reader(slot) => format!("{resource}{KIND_SEPARATOR}r{slot}"),
     }
 }
 
@@ -55,13 +64,17 @@ pub fn parse_lock_name(name: &str) -> Option<LockName<'_>> {
             kind: LockKind::Exclusive,
         });
     };
-    let slot = kind.strip_prefix('s')?;
-    let digits_only = !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit());
-    let slot: u32 = slot.parse().ok().filter(|_| digits_only)?;
-    (slot < MAX_SEMAPHORE_LIMIT).then_some(LockName {
-        resource,
-        kind: LockKind::Slot(slot),
-    })
+    let number = |digits: &str| -> Option<u32> {
+        let digits_only = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+        digits.parse().ok().filter(|_| digits_only)
+    };
+    let kind = match kind.split_at_checked(1)? {
+        ("w", "") => LockKind::Writer,
+        ("s", slot) => LockKind::Slot(number(slot).filter(|&n| n < MAX_SEMAPHORE_LIMIT)?),
+        ("r", slot) => LockKind::Reader(number(slot).filter(|&n| n < MAX_READERS)?),
+        _ => return None,
+    };
+    Some(LockName { resource, kind })
 }
 
 /// A lock name is a valid resource, alone or with a kind ([`lock_name`]).
@@ -115,17 +128,33 @@ impl Keyspace {
     /// The lock key of a lock name ([`lock_name`]): `<prefix>lock:<resource>` for an exclusive
     /// lock (renewals need no other key), `<prefix>sem:<resource>:<n>` for a semaphore slot.
     pub fn lock(&self, name: &str) -> String {
-        match parse_lock_name(name) {
-            Some(LockName {
-                resource,
-                kind: LockKind::Slot(slot),
-            }) => {
-                let mut key = self.semaphore_slots(resource);
-                key.push_str(itoa::Buffer::new().format(slot));
-                key
+        let Some(LockName { resource, kind }) = parse_lock_name(name) else {
+            return self.join("lock:", name);
+        };
+        let (mut key, slot) = match kind {
+            LockKind::Exclusive => return self.join("lock:", name),
+            LockKind::Slot(slot) => (self.semaphore_slots(resource), slot),
+            LockKind::Writer => {
+                let mut key = self.read_write(resource);
+                key.push('w');
+                return key;
             }
-            _ => self.join("lock:", name),
-        }
+            LockKind::Reader(slot) => {
+                let mut key = self.read_write(resource);
+                key.push('r');
+                (key, slot)
+            }
+        };
+        key.push_str(itoa::Buffer::new().format(slot));
+        key
+    }
+
+    /// `<prefix>rw:<resource>:`, which `w` (the writer), `r<n>` (reader slot `n`) and `wi`
+    /// (a waiting writer's intent) follow in the read-write lock's keys.
+    pub fn read_write(&self, resource: &str) -> String {
+        let mut base = self.join("rw:", resource);
+        base.push(':');
+        base
     }
 
     /// `<prefix>sem:<resource>:`, which a slot's number follows in its key.
@@ -137,9 +166,10 @@ impl Keyspace {
 
     /// The channel a release of lock `name` is announced on (a release needs no fence key):
     /// `<prefix>released:<resource>` for an exclusive lock; one channel for every slot of a
-    /// semaphore, `<prefix>released:<resource>\u{1f}s`, so its waiters hear any slot freed.
+    /// semaphore, `<prefix>released:<resource>\u{1f}s`, so its waiters hear any slot freed;
+    /// one for a read-write lock's writer and readers, `<prefix>released:<resource>\u{1f}rw`.
     pub fn released_channel(&self, name: &str) -> String {
-        self.join("released:", waiting_name(name))
+        self.join("released:", &waiting_name(name))
     }
 
     /// `<prefix>revocations`: the lease ids force releases revoke, for their holders.
@@ -176,11 +206,19 @@ impl Keyspace {
         if let Some(resource) = self.resource_of(key) {
             return Some(resource.to_string());
         }
-        let slot_key = key
-            .strip_prefix(self.prefix.as_str())?
-            .strip_prefix("sem:")?;
-        let (resource, slot) = slot_key.rsplit_once(':')?;
-        let name = format!("{resource}{KIND_SEPARATOR}s{slot}");
+        let rest = key.strip_prefix(self.prefix.as_str())?;
+        let (resource, kind) = match (rest.strip_prefix("sem:"), rest.strip_prefix("rw:")) {
+            (Some(slot_key), _) => {
+                let (resource, slot) = slot_key.rsplit_once(':')?;
+                (resource, format!("s{slot}"))
+            }
+            (None, Some(rw_key)) => {
+                let (resource, kind) = rw_key.rsplit_once(':')?;
+                (resource, kind.to_string())
+            }
+            (None, None) => return None,
+        };
+        let name = format!("{resource}{KIND_SEPARATOR}{kind}");
         parse_lock_name(&name).is_some().then_some(name)
     }
 
@@ -220,14 +258,18 @@ impl Default for Keyspace {
 
 /// The name a lock's waiters queue under in this process, and whose channel announces its
 /// releases: the lock name of an exclusive lock, `<resource>\u{1f}s` for every slot of a
-/// semaphore.
-pub fn waiting_name(name: &str) -> &str {
+/// semaphore, `<resource>\u{1f}rw` for a read-write lock's writer and readers.
+pub fn waiting_name(name: &str) -> std::borrow::Cow<'_, str> {
     match parse_lock_name(name) {
         Some(LockName {
             resource,
             kind: LockKind::Slot(_),
-        }) => &name[..resource.len() + KIND_SEPARATOR.len_utf8() + 1],
-        _ => name,
+        }) => name[..resource.len() + KIND_SEPARATOR.len_utf8() + 1].into(),
+        Some(LockName {
+            resource,
+            kind: LockKind::Writer | LockKind::Reader(_),
+        }) => format!("{resource}{KIND_SEPARATOR}rw").into(),
+        _ => name.into(),
     }
 }
 
@@ -374,6 +416,23 @@ mod tests {
             validate_resource(&slot).is_err(),
             "callers cannot name a slot"
         );
+        let writer = lock_name("doc", LockKind::Writer);
+        let reader = lock_name("doc", LockKind::Reader(63));
+        assert_eq!(keyspace.lock(&writer), "p:rw:doc:w");
+        assert_eq!(keyspace.lock(&reader), "p:rw:doc:r63");
+        assert_eq!(keyspace.lock_name_of("p:rw:doc:w"), Some(writer.clone()));
+        assert_eq!(keyspace.lock_name_of("p:rw:doc:r63"), Some(reader.clone()));
+        assert_eq!(
+            keyspace.lock_name_of("p:rw:doc:wi"),
+            None,
+            "an intent is no lock"
+        );
+        assert_eq!(keyspace.lock_name_of("p:rw:doc:r64"), None);
+        assert_eq!(
+            keyspace.released_channel(&writer),
+            keyspace.released_channel(&reader)
+        );
+        assert!(validate_lock_name("doc\u{1f}w1").is_err());
     }
 
     /// Every key of a resource lives under the prefix.

@@ -12,10 +12,12 @@ pub mod force;
 pub mod inventory;
 pub mod outcome;
 pub mod quorum;
+pub mod read_write;
 mod release;
 mod retry;
 pub mod semaphore;
 mod shadow;
+pub mod slotted;
 mod wait;
 
 use std::sync::Arc;

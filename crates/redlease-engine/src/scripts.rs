@@ -38,6 +38,10 @@ pub struct Scripts {
     pub semaphore_acquire: Script,
     /// `semaphore_release.lua`: a semaphore's stray claims of one lease.
     pub semaphore_release: Script,
+    /// `rw_acquire.lua`: a read-write lock's writer or one of its reader slots.
+    pub rw_acquire: Script,
+    /// `rw_release.lua`: a read-write lock's stray claims of one lease, and a writer's intent.
+    pub rw_release: Script,
 }
 
 /// The scripts, hashed once per process.
@@ -54,13 +58,15 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     quarantine: Script::from_lua(include_str!("../../../lua/quarantine.lua")),
     semaphore_acquire: Script::from_lua(include_str!("../../../lua/semaphore_acquire.lua")),
     semaphore_release: Script::from_lua(include_str!("../../../lua/semaphore_release.lua")),
+    rw_acquire: Script::from_lua(include_str!("../../../lua/rw_acquire.lua")),
+    rw_release: Script::from_lua(include_str!("../../../lua/rw_release.lua")),
 });
 
 // === impl Scripts ===
 
 impl Scripts {
     /// Every script, to load on a master.
-    pub fn all(&self) -> [&Script; 12] {
+    pub fn all(&self) -> [&Script; 14] {
         [
             &self.raise_fence,
             &self.release,
@@ -74,6 +80,8 @@ impl Scripts {
             &self.quarantine,
             &self.semaphore_acquire,
             &self.semaphore_release,
+            &self.rw_acquire,
+            &self.rw_release,
         ]
     }
 }

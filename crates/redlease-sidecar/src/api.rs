@@ -32,6 +32,7 @@ pub(crate) mod inventory;
 pub(crate) mod openapi;
 mod reentry;
 mod requests;
+mod rwlocks;
 pub(crate) mod scrape;
 mod semaphores;
 
@@ -131,6 +132,8 @@ pub(crate) fn app(state: AppState) -> Router {
             post(semaphores::acquire),
         )
         .route("/v1/semaphores/{resource}", get(inventory::show_semaphore))
+        .route("/v1/rwlocks/{resource}/acquire", post(rwlocks::acquire))
+        .route("/v1/leases/{id}/downgrade", post(rwlocks::downgrade))
         .route("/v1/locks", get(inventory::list))
         .route("/v1/locks/{resource}", get(inventory::show))
         .route(

@@ -10,6 +10,7 @@ mod retired;
 
 pub(crate) mod escalation;
 pub(crate) mod holder;
+pub(crate) mod read_write;
 pub(crate) mod reading;
 pub(crate) mod reentry;
 pub(crate) mod renewal;
@@ -30,6 +31,7 @@ use self::logs::{Activity, SUMMARY_INTERVAL};
 use self::ttl::{RenewalSchedule, TtlPolicy};
 use crate::batch::Renewals;
 use crate::metrics::METRICS;
+use crate::redlock::read_write::{RwMode, RwRequest};
 use crate::redlock::{AcquireOutcome, Lease, Redlock};
 use crate::{Error, LeaseId};
 pub use holder::Revocations;
@@ -96,9 +98,40 @@ pub struct AcquireRequest {
     pub auto_renew: bool,
     /// `None`: the policy's idle timeout.
     pub idle_timeout: Option<Duration>,
-    /// `Some(n)`: a permit of the resource's counting semaphore of `n` slots; `None`: the
-    /// resource's exclusive lock.
-    pub limit: Option<u32>,
+    /// Which of the resource's locks: its exclusive lock, a permit of its semaphore, or its
+    /// read-write lock in one mode.
+    pub kind: AcquireKind,
+}
+
+/// Which of a resource's locks an acquisition takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AcquireKind {
+    /// The resource's exclusive lock.
+    #[default]
+    Lock,
+    /// A permit of the resource's counting semaphore of `limit` slots.
+    Permit {
+        /// The semaphore's limit, the same for every holder.
+        limit: u32,
+    },
+    /// The resource's read-write lock, shared with other readers.
+    Read {
+        /// The write lease of this sidecar this read downgrades (its writer does not keep
+        /// the read out).
+        beside: Option<LeaseId>,
+    },
+    /// The resource's read-write lock, alone.
+    Write,
+}
+
+impl AcquireKind {
+    /// A permit's limit.
+    pub fn limit(self) -> Option<u32> {
+        match self {
+            Self::Permit { limit } => Some(limit),
+            _ => None,
+        }
+    }
 }
 
 /// The answer to an acquisition.
@@ -468,16 +501,28 @@ impl LeaseManager {
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
         let (resource, owner) = (request.resource.as_str(), request.owner.as_str());
-        match request.limit {
-            Some(limit) => {
-                let engine = &self.engine;
+        let engine = &self.engine;
+        let rw = |mode, beside| RwRequest {
+            resource,
+            owner,
+            ttl,
+            mode,
+            beside,
+        };
+        match request.kind {
+            AcquireKind::Lock => engine.acquire_with_wait(resource, owner, ttl, wait).await,
+            AcquireKind::Permit { limit } => {
                 engine
                     .acquire_permit_with_wait(resource, owner, ttl, limit, wait)
                     .await
             }
-            None => {
-                let engine = &self.engine;
-                engine.acquire_with_wait(resource, owner, ttl, wait).await
+            AcquireKind::Read { beside } => {
+                let request = rw(RwMode::Read, beside);
+                engine.acquire_rw_with_wait(request, wait).await
+            }
+            AcquireKind::Write => {
+                let request = rw(RwMode::Write, None);
+                engine.acquire_rw_with_wait(request, wait).await
             }
         }
     }
@@ -584,7 +629,7 @@ impl LeaseManager {
                 .schedule
                 .renew_at(granted_at, lease.ttl, rand::random()),
             lease,
-            limit: request.limit,
+            limit: request.kind.limit(),
             state: LeaseState::Held,
             acquired_at: now,
             reason: None,

@@ -49,5 +49,5 @@ pub use api::ApiOptions;
 pub use lease::holder::{Following, LetGo};
 pub use lease::state::{LeaseEvent, LeaseState, LeaseView};
 pub use lease::ttl::{RenewalSchedule, TtlPolicy};
-pub use lease::{AcquireRequest, Acquired, LeaseManager, LeasePolicy};
+pub use lease::{AcquireKind, AcquireRequest, Acquired, LeaseManager, LeasePolicy};
 pub use lease::{HoldRelease, Reentry, Revocations, NEVER_IDLE};

@@ -12,7 +12,7 @@ use redlease_testkit::TestFleet;
 
 fn request(resource: &str) -> AcquireRequest {
     AcquireRequest {
-        limit: None,
+        kind: Default::default(),
         resource: resource.to_string(),
         owner: "retention".to_string(),
         ttl: Some(Duration::from_secs(10)),

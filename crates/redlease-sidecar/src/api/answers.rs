@@ -266,12 +266,14 @@ mod tests {
             quorum: 2,
             resource: "r".into(),
             slot: Some(1),
+            kind: Some("semaphore"),
         });
         let lock = PageLockJson {
             holder: Some(holder()),
             masters_holding: 1,
             resource: "r".into(),
             slot: Some(1),
+            kind: Some("semaphore"),
         };
         in_name_order(PageJson {
             complete: true,
@@ -301,6 +303,7 @@ mod tests {
             removed: vec![removed],
             resource: "r".into(),
             slot: Some(1),
+            kind: Some("semaphore"),
             time_ms: 3,
         });
         in_name_order(AuditJson {
@@ -311,6 +314,7 @@ mod tests {
             reason: "r".into(),
             resource: "s".into(),
             slot: Some(1),
+            kind: Some("semaphore"),
             time_ms: 4,
         });
     }

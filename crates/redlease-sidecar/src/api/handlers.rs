@@ -23,7 +23,7 @@ use super::AppState;
 use crate::fleet::Exclusion;
 use crate::keys::validate_resource;
 use crate::lease::reentry::MAX_HOLDS;
-use crate::lease::{AcquireRequest, Acquired, LeaseState, LeaseView, RenewError};
+use crate::lease::{AcquireKind, AcquireRequest, Acquired, LeaseState, LeaseView, RenewError};
 use crate::metrics::METRICS;
 use crate::LeaseId;
 
@@ -50,7 +50,7 @@ pub(super) async fn acquire(
         resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
     validate_resource(&resource)?;
     let JsonBody(body) = body?;
-    let request = acquire_request(&state, resource, body, None)?;
+    let request = acquire_request(&state, resource, body, AcquireKind::Lock)?;
     answer_acquisition(&state, request).await
 }
 
@@ -59,9 +59,11 @@ pub(super) async fn answer_acquisition(
     state: &AppState,
     request: AcquireRequest,
 ) -> Result<Response, ApiError> {
-    let held = match request.limit {
-        Some(_) => "every slot of the semaphore is held by another lease",
-        None => "the lock is held by another lease",
+    let held = match request.kind {
+        AcquireKind::Lock => "the lock is held by another lease",
+        AcquireKind::Permit { .. } => "every slot of the semaphore is held by another lease",
+        AcquireKind::Read { .. } => "a writer holds the lock, or one is waiting for it",
+        AcquireKind::Write => "the lock is held by another lease's writer or readers",
     };
     let _waiting = match waiting_permit(state, &request) {
         Ok(permit) => permit,
@@ -370,7 +372,7 @@ pub(super) fn acquire_request(
     state: &AppState,
     resource: String,
     body: AcquireBody,
-    limit: Option<u32>,
+    kind: AcquireKind,
 ) -> Result<AcquireRequest, ApiError> {
     let owner = body
         .owner
@@ -401,7 +403,7 @@ pub(super) fn acquire_request(
         wait,
         auto_renew: body.auto_renew.unwrap_or(true),
         idle_timeout: idle,
-        limit,
+        kind,
     })
 }
 

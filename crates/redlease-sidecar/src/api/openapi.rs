@@ -24,7 +24,7 @@ use utoipa::OpenApi;
 use super::answers::{AcquireRefusal, FleetAnswer, Live, Problem, Ready, ReleaseRefusal};
 use super::events::StreamEvent;
 use super::inventory::ForceReleaseJson;
-use super::{events, handlers, inventory, reentry, semaphores};
+use super::{events, handlers, inventory, reentry, rwlocks, semaphores};
 
 /// The document's `info.description`: what holds for every operation.
 const DESCRIPTION: &str = "The redlease sidecar's HTTP API: leases on a Redlock fleet for apps \
@@ -51,6 +51,8 @@ does.";
     paths(
         handlers::acquire,
         semaphores::acquire,
+        rwlocks::acquire,
+        rwlocks::downgrade,
         handlers::get_lease,
         handlers::renew,
         handlers::keepalive,

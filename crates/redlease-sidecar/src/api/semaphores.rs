@@ -13,7 +13,7 @@ use super::handlers::{acquire_request, answer_acquisition};
 use super::requests::AcquireBody;
 use super::AppState;
 use crate::keys::{validate_resource, MAX_SEMAPHORE_LIMIT};
-use crate::lease::LeaseView;
+use crate::lease::{AcquireKind, LeaseView};
 
 /// Body of `POST /v1/semaphores/{resource}/acquire`: the acquire body's fields, and the
 /// semaphore's limit (unknown fields are refused; `null` is the same as leaving a field out).
@@ -81,7 +81,7 @@ pub(super) async fn acquire(
         auto_renew: body.auto_renew,
         idle_timeout_ms: body.idle_timeout_ms,
     };
-    let request = acquire_request(&state, resource, common, Some(limit))?;
+    let request = acquire_request(&state, resource, common, AcquireKind::Permit { limit })?;
     answer_acquisition(&state, request).await
 }
 

@@ -163,12 +163,14 @@ impl LeaseRecord {
         let expires_at = expires
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let (resource, slot) = match parse_lock_name(&self.lease.resource) {
-            Some(LockName {
-                resource,
-                kind: LockKind::Slot(slot),
-            }) => (resource, Some(slot)),
-            _ => (self.lease.resource.as_str(), None),
+        let (resource, slot, mode) = match parse_lock_name(&self.lease.resource) {
+            Some(LockName { resource, kind }) => match kind {
+                LockKind::Exclusive => (resource, None, None),
+                LockKind::Slot(slot) => (resource, Some(slot), None),
+                LockKind::Reader(_) => (resource, None, Some("read")),
+                LockKind::Writer => (resource, None, Some("write")),
+            },
+            None => (self.lease.resource.as_str(), None, None),
         };
         LeaseView {
             acquired: true,
@@ -176,6 +178,7 @@ impl LeaseRecord {
             resource: resource.to_string(),
             slot,
             limit: self.limit,
+            mode,
             owner: self.lease.owner.clone(),
             fencing_token: self.lease.fencing_token,
             ttl_ms: self.lease.ttl.as_millis() as u64,
@@ -255,6 +258,10 @@ pub struct LeaseView {
     /// A semaphore permit's limit (absent on a lock).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+    /// A read-write lock's lease: `read` or `write` (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false)]
+    pub mode: Option<&'static str>,
     /// Who holds it.
     pub owner: String,
     /// Larger than every earlier holder's: pass it to what you write.

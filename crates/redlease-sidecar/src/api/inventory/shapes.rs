@@ -17,6 +17,11 @@ use crate::{MasterAnswer, MasterView};
 pub struct LockJson {
     /// The lease a quorum of masters carries; `null` when none does.
     pub holder: Option<HolderJson>,
+    /// Which lock of the resource: `semaphore` (a slot), `read` (a reader slot) or `write`
+    /// (the writer) of its read-write lock; absent for the resource's lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false)]
+    pub kind: Option<&'static str>,
     /// Every master's value, in the configured order.
     pub masters: Vec<MasterLockJson>,
     /// Masters that hold a value for the resource.
@@ -25,7 +30,7 @@ pub struct LockJson {
     pub quorum: usize,
     /// The resource.
     pub resource: String,
-    /// A semaphore's slot (its lock is that slot's); absent for a resource's lock.
+    /// A semaphore's slot, or a read-write lock's reader slot; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
 }
@@ -108,11 +113,16 @@ pub struct PageJson {
 pub struct PageLockJson {
     /// The lease a quorum of masters carries; `null` when none does.
     pub holder: Option<HolderJson>,
+    /// Which lock of the resource: `semaphore` (a slot), `read` (a reader slot) or `write`
+    /// (the writer) of its read-write lock; absent for the resource's lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false)]
+    pub kind: Option<&'static str>,
     /// Masters that hold a value for the resource.
     pub masters_holding: usize,
     /// The resource.
     pub resource: String,
-    /// A semaphore's slot (its lock is that slot's); absent for a resource's lock.
+    /// A semaphore's slot, or a read-write lock's reader slot; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
 }
@@ -130,6 +140,11 @@ pub struct ForceReleaseJson {
     pub free_at_ms: u64,
     /// Whether the holder acknowledged; `null` when there was no holder to tell.
     pub holder_told: Option<bool>,
+    /// Which lock of the resource: `semaphore` (a slot), `read` (a reader slot) or `write`
+    /// (the writer) of its read-write lock; absent for the resource's lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false)]
+    pub kind: Option<&'static str>,
     /// Every master's answer, in the configured order.
     pub masters: Vec<ForcedMasterJson>,
     /// Masters that answered.
@@ -140,7 +155,7 @@ pub struct ForceReleaseJson {
     pub removed: Vec<RemovedJson>,
     /// The resource.
     pub resource: String,
-    /// A semaphore's slot (its lock is that slot's); absent for a resource's lock.
+    /// A semaphore's slot, or a read-write lock's reader slot; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
     /// When it happened (Unix ms).
@@ -201,13 +216,18 @@ pub struct AuditJson {
     pub audit_id: String,
     /// The holders removed.
     pub holders: Vec<String>,
+    /// Which lock of the resource: `semaphore` (a slot), `read` (a reader slot) or `write`
+    /// (the writer) of its read-write lock; absent for the resource's lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false)]
+    pub kind: Option<&'static str>,
     /// Masters that recorded it.
     pub masters: usize,
     /// Why.
     pub reason: String,
     /// The resource.
     pub resource: String,
-    /// A semaphore's slot (its lock is that slot's); absent for a resource's lock.
+    /// A semaphore's slot, or a read-write lock's reader slot; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
     /// When (Unix ms).
@@ -223,6 +243,7 @@ pub fn lock_json(view: &LockView, fencing_token: Option<u64>) -> LockJson {
         quorum: view.quorum,
         resource: resource_of(&view.resource),
         slot: slot_of(&view.resource),
+        kind: kind_of(&view.resource),
     }
 }
 
@@ -235,6 +256,7 @@ pub fn page_json(page: &LockPage, fencing_tokens: &[Option<u64>]) -> PageJson {
             masters_holding: view.masters_holding(),
             resource: resource_of(&view.resource),
             slot: slot_of(&view.resource),
+            kind: kind_of(&view.resource),
         }
     };
     PageJson {
@@ -312,6 +334,7 @@ pub fn force_release_json(forced: &ForceRelease) -> ForceReleaseJson {
         removed: removed.collect(),
         resource: resource_of(&forced.resource),
         slot: slot_of(&forced.resource),
+        kind: kind_of(&forced.resource),
         time_ms: forced.time_ms,
     }
 }
@@ -326,6 +349,7 @@ pub fn audit_json(record: &AuditRecord) -> AuditJson {
         reason: record.reason.clone(),
         resource: resource_of(&record.resource),
         slot: slot_of(&record.resource),
+        kind: kind_of(&record.resource),
         time_ms: record.time_ms,
     }
 }
@@ -337,10 +361,20 @@ pub(crate) fn resource_of(name: &str) -> String {
         .to_string()
 }
 
-/// The semaphore slot a lock name names; `None` for a resource's lock.
+/// The slot a lock name names (a semaphore's, or a read-write lock's reader slot).
 pub(crate) fn slot_of(name: &str) -> Option<u32> {
     match parse_lock_name(name)?.kind {
-        LockKind::Slot(slot) => Some(slot),
+        LockKind::Slot(slot) | LockKind::Reader(slot) => Some(slot),
+        LockKind::Exclusive | LockKind::Writer => None,
+    }
+}
+
+/// The kind of lock a lock name names, as the API says it; `None` for a resource's lock.
+pub(crate) fn kind_of(name: &str) -> Option<&'static str> {
+    match parse_lock_name(name)?.kind {
         LockKind::Exclusive => None,
+        LockKind::Slot(_) => Some("semaphore"),
+        LockKind::Reader(_) => Some("read"),
+        LockKind::Writer => Some("write"),
     }
 }

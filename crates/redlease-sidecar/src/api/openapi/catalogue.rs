@@ -116,6 +116,38 @@ pub(super) const ROUTES: &[Route] = &[
             extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
         ],
     ),
+    route(
+        "acquireRwLock",
+        &[
+            group(
+                400,
+                &[
+                    "invalid_resource",
+                    "invalid_owner",
+                    "invalid_mode",
+                    "invalid_ttl",
+                    "invalid_wait",
+                    "invalid_idle_timeout",
+                ],
+            ),
+            JSON_BODY[0],
+            JSON_BODY[1],
+            JSON_BODY[2],
+            JSON_BODY[3],
+            extended(409, &["held", "upgrade_refused"], "AcquireRefusal"),
+            extended(429, &["too_many_waiters"], "AcquireRefusal"),
+            extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
+        ],
+    ),
+    route(
+        "downgradeLease",
+        &[
+            group(404, &["unknown_lease"]),
+            group(409, &["not_a_writer", "held"]),
+            group(410, &["lease_lost"]),
+            group(503, &["no_quorum", "shutting_down"]),
+        ],
+    ),
     route("getLease", &[group(404, &["unknown_lease"])]),
     route(
         "renewLease",

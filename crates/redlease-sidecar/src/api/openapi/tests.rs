@@ -74,6 +74,8 @@ fn every_route_of_the_router_is_an_operation() {
     let mut expected = [
         "acquireLock",
         "acquirePermit",
+        "acquireRwLock",
+        "downgradeLease",
         "forceReleaseLock",
         "getFleet",
         "getLease",
@@ -303,6 +305,7 @@ fn the_reasons_are_the_catalogue() {
         include_str!("../body.rs"),
         include_str!("../handlers.rs"),
         include_str!("../semaphores.rs"),
+        include_str!("../rwlocks.rs"),
         include_str!("../reentry.rs"),
         include_str!("../inventory.rs"),
         include_str!("../events.rs"),

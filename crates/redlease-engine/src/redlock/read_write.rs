@@ -1,0 +1,187 @@
+//! Read-write locks: readers share, a writer excludes readers and writers. On each master a
+//! read-write lock is a writer key (`<prefix>rw:<resource>:w`) and [`MAX_READERS`] reader
+//! slots (`…:r<n>`); `rw_acquire.lua` admits a writer only where no reader stands and a reader
+//! only where no other lease's writer stands, so every conflict is between two keys of one
+//! master and the majority-intersection argument of the exclusive lock carries over: two
+//! conflicting leases would each need a majority, and a master in both would have admitted
+//! both. A writer is a slotted acquisition of one slot; a reader one of the reader slots
+//! ([`super::slotted`]).
+//!
+//! Write-preferring: a blocking writer refused because readers stand leaves an intent
+//! (`…:wi`, the id of its wait, for its TTL) that keeps new readers out, so a stream of
+//! readers cannot starve it; the intent goes when it is granted or stops waiting.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::slotted::{slot_order, SlottedAttempt};
+use super::{AcquireOutcome, Redlock};
+use crate::keys::{
+    lock_name, validate_owner, validate_resource, waiting_name, LockKind, MAX_READERS,
+};
+use crate::scripts::{ScriptCall, SCRIPTS};
+use crate::{Error, LeaseId};
+
+/// A read-write lock's two modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RwMode {
+    /// Shared with other readers; excludes writers.
+    Read,
+    /// Excludes readers and other writers.
+    Write,
+}
+
+impl RwMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+        }
+    }
+}
+
+/// One read-write acquisition's request.
+#[derive(Clone, Copy, Debug)]
+pub struct RwRequest<'a> {
+    /// The resource.
+    pub resource: &'a str,
+    /// Who holds the lease.
+    pub owner: &'a str,
+    /// Its TTL.
+    pub ttl: Duration,
+    /// Read or write.
+    pub mode: RwMode,
+    /// A read taken by the holder of this write lease, which it downgrades (the writer does
+    /// not keep this read out).
+    pub beside: Option<LeaseId>,
+}
+
+// === impl Redlock ===
+
+impl Redlock {
+    /// One attempt to take the read-write lock `request.resource` in `request.mode`. The
+    /// lease's resource is the lock name of its writer key or reader slot; extend, release and
+    /// inspect it as any lease.
+    pub async fn acquire_rw(&self, request: RwRequest<'_>) -> Result<AcquireOutcome, Error> {
+        self.acquire_rw_intending(request, None).await
+    }
+
+    /// Tries to take the read-write lock until granted or `wait` has passed, queued in this
+    /// process behind its other waiters on the lock; a writer leaves its intent while it
+    /// waits (see the module), and withdraws it when it stops waiting ungranted.
+    pub async fn acquire_rw_with_wait(
+        &self,
+        request: RwRequest<'_>,
+        wait: Duration,
+    ) -> Result<AcquireOutcome, Error> {
+        validate_resource(request.resource)?;
+        let writer = lock_name(request.resource, LockKind::Writer);
+        let queue = waiting_name(&writer).into_owned();
+        let intent = (request.mode == RwMode::Write && !wait.is_zero()).then(LeaseId::random);
+        let outcome = self
+            .wait_for_grant(&queue, wait, || self.acquire_rw_intending(request, intent))
+            .await;
+        if let (Some(intent), Ok(outcome)) = (intent, &outcome) {
+            if outcome.lease().is_none() {
+                let all: Vec<usize> = (0..self.fleet.len()).collect();
+                let call = self.rw_release_call(request.resource, intent, None);
+                let timeout = self.node_timeout(request.ttl, tokio::time::Instant::now());
+                self.release_claims(call, &all, timeout).await;
+            }
+        }
+        outcome
+    }
+
+    async fn acquire_rw_intending(
+        &self,
+        request: RwRequest<'_>,
+        intent: Option<LeaseId>,
+    ) -> Result<AcquireOutcome, Error> {
+        let RwRequest {
+            resource,
+            owner,
+            ttl,
+            mode,
+            beside,
+        } = request;
+        validate_resource(resource)?;
+        validate_owner(owner)?;
+        self.check_ttl(ttl)?;
+        let id = LeaseId::random();
+        let keyspace = self.fleet.keyspace();
+        let base = keyspace.read_write(resource);
+        let order = match mode {
+            RwMode::Read => slot_order(id, MAX_READERS),
+            RwMode::Write => Vec::new(),
+        };
+        let (value, ttl_ms) = (id.value_for(owner), ttl.as_millis().to_string());
+        let (most, beside) = (
+            MAX_READERS.to_string(),
+            beside.map(|id| id.to_string()).unwrap_or_default(),
+        );
+        let intent = intent.map(|id| id.to_string()).unwrap_or_default();
+        let order: Vec<String> = order.iter().map(u32::to_string).collect();
+        let mut args: Vec<&[u8]> = vec![
+            base.as_bytes(),
+            value.as_bytes(),
+            ttl_ms.as_bytes(),
+            mode.as_str().as_bytes(),
+            most.as_bytes(),
+            beside.as_bytes(),
+            intent.as_bytes(),
+        ];
+        args.extend(order.iter().map(|slot| slot.as_bytes()));
+        let fence = keyspace.fence();
+        let acquire = Arc::new(ScriptCall::new(
+            &SCRIPTS.rw_acquire,
+            &[fence.as_bytes()],
+            &args,
+        ));
+        let kind_of = |slot| match mode {
+            RwMode::Read => LockKind::Reader(slot),
+            RwMode::Write => LockKind::Writer,
+        };
+        let release_claims = |keep: Option<u32>| {
+            self.rw_release_call(
+                resource,
+                id,
+                keep.map(|slot| lock_name(resource, kind_of(slot))),
+            )
+        };
+        let name_of = |slot| lock_name(resource, kind_of(slot));
+        let attempt = SlottedAttempt {
+            id,
+            owner,
+            ttl,
+            acquire,
+            release_claims: &release_claims,
+            name_of: &name_of,
+        };
+        Ok(self.acquire_slotted(attempt).await.0)
+    }
+
+    /// `rw_release.lua` for lease (or wait) `id` on `resource`, keeping the lock name `keep`.
+    fn rw_release_call(
+        &self,
+        resource: &str,
+        id: LeaseId,
+        keep: Option<String>,
+    ) -> Arc<ScriptCall> {
+        let keyspace = self.fleet.keyspace();
+        let base = keyspace.read_write(resource);
+        let channel = keyspace.released_channel(&lock_name(resource, LockKind::Writer));
+        let keep = match keep {
+            Some(name) => keyspace.lock(&name)[base.len()..].to_string(),
+            None => String::new(),
+        };
+        let (id, most) = (id.to_string(), MAX_READERS.to_string());
+        let args: [&[u8]; 5] = [
+            base.as_bytes(),
+            id.as_bytes(),
+            most.as_bytes(),
+            keep.as_bytes(),
+            channel.as_bytes(),
+        ];
+        Arc::new(ScriptCall::new(&SCRIPTS.rw_release, &[], &args))
+    }
+}

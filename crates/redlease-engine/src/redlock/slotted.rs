@@ -1,0 +1,347 @@
+//! Slotted acquisitions: a script takes one of several keys (slots) on every master at once,
+//! and the lease keeps the slot a quorum gave it. Counting semaphores (their permits) and
+//! read-write locks (their readers, and their writer as a single slot) are built on it.
+//!
+//! Every master is asked and waited for (up to the node timeout): a master that gave another
+//! slot than the quorum's, or did not answer, is sent the release of the lease's other claims
+//! (on the same connection, after its claim). The slot a quorum gave is then fenced and
+//! judged as an exclusive grant is ([`super::fencing`], [`super::quorum::validity`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::calls::eval_values_on;
+use super::fanout::{fan_out, Reply};
+use super::{fencing, quorum, AcquireOutcome, Lease, NodeVote, Redlock, Refusal, Shortfall};
+use crate::fleet::{Admission, CallError, Deadline, Node};
+use crate::metrics::METRICS;
+use crate::scripts::ScriptCall;
+use crate::LeaseId;
+
+/// What a slotted acquisition's script answered on one master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotReply {
+    /// This slot is ours here; the fence counter after the script's `INCR`.
+    Granted {
+        /// The slot taken.
+        slot: u32,
+        /// The master's fence counter after the `INCR`.
+        counter: u64,
+    },
+    /// Nothing could be taken here; the soonest a holder's key expires, when known.
+    Full {
+        /// The least `PTTL` among the keys that refused.
+        soonest: Option<Duration>,
+    },
+    /// A semaphore's holder here asked for another limit: nothing was written.
+    OtherLimit {
+        /// The limit that holder uses.
+        in_force: u32,
+    },
+}
+
+impl SlotReply {
+    /// From the script's `{code, value}`; `None` for a reply it never gives.
+    pub fn from_script(reply: &[i64]) -> Option<Self> {
+        let (&code, &value) = (reply.first()?, reply.get(1)?);
+        Some(match code {
+            -1 => Self::Full {
+                soonest: u64::try_from(value).ok().map(Duration::from_millis),
+            },
+            -2 => Self::OtherLimit {
+                in_force: u32::try_from(value).ok()?,
+            },
+            slot => Self::Granted {
+                slot: u32::try_from(slot).ok()?,
+                counter: u64::try_from(value).ok()?,
+            },
+        })
+    }
+}
+
+/// The slot a quorum of masters gave the lease, if any: each master gives at most one, so
+/// at most one slot can have a quorum.
+pub fn quorum_slot(replies: &[Option<SlotReply>], quorum: usize) -> Option<u32> {
+    let mut granted: Vec<u32> = replies
+        .iter()
+        .filter_map(|reply| match reply {
+            Some(SlotReply::Granted { slot, .. }) => Some(*slot),
+            _ => None,
+        })
+        .collect();
+    granted.sort_unstable();
+    granted
+        .chunk_by(|a, b| a == b)
+        .find(|same| same.len() >= quorum)
+        .map(|same| same[0])
+}
+
+/// The order a lease tries `slots` slots in, the same on every master: every slot once,
+/// starting from one its id picks, so concurrent callers spread over the slots.
+pub fn slot_order(id: LeaseId, slots: u32) -> Vec<u32> {
+    let start = (id.as_u128() % u128::from(slots)) as u32;
+    (0..slots).map(|i| (start + i) % slots).collect()
+}
+
+/// One slotted attempt: its lease, the script that takes a slot, and how to name and give
+/// back slots.
+pub(super) struct SlottedAttempt<'a> {
+    pub id: LeaseId,
+    pub owner: &'a str,
+    pub ttl: Duration,
+    /// Takes a slot on one master (answers as [`SlotReply::from_script`] reads).
+    pub acquire: Arc<ScriptCall>,
+    /// Deletes the lease's claims on one master except the slot given (`None`: every one).
+    pub release_claims: &'a (dyn Fn(Option<u32>) -> Arc<ScriptCall> + Sync),
+    /// The lock name of a slot.
+    pub name_of: &'a (dyn Fn(u32) -> String + Sync),
+}
+
+// === impl Redlock ===
+
+impl Redlock {
+    /// Runs one slotted attempt: the outcome, and what each master answered (`None`: no
+    /// usable answer).
+    pub(super) async fn acquire_slotted(
+        &self,
+        attempt: SlottedAttempt<'_>,
+    ) -> (AcquireOutcome, Vec<Option<SlotReply>>) {
+        let start = Instant::now();
+        let timeout = self.node_timeout(attempt.ttl, start);
+        let call = &attempt.acquire;
+        let mut replies = fan_out(
+            &self.tasks,
+            self.fleet.nodes(),
+            start + timeout,
+            |node, deadline, reply| eval_values_on(node, call.clone(), deadline, reply),
+        );
+        let n = self.fleet.len();
+        let mut answers: Vec<Result<Option<SlotReply>, CallError>> =
+            (0..n).map(|_| Err(CallError::Timeout)).collect();
+        let mut answered = vec![false; n];
+        while let Some((index, answer)) = replies.recv().await {
+            answered[index] = true;
+            answers[index] = answer.map(|values| SlotReply::from_script(&values));
+        }
+        let slots: Vec<Option<SlotReply>> = answers
+            .iter()
+            .map(|answer| answer.as_ref().ok().copied().flatten())
+            .collect();
+        let quorum = self.fleet.quorum();
+        let chosen = quorum_slot(&slots, quorum);
+        let votes: Vec<NodeVote> = answers
+            .iter()
+            .zip(&answered)
+            .map(|(answer, answered)| slot_vote(answer, *answered, chosen))
+            .collect();
+        // Every master that may hold a claim other than the chosen slot gives it back: one
+        // that answered another slot, and one that did not answer at all.
+        let stray: Vec<usize> = (0..n)
+            .filter(|&i| match (&answers[i], slots[i]) {
+                (Err(_), _) => true,
+                (Ok(_), Some(SlotReply::Granted { slot, .. })) => Some(slot) != chosen,
+                (Ok(_), _) => false,
+            })
+            .collect();
+        let cleanup = (attempt.release_claims)(chosen);
+        self.release_claims(cleanup, &stray, timeout).await;
+        let outcome = match chosen {
+            Some(slot) => {
+                let name = (attempt.name_of)(slot);
+                let (ttl, id, owner) = (attempt.ttl, attempt.id, attempt.owner);
+                self.confirm_slot(votes, (start, ttl, timeout), id, name, owner)
+                    .await
+            }
+            None => {
+                let heard = answers.iter().filter(|a| a.is_ok()).count();
+                let held = heard >= quorum;
+                let refusal = Refusal {
+                    cause: if held {
+                        Shortfall::Held
+                    } else {
+                        Shortfall::TooFewAnswers
+                    },
+                    votes,
+                    valid_until_cap: None,
+                };
+                if held {
+                    AcquireOutcome::Contended(refusal)
+                } else {
+                    AcquireOutcome::NoQuorum(refusal)
+                }
+            }
+        };
+        METRICS.record_acquisition(outcome.label(), start.elapsed());
+        (outcome, slots)
+    }
+
+    /// Fences a slot a quorum gave, as [`Redlock::confirm`] does a grant: the token is the
+    /// largest counter among the masters that gave this slot, the lagging ones are raised, and
+    /// the lease stands if a quorum holds the token and validity is left. A lease that does
+    /// not stand is released.
+    async fn confirm_slot(
+        &self,
+        votes: Vec<NodeVote>,
+        (start, ttl, timeout): (Instant, Duration, Duration),
+        id: LeaseId,
+        name: String,
+        owner: &str,
+    ) -> AcquireOutcome {
+        let granted: Vec<(usize, u64)> = votes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, vote)| match vote {
+                NodeVote::Granted { counter } => Some((i, *counter)),
+                _ => None,
+            })
+            .collect();
+        let refuse = |cause, votes| Refusal {
+            cause,
+            votes,
+            valid_until_cap: None,
+        };
+        let Some(plan) = fencing::plan(&granted) else {
+            return AcquireOutcome::NoQuorum(refuse(Shortfall::TooFewAnswers, votes));
+        };
+        let confirmed = plan.at_token.len() + self.raise_fence(&plan, timeout).await;
+        let now = Instant::now();
+        let opts = &self.options;
+        let validity = quorum::validity(&opts.drift, start, now, ttl, opts.min_validity);
+        let cause = if confirmed < self.fleet.quorum() {
+            Some(Shortfall::FenceNotConfirmed)
+        } else if validity.is_none() {
+            Some(Shortfall::ValidityExpired)
+        } else {
+            None
+        };
+        match (cause, validity) {
+            (None, Some(validity)) => AcquireOutcome::Acquired(Lease {
+                id,
+                resource: name,
+                owner: owner.to_string(),
+                fencing_token: plan.token,
+                ttl,
+                validity,
+                valid_until: now + validity,
+            }),
+            (cause, _) => {
+                let _ = self.release(&name, id).await;
+                let cause = cause.unwrap_or(Shortfall::ValidityExpired);
+                AcquireOutcome::NoQuorum(refuse(cause, votes))
+            }
+        }
+    }
+
+    /// Sends `call` (a release of claims) to masters `at`, and waits for their answers (at
+    /// most `timeout`).
+    pub(super) async fn release_claims(
+        &self,
+        call: Arc<ScriptCall>,
+        at: &[usize],
+        timeout: Duration,
+    ) {
+        if at.is_empty() {
+            return;
+        }
+        let nodes = at.iter().map(|&i| &self.fleet.nodes()[i]);
+        let until = Instant::now() + timeout;
+        let mut replies = fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
+            release_claims_on(node, call.clone(), deadline, reply)
+        });
+        while replies.recv().await.is_some() {}
+    }
+}
+
+/// One master's release of stray claims; a master that did not answer keeps them until
+/// their TTL, which bounds how long a stray claim can hold a slot there.
+async fn release_claims_on(
+    node: Arc<Node>,
+    call: Arc<ScriptCall>,
+    deadline: Deadline,
+    reply: Reply<()>,
+) {
+    let result = node.eval::<i64>(&call, &deadline, Admission::Always).await;
+    if let Err(error) = result {
+        tracing::debug!(node = node.index(), %error, "a stray claim was not released");
+    }
+    reply.send(());
+}
+
+/// A master's answer as a vote on the chosen slot: granted only for that slot.
+fn slot_vote(
+    answer: &Result<Option<SlotReply>, CallError>,
+    answered: bool,
+    chosen: Option<u32>,
+) -> NodeVote {
+    if !answered {
+        return NodeVote::NoAnswer;
+    }
+    match answer {
+        Ok(Some(SlotReply::Granted { slot, counter })) if Some(*slot) == chosen => {
+            NodeVote::Granted { counter: *counter }
+        }
+        Ok(Some(SlotReply::Granted { .. })) => NodeVote::Refused {
+            holder_remaining: Some(Duration::ZERO),
+        },
+        Ok(Some(SlotReply::Full { soonest })) => NodeVote::Refused {
+            holder_remaining: *soonest,
+        },
+        Ok(Some(SlotReply::OtherLimit { .. })) => NodeVote::Refused {
+            holder_remaining: None,
+        },
+        Ok(None) => NodeVote::Failed(CallError::Reply("unexpected slot reply".into())),
+        Err(error) => NodeVote::Failed(error.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a slot a quorum gave wins; divergent grants give none.
+    #[test]
+    fn only_a_slot_a_quorum_gave_wins() {
+        let g = |slot| Some(SlotReply::Granted { slot, counter: 1 });
+        assert_eq!(quorum_slot(&[g(1), g(1), g(0)], 2), Some(1));
+        assert_eq!(quorum_slot(&[g(0), g(1), None], 2), None);
+        assert_eq!(quorum_slot(&[g(0), g(1), g(2), g(2), g(2)], 3), Some(2));
+        let full = Some(SlotReply::Full { soonest: None });
+        assert_eq!(quorum_slot(&[g(0), full, full], 2), None);
+    }
+
+    /// Every slot is offered once, from a start the lease id picks.
+    #[test]
+    fn the_order_offers_every_slot_once() {
+        let id = LeaseId::random();
+        let mut order = slot_order(id, 5);
+        assert_eq!(order.len(), 5);
+        assert_eq!(order, slot_order(id, 5), "the same on every master");
+        order.sort_unstable();
+        assert_eq!(order, [0, 1, 2, 3, 4]);
+        assert_eq!(slot_order(id, 1), [0]);
+    }
+
+    /// The scripts' replies parse; nonsense does not.
+    #[test]
+    fn script_replies_parse() {
+        assert_eq!(
+            SlotReply::from_script(&[3, 17]),
+            Some(SlotReply::Granted {
+                slot: 3,
+                counter: 17
+            })
+        );
+        assert_eq!(
+            SlotReply::from_script(&[-1, -1]),
+            Some(SlotReply::Full { soonest: None })
+        );
+        assert_eq!(
+            SlotReply::from_script(&[-2, 4]),
+            Some(SlotReply::OtherLimit { in_force: 4 })
+        );
+        assert_eq!(SlotReply::from_script(&[-2, -4]), None);
+        assert_eq!(SlotReply::from_script(&[1]), None);
+    }
+}

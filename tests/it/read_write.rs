@@ -1,0 +1,246 @@
+//! Read-write locks on real masters: readers share and a writer excludes them, a waiting
+//! writer keeps new readers out, a writer that stops waiting withdraws, downgrade keeps the
+//! holder covered, upgrade is refused, and each mode's keys are the lock's own.
+
+use std::time::Duration;
+
+use redlease::keys::{parse_lock_name, LockKind};
+use redlease::redlock::read_write::{RwMode, RwRequest};
+use redlease::{AcquireOutcome, Lease};
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
+use serde_json::json;
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(5);
+
+fn request(owner: &str, mode: RwMode) -> RwRequest<'_> {
+    RwRequest {
+        resource: "doc",
+        owner,
+        ttl: TTL,
+        mode,
+        beside: None,
+    }
+}
+
+fn granted(outcome: AcquireOutcome) -> Lease {
+    match outcome {
+        AcquireOutcome::Acquired(lease) => lease,
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+/// Two readers share the lock; a writer is refused until both are gone, then holds it alone;
+/// its token is above every earlier reader's.
+#[tokio::test]
+async fn readers_share_and_a_writer_excludes_them() {
+    let fleet = TestFleet::start(3);
+    let engine = fleet.engine().await;
+    let r1 = granted(
+        engine
+            .acquire_rw(request("r1", RwMode::Read))
+            .await
+            .unwrap(),
+    );
+    let r2 = granted(
+        engine
+            .acquire_rw(request("r2", RwMode::Read))
+            .await
+            .unwrap(),
+    );
+    for reader in [&r1, &r2] {
+        let kind = parse_lock_name(&reader.resource).unwrap().kind;
+        assert!(matches!(kind, LockKind::Reader(_)), "{kind:?}");
+    }
+    assert_ne!(r1.resource, r2.resource, "two readers, two reader slots");
+    let refused = engine
+        .acquire_rw(request("w", RwMode::Write))
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, AcquireOutcome::Contended(_)),
+        "{refused:?}"
+    );
+    // The exclusive lock of the same resource is another lock.
+    assert!(engine
+        .acquire("doc", "x", TTL)
+        .await
+        .unwrap()
+        .lease()
+        .is_some());
+
+    engine.release(&r1.resource, r1.id).await.unwrap();
+    let still = engine
+        .acquire_rw(request("w", RwMode::Write))
+        .await
+        .unwrap();
+    assert!(
+        still.lease().is_none(),
+        "a writer beside a reader: {still:?}"
+    );
+    engine.release(&r2.resource, r2.id).await.unwrap();
+    let w = granted(
+        engine
+            .acquire_rw(request("w", RwMode::Write))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(parse_lock_name(&w.resource).unwrap().kind, LockKind::Writer);
+    assert!(w.fencing_token > r2.fencing_token && w.fencing_token > r1.fencing_token);
+    let reader = engine
+        .acquire_rw(request("r3", RwMode::Read))
+        .await
+        .unwrap();
+    assert!(
+        reader.lease().is_none(),
+        "a reader beside a writer: {reader:?}"
+    );
+    let writer = engine
+        .acquire_rw(request("w2", RwMode::Write))
+        .await
+        .unwrap();
+    assert!(writer.lease().is_none(), "two writers: {writer:?}");
+    engine.settle(Duration::from_secs(2)).await;
+    for i in 0..3 {
+        let keys = fleet.command(i, &["KEYS", "redlease:rw:doc:*"]).strings();
+        assert_eq!(keys, ["redlease:rw:doc:w"], "master {i}");
+    }
+}
+
+/// A writer waiting for a reader keeps new readers out (its intent), and is granted once the
+/// reader leaves, before any newcomer.
+#[tokio::test]
+async fn a_waiting_writer_is_not_starved_by_new_readers() {
+    let fleet = TestFleet::start(3);
+    let engine = std::sync::Arc::new(fleet.engine().await);
+    let r1 = granted(
+        engine
+            .acquire_rw(request("r1", RwMode::Read))
+            .await
+            .unwrap(),
+    );
+    let waiting = {
+        let engine = std::sync::Arc::clone(&engine);
+        tokio::spawn(async move {
+            let wait = Duration::from_secs(4);
+            let outcome = engine.acquire_rw_with_wait(request("w", RwMode::Write), wait);
+            (outcome.await.unwrap(), Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let newcomer = engine
+        .acquire_rw(request("r2", RwMode::Read))
+        .await
+        .unwrap();
+    assert!(
+        newcomer.lease().is_none(),
+        "a reader overtook a waiting writer"
+    );
+    let released_at = Instant::now();
+    engine.release(&r1.resource, r1.id).await.unwrap();
+    let (outcome, granted_at) = waiting.await.unwrap();
+    let w = granted(outcome);
+    assert!(w.fencing_token > r1.fencing_token);
+    assert!(
+        granted_at - released_at < Duration::from_secs(1),
+        "the writer waited {:?} after the reader left",
+        granted_at - released_at
+    );
+    engine.settle(Duration::from_secs(2)).await;
+    for i in 0..3 {
+        let intent = fleet.command(i, &["EXISTS", "redlease:rw:doc:wi"]);
+        assert_eq!(
+            format!("{intent:?}"),
+            "Int(0)",
+            "master {i}: the intent stayed"
+        );
+    }
+}
+
+/// A writer that stops waiting ungranted withdraws its intent: readers come in at once.
+#[tokio::test]
+async fn a_writer_that_gives_up_lets_readers_in() {
+    let fleet = TestFleet::start(3);
+    let engine = fleet.engine().await;
+    let _r1 = granted(
+        engine
+            .acquire_rw(request("r1", RwMode::Read))
+            .await
+            .unwrap(),
+    );
+    let wait = Duration::from_millis(300);
+    let gave_up = engine
+        .acquire_rw_with_wait(request("w", RwMode::Write), wait)
+        .await
+        .unwrap();
+    assert!(gave_up.lease().is_none());
+    let r2 = engine
+        .acquire_rw(request("r2", RwMode::Read))
+        .await
+        .unwrap();
+    assert!(
+        r2.lease().is_some(),
+        "the intent outlived its writer's wait: {r2:?}"
+    );
+}
+
+/// Through the sidecar: a write lease downgrades to a read (another reader joins, a writer
+/// does not), the write lease ends released; an owner holding a read cannot upgrade.
+#[tokio::test]
+async fn downgrade_keeps_the_holder_covered_and_upgrade_is_refused() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let body = |owner: &str, mode: &str| json!({"owner": owner, "mode": mode, "ttl_ms": 5000});
+    let (status, write) = sidecar
+        .post_json("/v1/rwlocks/doc/acquire", body("a", "write"))
+        .await;
+    assert_eq!(status, 200, "{write}");
+    assert_eq!(write["mode"], "write");
+    let id = write["lease_id"].as_str().unwrap();
+    let (status, read) = sidecar.post(&format!("/v1/leases/{id}/downgrade")).await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(
+        (read["mode"].as_str(), read["owner"].as_str()),
+        (Some("read"), Some("a"))
+    );
+    assert!(read["fencing_token"].as_u64() > write["fencing_token"].as_u64());
+    let (_, old) = sidecar.get(&format!("/v1/leases/{id}")).await;
+    assert_eq!(old["state"], "released", "{old}");
+    let (status, other) = sidecar
+        .post_json("/v1/rwlocks/doc/acquire", body("b", "read"))
+        .await;
+    assert_eq!(
+        status, 200,
+        "another reader beside the downgraded one: {other}"
+    );
+    let (status, refused) = sidecar
+        .post_json("/v1/rwlocks/doc/acquire", body("c", "write"))
+        .await;
+    assert_eq!((status, refused["reason"].as_str()), (409, Some("held")));
+    let (status, upgrade) = sidecar
+        .post_json("/v1/rwlocks/doc/acquire", body("a", "write"))
+        .await;
+    assert_eq!(
+        (status, upgrade["reason"].as_str()),
+        (409, Some("upgrade_refused"))
+    );
+    let read_id = read["lease_id"].as_str().unwrap();
+    let (status, not_writer) = sidecar
+        .post(&format!("/v1/leases/{read_id}/downgrade"))
+        .await;
+    assert_eq!(
+        (status, not_writer["reason"].as_str()),
+        (409, Some("not_a_writer"))
+    );
+    let (status, bad) = sidecar
+        .post_json(
+            "/v1/rwlocks/doc/acquire",
+            json!({"owner": "d", "mode": "exclusive"}),
+        )
+        .await;
+    assert_eq!(
+        (status, bad["reason"].as_str()),
+        (400, Some("invalid_mode"))
+    );
+}
