@@ -1,9 +1,11 @@
 //! A history checker for the lock kinds beyond the exclusive lock: two sidecars and two
-//! library clients take permits of one counting semaphore on five masters behind fault
-//! proxies, while masters are slowed, black-holed, frozen, killed and restarted empty. Every
-//! client records when it was told it held which slot (its windows); at the end the checker
-//! finds at most `limit` permits valid at every instant, no two windows of one slot
-//! overlapping, and each slot's tokens rising in grant order.
+//! library clients take permits of one counting semaphore, or read and write one read-write
+//! lock, on five masters behind fault proxies, while masters are slowed, black-holed, frozen,
+//! killed and restarted empty. Every client records when it was told it held what (its
+//! windows); at the end the checker finds, for the semaphore, at most `limit` permits valid at
+//! every instant, no two windows of one slot overlapping and each slot's tokens rising in
+//! grant order; for the read-write lock, no writer's window overlapping any other window and
+//! the writers' tokens rising.
 //!
 //! This file owns the lab (fleet, proxies, sidecars, engines), the faults and the test; the
 //! clients are in `clients`, the recording and the sweep in `record`.
@@ -22,14 +24,17 @@ use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
 use tokio::time::Instant;
 
-use self::clients::{LibraryClient, SidecarClient};
+use self::clients::{Kind, LibraryClient, SidecarClient};
 use self::record::Record;
+use redlease::redlock::read_write::RwMode;
 
 /// Restart quarantine of every client; no lease or shadow outlives it.
 const QUARANTINE: Duration = Duration::from_secs(3);
 /// The semaphore every client takes permits of, and its limit.
 const SEMAPHORE: &str = "pool";
 const LIMIT: u32 = 2;
+/// The read-write lock the clients of its run read and write.
+const RW_LOCK: &str = "doc";
 
 /// Settings of both sidecars, as `REDLEASE__…` pairs.
 const SIDECAR_ENV: [(&str, &str); 4] = [
@@ -63,13 +68,10 @@ async fn library_engine(urls: &[String]) -> Arc<LibraryEngine> {
     })
 }
 
-/// Two sidecar clients (one auto-renewed, one renewing by hand) on each of two sidecars and
-/// two library clients take permits of a semaphore of limit 2 for 14 s, while a majority is
-/// slowed, one master black-holed, one frozen, one killed and one restarted empty: at no
-/// instant were more than two permits valid, no slot had two holders at once, and each slot's
-/// tokens rose with every grant.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permits_never_exceed_the_limit_under_faults() {
+/// Runs the clients given (each sidecar gets one auto-renewed and one renewed by hand, of
+/// the kinds in `sidecar_kinds`; two library clients of `library_kinds`) for 14 s while the
+/// faults run; answers what they recorded.
+async fn run_under_faults(sidecar_kinds: [Kind; 2], library_kinds: [Kind; 2]) -> Arc<Record> {
     redlease_testkit::fleet::init_test_logs();
     let mut fleet = TestFleet::start(5);
     let starts = fleet.servers.iter().map(|s| FaultProxy::start(s.port()));
@@ -83,8 +85,9 @@ async fn permits_never_exceed_the_limit_under_faults() {
     let stop_at = Instant::now() + Duration::from_secs(14);
     let mut clients = Vec::new();
     for (i, sidecar) in sidecars.iter().enumerate() {
-        for auto_renew in [true, false] {
+        for (auto_renew, kind) in [true, false].into_iter().zip(sidecar_kinds) {
             let client = SidecarClient {
+                kind,
                 name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
                 base: sidecar.base.clone(),
                 http: reqwest::Client::new(),
@@ -95,8 +98,9 @@ async fn permits_never_exceed_the_limit_under_faults() {
             clients.push(tokio::spawn(client.run()));
         }
     }
-    for i in 0..2 {
+    for (i, kind) in library_kinds.into_iter().enumerate() {
         let client = LibraryClient {
+            kind,
             name: format!("lib-{i}"),
             engine: library_engine(&urls).await,
             record: Arc::clone(&record),
@@ -104,8 +108,25 @@ async fn permits_never_exceed_the_limit_under_faults() {
         };
         clients.push(tokio::spawn(client.run()));
     }
+    run_faults(&mut fleet, &proxies, &record).await;
+    for client in clients {
+        tokio::time::timeout(Duration::from_secs(15), client)
+            .await
+            .expect("a client did not stop")
+            .unwrap();
+    }
+    eprintln!(
+        "history: {} windows; {:?}\nfaults: {:?}",
+        record.windows().len(),
+        record.counts(),
+        record.faults()
+    );
+    record
+}
 
-    // The faults, in the test's own thread (a restarted master is tied to it).
+/// The faults, in the test's own thread (a restarted master is tied to it): a slow majority,
+/// a black-holed master, a frozen one, a killed one restarted empty, another restarted empty.
+async fn run_faults(fleet: &mut TestFleet, proxies: &[FaultProxy], record: &Record) {
     let pause = |ms| tokio::time::sleep(Duration::from_millis(ms));
     pause(1500).await;
     for proxy in &proxies[..3] {
@@ -130,17 +151,25 @@ async fn permits_never_exceed_the_limit_under_faults() {
     pause(1500).await;
     fleet.servers[2].restart();
     record.fault("master 2 restarted empty");
+}
 
-    for client in clients {
-        tokio::time::timeout(Duration::from_secs(15), client)
-            .await
-            .expect("a client did not stop")
-            .unwrap();
-    }
-    let windows = record.windows();
+/// At least `least` grants of each kind of client, to judge the run.
+fn assert_enough(record: &Record, least: u64) {
     let counts = record.counts();
-    eprintln!("semaphore history: {} windows; {counts:?}", windows.len());
-    eprintln!("faults: {:?}", record.faults());
+    for who in ["sidecar grants", "library grants"] {
+        let granted = counts.get(who).copied().unwrap_or(0);
+        assert!(granted >= least, "too few {who} to judge: {counts:?}");
+    }
+}
+
+/// Two sidecar clients (one auto-renewed, one renewing by hand) on each of two sidecars and
+/// two library clients take permits of a semaphore of limit 2 for 14 s under the faults: at
+/// no instant were more than two permits valid, no slot had two holders at once, and each
+/// slot's tokens rose with every grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_never_exceed_the_limit_under_faults() {
+    let record = run_under_faults([Kind::Permit; 2], [Kind::Permit; 2]).await;
+    let windows = record.windows();
     let overlaps = check::overlaps(&windows);
     let regressions = check::regressions(&windows);
     let most = record::most_at_once(&windows);
@@ -162,12 +191,49 @@ async fn permits_never_exceed_the_limit_under_faults() {
         slot.is_some_and(|slot| slot < LIMIT)
     });
     assert!(slots_in_range, "a slot outside the limit");
-    for who in ["sidecar grants", "library grants"] {
-        let granted = counts.get(who).copied().unwrap_or(0);
-        assert!(granted >= 8, "too few {who} to judge: {counts:?}");
-    }
+    assert_enough(&record);
     assert_eq!(
         most, LIMIT as usize,
         "the limit was never reached: no contention"
     );
+}
+
+/// Readers and writers of one read-write lock (on each sidecar an auto-renewed reader and a
+/// writer renewing by hand; a library reader and writer) under the faults: no writer's window
+/// overlapped any other, readers did overlap readers, and the writers' tokens rose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_overlaps_nothing_under_faults() {
+    let (read, write) = (Kind::Rw(RwMode::Read), Kind::Rw(RwMode::Write));
+    let record = run_under_faults([read, write], [read, write]).await;
+    let windows = record.windows();
+    let conflicts = record::writer_conflicts(&windows);
+    assert!(
+        conflicts.is_empty(),
+        "a writer beside another lease: {conflicts:?}"
+    );
+    let writers: Vec<_> = windows
+        .iter()
+        .filter(|w| w.resource.ends_with("/write"))
+        .cloned()
+        .collect();
+    let regressions = check::regressions(&writers);
+    assert!(
+        regressions.is_empty(),
+        "writer tokens went back: {regressions:?}"
+    );
+    assert!(
+        writers.len() >= 5,
+        "too few writes to judge: {}",
+        writers.len()
+    );
+    let readers: Vec<_> = windows
+        .iter()
+        .filter(|w| w.resource.ends_with("/read"))
+        .cloned()
+        .collect();
+    assert!(
+        record::most_at_once(&readers) >= 2,
+        "readers never shared the lock"
+    );
+    assert_enough(&record, 4);
 }

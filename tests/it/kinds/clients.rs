@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::record::Record;
-use super::{LibraryEngine, LIMIT, SEMAPHORE};
+use super::{LibraryEngine, LIMIT, RW_LOCK, SEMAPHORE};
+use redlease::redlock::read_write::{RwMode, RwRequest};
 
 /// How long a client waits for a permit, and the TTL it asks for.
 const WAIT: Duration = Duration::from_millis(1000);
@@ -49,8 +50,53 @@ fn told_end(view: &Value, sent: Instant) -> Option<Instant> {
     Some((sent + validity).min(instant_of_wall_ms(view["expires_at"].as_u64()?)))
 }
 
+/// What a client takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A permit of the semaphore (window resource `pool#<slot>`).
+    Permit,
+    /// The read-write lock in this mode (window resource `doc/read` or `doc/write`).
+    Rw(RwMode),
+}
+
+impl Kind {
+    /// The route and body of an acquisition through a sidecar.
+    fn acquisition(self, owner: &str, auto_renew: bool) -> (String, Value) {
+        let mut body = json!({
+            "owner": owner, "ttl_ms": TTL.as_millis() as u64,
+            "wait_ms": WAIT.as_millis() as u64, "auto_renew": auto_renew,
+        });
+        match self {
+            Self::Permit => {
+                body["limit"] = json!(LIMIT);
+                (format!("/v1/semaphores/{SEMAPHORE}/acquire"), body)
+            }
+            Self::Rw(mode) => {
+                body["mode"] = json!(mode_name(mode));
+                (format!("/v1/rwlocks/{RW_LOCK}/acquire"), body)
+            }
+        }
+    }
+
+    /// The window resource of a grant (a permit's slot from the answer).
+    fn window_resource(self, slot: Option<u64>) -> String {
+        match self {
+            Self::Permit => slot_resource(slot.expect("a permit without a slot")),
+            Self::Rw(mode) => format!("{RW_LOCK}/{}", mode_name(mode)),
+        }
+    }
+}
+
+fn mode_name(mode: RwMode) -> &'static str {
+    match mode {
+        RwMode::Read => "read",
+        RwMode::Write => "write",
+    }
+}
+
 /// One client of one sidecar.
 pub struct SidecarClient {
+    pub kind: Kind,
     pub name: String,
     pub base: String,
     pub http: reqwest::Client,
@@ -62,11 +108,8 @@ pub struct SidecarClient {
 impl SidecarClient {
     pub async fn run(self) {
         while Instant::now() < self.stop_at {
-            let body = json!({
-                "owner": self.name, "limit": LIMIT, "ttl_ms": TTL.as_millis() as u64,
-                "wait_ms": WAIT.as_millis() as u64, "auto_renew": self.auto_renew,
-            });
-            let url = format!("{}/v1/semaphores/{SEMAPHORE}/acquire", self.base);
+            let (path, body) = self.kind.acquisition(&self.name, self.auto_renew);
+            let url = format!("{}{path}", self.base);
             let sent = Instant::now();
             let answer = self
                 .http
@@ -83,12 +126,12 @@ impl SidecarClient {
             // A grant may have waited in the sidecar's queue: its validity counts from the
             // request, not from the answer.
             let start = Instant::now();
-            let (Some(end), Some(slot)) = (told_end(&view, sent), view["slot"].as_u64()) else {
-                panic!("a grant without validity or slot: {view}");
+            let Some(end) = told_end(&view, sent) else {
+                panic!("a grant without validity: {view}");
             };
             let id = self.record.open(Window {
                 client: self.name.clone(),
-                resource: slot_resource(slot),
+                resource: self.kind.window_resource(view["slot"].as_u64()),
                 token: view["fencing_token"].as_u64().unwrap(),
                 start,
                 end,
@@ -147,6 +190,7 @@ async fn ok_json(answer: reqwest::Result<reqwest::Response>) -> Option<Value> {
 
 /// One library client.
 pub struct LibraryClient {
+    pub kind: Kind,
     pub name: String,
     pub engine: Arc<LibraryEngine>,
     pub record: Arc<Record>,
@@ -157,8 +201,24 @@ impl LibraryClient {
     pub async fn run(self) {
         let engine = &self.engine.engine;
         while Instant::now() < self.stop_at {
-            let outcome = engine.acquire_permit_with_wait(SEMAPHORE, &self.name, TTL, LIMIT, WAIT);
-            let Ok(AcquireOutcome::Acquired(lease)) = outcome.await else {
+            let outcome = match self.kind {
+                Kind::Permit => {
+                    let permit =
+                        engine.acquire_permit_with_wait(SEMAPHORE, &self.name, TTL, LIMIT, WAIT);
+                    permit.await
+                }
+                Kind::Rw(mode) => {
+                    let request = RwRequest {
+                        resource: RW_LOCK,
+                        owner: &self.name,
+                        ttl: TTL,
+                        mode,
+                        beside: None,
+                    };
+                    engine.acquire_rw_with_wait(request, WAIT).await
+                }
+            };
+            let Ok(AcquireOutcome::Acquired(lease)) = outcome else {
                 self.record.count("library refusals");
                 tokio::time::sleep(random_ms(10, 50)).await;
                 continue;
@@ -173,12 +233,13 @@ impl LibraryClient {
     /// Holds, extending once halfway; the window ends at the validity the lease has, or when
     /// the client stops holding.
     async fn hold(&self, mut lease: Lease) -> Lease {
-        let Some(LockKind::Slot(slot)) = parse_lock_name(&lease.resource).map(|n| n.kind) else {
-            panic!("a permit without a slot: {}", lease.resource);
+        let slot = match parse_lock_name(&lease.resource).map(|n| n.kind) {
+            Some(LockKind::Slot(slot)) => Some(u64::from(slot)),
+            _ => None,
         };
         let id = self.record.open(Window {
             client: self.name.clone(),
-            resource: slot_resource(u64::from(slot)),
+            resource: self.kind.window_resource(slot),
             token: lease.fencing_token,
             start: Instant::now(),
             end: lease.valid_until,

@@ -80,3 +80,23 @@ pub fn most_at_once(windows: &[Window]) -> usize {
     }
     most as usize
 }
+
+/// Pairs of windows of the read-write lock that overlap while one of them is a writer's
+/// (readers may overlap readers), earlier start first.
+pub fn writer_conflicts(windows: &[Window]) -> Vec<(usize, usize)> {
+    let mut order: Vec<usize> = (0..windows.len())
+        .filter(|&i| !windows[i].is_empty())
+        .collect();
+    order.sort_by_key(|&i| windows[i].start);
+    let writes = |i: usize| windows[i].resource.ends_with("/write");
+    let mut found = Vec::new();
+    for (k, &later) in order.iter().enumerate() {
+        for &earlier in &order[..k] {
+            let overlap = windows[earlier].end > windows[later].start;
+            if overlap && (writes(earlier) || writes(later)) {
+                found.push((earlier, later));
+            }
+        }
+    }
+    found
+}
