@@ -260,3 +260,78 @@ async fn at_most_limit_permits_are_valid_at_every_instant_under_faults() {
 fn rand_ms(low: u64, high: u64) -> u64 {
     low + rand::random::<u64>() % (high - low)
 }
+
+/// Through the sidecar: the listing shows a permit's slot and a read-write lock's writer with
+/// their kind, the semaphore's slots show one by one, and a force release of a slot revokes
+/// the permit's lease (its holder learns `revoked`) and frees the slot.
+#[tokio::test]
+async fn the_inventory_shows_and_clears_every_kind() {
+    use serde_json::json;
+    let fleet = TestFleet::start(3);
+    let sidecar = redlease_testkit::sidecar::TestSidecar::start(&fleet, &[]).await;
+    let permit = json!({"owner": "p", "limit": 2, "ttl_ms": 5000});
+    let (status, lease) = sidecar
+        .post_json("/v1/semaphores/pool/acquire", permit)
+        .await;
+    assert_eq!(status, 200, "{lease}");
+    let slot = lease["slot"].as_u64().unwrap();
+    let write = json!({"owner": "w", "mode": "write", "ttl_ms": 5000});
+    let (status, _) = sidecar.post_json("/v1/rwlocks/pool/acquire", write).await;
+    assert_eq!(status, 200);
+    let (status, page) = sidecar.get("/v1/locks?prefix=pool").await;
+    assert_eq!(status, 200, "{page}");
+    let kinds: Vec<(String, Option<u64>)> = page["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["kind"].as_str().unwrap_or("lock").to_string(),
+                l["slot"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("semaphore".to_string(), Some(slot)),
+            ("write".to_string(), None)
+        ],
+        "{page}"
+    );
+    let (_, semaphore) = sidecar.get("/v1/semaphores/pool").await;
+    assert_eq!(
+        semaphore["slots"][0]["slot"].as_u64(),
+        Some(slot),
+        "{semaphore}"
+    );
+    assert_eq!(semaphore["slots"][0]["holder"]["owner"], "p");
+
+    let force = json!({"actor": "ops", "reason": "stuck", "kind": "semaphore", "slot": slot});
+    let (status, forced) = sidecar
+        .post_json("/v1/locks/pool/force-release", force)
+        .await;
+    assert_eq!(status, 200, "{forced}");
+    assert_eq!(
+        (forced["kind"].as_str(), forced["slot"].as_u64()),
+        (Some("semaphore"), Some(slot))
+    );
+    let id = lease["lease_id"].as_str().unwrap();
+    let (_, after) = sidecar.get(&format!("/v1/leases/{id}")).await;
+    assert_eq!(
+        (after["state"].as_str(), after["reason"].as_str()),
+        (Some("lost"), Some("revoked"))
+    );
+    let (_, semaphore) = sidecar.get("/v1/semaphores/pool").await;
+    assert_eq!(
+        semaphore["slots"],
+        json!([]),
+        "the slot was not freed: {semaphore}"
+    );
+    let bad = json!({"actor": "ops", "reason": "x", "kind": "read"});
+    let (status, refused) = sidecar.post_json("/v1/locks/pool/force-release", bad).await;
+    assert_eq!(
+        (status, refused["reason"].as_str()),
+        (400, Some("invalid_slot"))
+    );
+}

@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::body::JsonBody;
 use super::error::{problem_with, ApiError};
 use super::AppState;
-use crate::keys::{lock_name, validate_resource, LockKind, MAX_SEMAPHORE_LIMIT};
+use crate::keys::{lock_name, validate_resource, LockKind, MAX_READERS, MAX_SEMAPHORE_LIMIT};
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
 use crate::{ForceOptions, ForceVerdict, LeaseId, LockView};
 
@@ -53,9 +53,39 @@ pub(crate) struct ForceReleaseBody {
     /// The holder is gone: delete the lock at once instead of waiting for it to be told.
     #[serde(default)]
     holder_gone: bool,
-    /// Release this slot of the resource's counting semaphore (0–63) instead of its lock.
+    /// Release another lock of the resource than its lock: `semaphore` (with `slot`), `read`
+    /// (a reader slot of its read-write lock, with `slot`) or `write` (its writer).
+    #[schema(value_type = Option<String>, pattern = "^(semaphore|read|write)$")]
+    kind: Option<String>,
+    /// The semaphore's slot or the reader slot (0–63); alone, a semaphore's slot.
     #[schema(value_type = Option<u32>, minimum = 0, maximum = 63)]
     slot: Option<u64>,
+}
+
+/// The lock of the resource a force release names.
+fn forced_kind(kind: Option<&str>, slot: Option<u64>) -> Result<LockKind, ApiError> {
+    let slot = match slot {
+        Some(slot) if slot < u64::from(MAX_SEMAPHORE_LIMIT.min(MAX_READERS)) => Some(slot as u32),
+        Some(_) => {
+            let detail = "slot must be below 64";
+            return Err(ApiError::bad_request("invalid_slot", detail));
+        }
+        None => None,
+    };
+    match (kind, slot) {
+        (None, None) => Ok(LockKind::Exclusive),
+        (None | Some("semaphore"), Some(slot)) => Ok(LockKind::Slot(slot)),
+        (Some("read"), Some(slot)) => Ok(LockKind::Reader(slot)),
+        (Some("write"), None) => Ok(LockKind::Writer),
+        (Some("semaphore" | "read"), None) => Err(ApiError::bad_request(
+            "invalid_slot",
+            "a semaphore's or a reader's force release names its slot",
+        )),
+        _ => Err(ApiError::bad_request(
+            "invalid_kind",
+            "kind is semaphore or read (with slot), or write (without)",
+        )),
+    }
 }
 
 /// One lock as every master holds it, and the lease a quorum carries.
@@ -144,15 +174,9 @@ pub(crate) async fn force_release(
         resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
     validate_resource(&resource)?;
     let JsonBody(body) = body?;
-    let name = match body.slot {
-        None => resource,
-        Some(slot) if slot < u64::from(MAX_SEMAPHORE_LIMIT) => {
-            lock_name(&resource, LockKind::Slot(slot as u32))
-        }
-        Some(_) => {
-            let detail = format!("slot must be below {MAX_SEMAPHORE_LIMIT}");
-            return Err(ApiError::bad_request("invalid_slot", detail));
-        }
+    let name = match forced_kind(body.kind.as_deref(), body.slot)? {
+        LockKind::Exclusive => resource,
+        kind => lock_name(&resource, kind),
     };
     let actor = body.actor.unwrap_or_default();
     let reason = body.reason.unwrap_or_default();

@@ -221,6 +221,7 @@ pub(super) const ROUTES: &[Route] = &[
                     "invalid_reason",
                     "invalid_lease_id",
                     "invalid_slot",
+                    "invalid_kind",
                 ],
             ),
             JSON_BODY[0],
