@@ -52,7 +52,18 @@ pub enum LockCommand {
         fleet: FleetArgs,
     },
     /// Run a command while holding the lock: renewed while it runs, released when it exits.
-    Run(super::run::RunArgs),
+    Run(LockRunArgs),
+}
+
+/// `lock run`'s arguments: the resource's lock, or its read-write lock in a mode.
+#[derive(Debug, clap::Args)]
+pub struct LockRunArgs {
+    /// Take the resource's read-write lock in this mode (`read`: shared with other readers;
+    /// `write`: alone) instead of its lock; `REDLEASE_MODE` in the command's environment.
+    #[arg(long, value_parser = ["read", "write"])]
+    mode: Option<String>,
+    #[command(flatten)]
+    run: super::run::RunArgs,
 }
 
 #[derive(Serialize)]
@@ -147,7 +158,10 @@ async fn execute(command: LockCommand) -> Result<u8, Error> {
             outcome.map(|o| print_release(o.released(), o.confirmed(), &accounts))
         }
         // `lock run` reports its own errors (its exit codes are the command's).
-        LockCommand::Run(args) => Ok(super::run::run(args).await),
+        LockCommand::Run(args) => Ok(match args.mode.as_deref() {
+            None => super::run::run(args.run).await,
+            Some(mode) => super::run::run_rw(args.run, mode == "write").await,
+        }),
     }
 }
 

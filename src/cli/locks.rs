@@ -9,6 +9,9 @@ use clap::{Args, Subcommand};
 
 use super::fleet_args::{connect, finish, print_json, FleetArgs};
 use super::{EXIT_HELD, EXIT_NO_QUORUM, EXIT_OK, EXIT_USAGE};
+use crate::keys::{
+    lock_name, parse_lock_name, LockKind, LockName, MAX_READERS, MAX_SEMAPHORE_LIMIT,
+};
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
 use crate::{AuditRecord, Error, ForceOptions, ForceRelease, ForceVerdict, LeaseId, LockView};
 use redlease_sidecar::{audit_json, force_release_json, lock_json, page_json};
@@ -35,6 +38,8 @@ pub enum LocksCommand {
     Show {
         resource: String,
         #[command(flatten)]
+        which: WhichLock,
+        #[command(flatten)]
         output: Output,
         #[command(flatten)]
         fleet: FleetArgs,
@@ -43,6 +48,8 @@ pub enum LocksCommand {
     /// master's audit stream.
     ForceRelease {
         resource: String,
+        #[command(flatten)]
+        which: WhichLock,
         /// Who releases (recorded and logged).
         #[arg(long)]
         actor: Option<String>,
@@ -60,6 +67,57 @@ pub enum LocksCommand {
         #[command(flatten)]
         fleet: FleetArgs,
     },
+}
+
+/// Which of a resource's locks: its lock, a semaphore's slot, or a read-write lock's writer or
+/// reader slot.
+#[derive(Debug, Args)]
+pub struct WhichLock {
+    /// Another lock of the resource than its lock: `semaphore` or `read` (with --slot), or
+    /// `write` (its read-write lock's writer).
+    #[arg(long, value_parser = ["semaphore", "read", "write"])]
+    kind: Option<String>,
+    /// The semaphore's slot or the reader slot (0–63); alone, a semaphore's slot.
+    #[arg(long)]
+    slot: Option<u32>,
+}
+
+impl WhichLock {
+    /// The lock name of the lock these flags name on `resource`.
+    fn lock_name(&self, resource: &str) -> Result<String, String> {
+        let slot = match self.slot {
+            Some(slot) if slot >= MAX_READERS.min(MAX_SEMAPHORE_LIMIT) => {
+                return Err(format!("--slot {slot}: slots are 0 to 63"));
+            }
+            slot => slot,
+        };
+        let kind = match (self.kind.as_deref(), slot) {
+            (None, None) => LockKind::Exclusive,
+            (None | Some("semaphore"), Some(slot)) => LockKind::Slot(slot),
+            (Some("read"), Some(slot)) => LockKind::Reader(slot),
+            (Some("write"), None) => LockKind::Writer,
+            (Some(kind), _) => {
+                return Err(format!(
+                    "--kind {kind}: semaphore and read need --slot, write takes none"
+                ));
+            }
+        };
+        Ok(lock_name(resource, kind))
+    }
+}
+
+/// A lock name as people read it: the resource, then the kind and slot of another lock than
+/// the resource's (`pool [semaphore 2]`, `doc [write]`, `doc [read 5]`).
+fn display_name(name: &str) -> String {
+    match parse_lock_name(name) {
+        Some(LockName { resource, kind }) => match kind {
+            LockKind::Exclusive => resource.to_string(),
+            LockKind::Slot(slot) => format!("{resource} [semaphore {slot}]"),
+            LockKind::Writer => format!("{resource} [write]"),
+            LockKind::Reader(slot) => format!("{resource} [read {slot}]"),
+        },
+        None => name.to_string(),
+    }
 }
 
 /// `redlease audit`: the force releases recorded on the masters, newest first.
@@ -139,11 +197,20 @@ async fn execute(command: LocksCommand) -> Result<u8, Error> {
         }
         LocksCommand::Show {
             resource,
+            which,
             output,
             fleet,
         } => {
+            crate::keys::validate_resource(&resource)?;
+            let name = match which.lock_name(&resource) {
+                Ok(name) => name,
+                Err(error) => {
+                    eprintln!("redlease: {error}");
+                    return Ok(EXIT_USAGE);
+                }
+            };
             let engine = connect(&fleet).await?;
-            let view = engine.inspect(&resource).await;
+            let view = engine.inspect(&name).await;
             let code = view.map(|view| {
                 if output.table() {
                     print_lock_table(std::slice::from_ref(&view));
@@ -157,6 +224,7 @@ async fn execute(command: LocksCommand) -> Result<u8, Error> {
         }
         LocksCommand::ForceRelease {
             resource,
+            which,
             actor,
             reason,
             lease_id,
@@ -167,14 +235,20 @@ async fn execute(command: LocksCommand) -> Result<u8, Error> {
             crate::keys::validate_actor(&actor)?;
             crate::keys::validate_reason(&reason)?;
             let lease_id = lease_id.as_deref().map(str::parse::<LeaseId>).transpose()?;
+            crate::keys::validate_resource(&resource)?;
+            let name = match which.lock_name(&resource) {
+                Ok(name) => name,
+                Err(error) => {
+                    eprintln!("redlease: {error}");
+                    return Ok(EXIT_USAGE);
+                }
+            };
             let options = ForceOptions {
                 lease_id,
                 holder_gone,
             };
             let engine = connect(&fleet).await?;
-            let forced = engine
-                .force_release(&resource, &actor, &reason, &options)
-                .await;
+            let forced = engine.force_release(&name, &actor, &reason, &options).await;
             let code = forced.map(|forced| {
                 print_json(&force_release_json(&forced));
                 force_release_code(&forced)
@@ -186,7 +260,7 @@ async fn execute(command: LocksCommand) -> Result<u8, Error> {
 
 /// The exit code of a force release, with a word on stderr when it is not plain success.
 fn force_release_code(forced: &ForceRelease) -> u8 {
-    let resource = &forced.resource;
+    let resource = &display_name(&forced.resource);
     match forced.verdict {
         ForceVerdict::Confirmed => {
             if forced.holder_told == Some(false) {
@@ -253,7 +327,9 @@ fn audit_table(records: &[AuditRecord]) -> String {
         let holders = r.holders.len();
         table.push_str(&format!(
             "{time:<24}  {:<24}  {:<16}  {holders:<7}  {}\n",
-            r.resource, r.actor, r.reason
+            display_name(&r.resource),
+            r.actor,
+            r.reason
         ));
     }
     table
@@ -303,7 +379,7 @@ fn print_lock_table(locks: &[LockView]) {
         let masters = format!("{}/{}", view.masters_holding(), view.masters.len());
         println!(
             "{:<32}  {id:<32}  {owner:<24}  {masters:>7}  {validity:>11}",
-            view.resource
+            display_name(&view.resource)
         );
     }
 }

@@ -30,7 +30,7 @@ use super::fleet_args::{DEFAULT_CLI_CONNECT_TIMEOUT_MS, DEFAULT_CLI_TTL_MS};
 use super::{
     EXIT_HELD, EXIT_LEASE_LOST, EXIT_NO_PERMISSION, EXIT_NO_QUORUM, EXIT_UNAVAILABLE, EXIT_USAGE,
 };
-use crate::client::ClientError;
+use crate::client::{ClientError, RwMode};
 use crate::config::in_process_lease_policy;
 use crate::redlock::{EngineOptions, Redlock};
 use crate::{Error, Fleet, Wakeups, DEFAULT_PROBE_PERIOD};
@@ -97,16 +97,27 @@ pub struct RunArgs {
 /// Runs `lock run` and returns its exit code: the command's, or why it did not run or was
 /// stopped.
 pub async fn run(args: RunArgs) -> u8 {
-    run_holding(args, None).await
+    run_holding(args, AcquireKind::Lock).await
 }
 
 /// `semaphore run`: [`run`] under a permit of the semaphore of `limit` slots instead of the
 /// lock; the slot is in the command's environment (`REDLEASE_SLOT`, `REDLEASE_LIMIT`).
 pub async fn run_permit(args: RunArgs, limit: u32) -> u8 {
-    run_holding(args, Some(limit)).await
+    run_holding(args, AcquireKind::Permit { limit }).await
 }
 
-async fn run_holding(args: RunArgs, limit: Option<u32>) -> u8 {
+/// `lock run --mode read|write`: [`run`] under the resource's read-write lock in that mode
+/// (`REDLEASE_MODE` in the command's environment).
+pub async fn run_rw(args: RunArgs, write: bool) -> u8 {
+    let kind = if write {
+        AcquireKind::Write
+    } else {
+        AcquireKind::Read { beside: None }
+    };
+    run_holding(args, kind).await
+}
+
+async fn run_holding(args: RunArgs, kind: AcquireKind) -> u8 {
     // The grace is checked before anything is taken, unless the TTL is a sidecar's adaptive
     // one (known once granted).
     let ttl = match &args.sidecar {
@@ -119,8 +130,8 @@ async fn run_holding(args: RunArgs, limit: Option<u32>) -> u8 {
     }
     let owner = args.owner.clone().unwrap_or_else(default_owner);
     match &args.sidecar {
-        Some(url) => through_sidecar(url, &args, &owner, limit).await,
-        None => match on_masters(&args, &owner, limit).await {
+        Some(url) => through_sidecar(url, &args, &owner, kind).await,
+        None => match on_masters(&args, &owner, kind).await {
             Ok(code) => code,
             Err(error) => {
                 eprintln!("redlease: {error}");
@@ -132,7 +143,7 @@ async fn run_holding(args: RunArgs, limit: Option<u32>) -> u8 {
 
 // === the masters, through the lease table ===
 
-async fn on_masters(args: &RunArgs, owner: &str, limit: Option<u32>) -> Result<u8, Error> {
+async fn on_masters(args: &RunArgs, owner: &str, kind: AcquireKind) -> Result<u8, Error> {
     let masters = args.masters.clone().unwrap_or_else(masters_from_env);
     let options = args
         .access
@@ -155,7 +166,7 @@ async fn on_masters(args: &RunArgs, owner: &str, limit: Option<u32>) -> Result<u
     let engine = Arc::new(engine);
     let manager = LeaseManager::new(Arc::clone(&engine), policy);
     let request = AcquireRequest {
-        kind: limit.map_or(AcquireKind::Lock, |limit| AcquireKind::Permit { limit }),
+        kind,
         resource: args.resource.clone(),
         owner: owner.to_string(),
         ttl: Some(Duration::from_millis(
@@ -167,10 +178,10 @@ async fn on_masters(args: &RunArgs, owner: &str, limit: Option<u32>) -> Result<u
     };
     let code = match manager.acquire(request).await {
         Ok(Acquired::Granted(view)) => match manager.follow(&view) {
-            Some(following) => Ok(hold_on_masters(following, args, limit).await),
+            Some(following) => Ok(hold_on_masters(following, args, kind).await),
             None => Ok(not_run(&args.resource, LOST_AT_ONCE, EXIT_LEASE_LOST)),
         },
-        Ok(Acquired::Held) => Ok(not_run(&args.resource, held(limit), EXIT_HELD)),
+        Ok(Acquired::Held) => Ok(not_run(&args.resource, held(kind), EXIT_HELD)),
         // `Closing` never comes: this table is not shut down while it acquires.
         Ok(Acquired::NoQuorum | Acquired::Closing) => {
             for master in engine.status_accounts().await {
@@ -186,14 +197,20 @@ async fn on_masters(args: &RunArgs, owner: &str, limit: Option<u32>) -> Result<u
 
 /// Runs the command while the lease table renews the lease `following` follows, then lets the
 /// lease go: released, or its revocation acknowledged once the command has stopped.
-async fn hold_on_masters(mut following: Following, args: &RunArgs, limit: Option<u32>) -> u8 {
+async fn hold_on_masters(mut following: Following, args: &RunArgs, kind: AcquireKind) -> u8 {
     let lease = following.lease.clone();
     let slot = match crate::keys::parse_lock_name(&lease.resource).map(|name| name.kind) {
         Some(crate::keys::LockKind::Slot(slot)) => Some(slot),
         _ => None,
     };
     let id = lease.id.to_string();
-    let env = child::lease_env(lease.fencing_token, &id, &args.resource, slot.zip(limit));
+    let mut env = child::lease_env(
+        lease.fencing_token,
+        &id,
+        &args.resource,
+        slot.zip(kind.limit()),
+    );
+    env.extend(mode_env(kind));
     let code = match grace(args, lease.ttl.as_millis() as u64) {
         // Checked against this TTL in `run`.
         Err(error) => not_run(
@@ -250,7 +267,7 @@ fn ending(state: LeaseState, reason: &str) -> String {
 
 // === a sidecar, through the client ===
 
-async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, limit: Option<u32>) -> u8 {
+async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, kind: AcquireKind) -> u8 {
     let client = match super::sidecar_client(url, args.token_file.as_deref()) {
         Ok(client) => client,
         Err(error) => {
@@ -259,9 +276,11 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, limit: Option<u
         }
     };
     let resource = args.resource.as_str();
-    let request = match limit {
-        Some(limit) => client.semaphore(resource, limit),
-        None => client.lock(resource),
+    let request = match kind {
+        AcquireKind::Lock => client.lock(resource),
+        AcquireKind::Permit { limit } => client.semaphore(resource, limit),
+        AcquireKind::Read { .. } => client.rwlock(resource, RwMode::Read),
+        AcquireKind::Write => client.rwlock(resource, RwMode::Write),
     };
     let mut request = request.owner(owner);
     request = request.wait(Duration::from_millis(args.wait_ms));
@@ -270,15 +289,16 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, limit: Option<u
     }
     let guard = match request.send().await {
         Ok(guard) => guard,
-        Err(error) => return refused(&args.resource, &error, limit),
+        Err(error) => return refused(&args.resource, &error, kind),
     };
     let permit = guard.slot().zip(guard.info().limit);
-    let env = child::lease_env(
+    let mut env = child::lease_env(
         guard.fencing_token(),
         guard.lease_id(),
         guard.resource(),
         permit,
     );
+    env.extend(mode_env(kind));
     let code = match (guard.ended(), grace(args, guard.info().ttl_ms)) {
         (_, Err(error)) => not_run(
             &args.resource,
@@ -313,9 +333,9 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, limit: Option<u
 }
 
 /// The exit code and message of an acquisition the sidecar refused or could not answer.
-fn refused(resource: &str, error: &ClientError, limit: Option<u32>) -> u8 {
+fn refused(resource: &str, error: &ClientError, kind: AcquireKind) -> u8 {
     match error {
-        ClientError::Held { .. } => not_run(resource, held(limit), EXIT_HELD),
+        ClientError::Held { .. } => not_run(resource, held(kind), EXIT_HELD),
         ClientError::NoQuorum { .. } => not_run(resource, NO_QUORUM, EXIT_NO_QUORUM),
         ClientError::Unauthorized { .. } => not_run(resource, TOKEN_REFUSED, EXIT_NO_PERMISSION),
         ClientError::Invalid { .. } | ClientError::InvalidUrl { .. } => {
@@ -331,11 +351,19 @@ fn refused(resource: &str, error: &ClientError, limit: Option<u32>) -> u8 {
 
 /// Why a held resource's command was not run: its lock, or every permit of its semaphore,
 /// is held.
-fn held(limit: Option<u32>) -> &'static str {
-    if limit.is_some() {
-        NO_PERMIT
-    } else {
-        HELD
+fn held(kind: AcquireKind) -> &'static str {
+    match kind {
+        AcquireKind::Permit { .. } => NO_PERMIT,
+        _ => HELD,
+    }
+}
+
+/// `REDLEASE_MODE` for a read-write lock's lease.
+fn mode_env(kind: AcquireKind) -> Option<(&'static str, String)> {
+    match kind {
+        AcquireKind::Read { .. } => Some(("REDLEASE_MODE", "read".to_string())),
+        AcquireKind::Write => Some(("REDLEASE_MODE", "write".to_string())),
+        _ => None,
     }
 }
 

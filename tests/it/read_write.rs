@@ -244,3 +244,59 @@ async fn downgrade_keeps_the_holder_covered_and_upgrade_is_refused() {
         (400, Some("invalid_mode"))
     );
 }
+
+/// `lock run --mode read` lets two commands read at once, each with `REDLEASE_MODE`, while a
+/// `--mode write` is not run (exit 3); the Rust client downgrades a write to a read.
+#[tokio::test]
+async fn lock_run_reads_together_and_the_client_downgrades() {
+    use std::process::{Command, Stdio};
+    let fleet = TestFleet::start(3);
+    let masters = fleet.urls().join(",");
+    let run = |mode: &str, script: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_redlease"));
+        command
+            .args([
+                "lock", "run", "doc", "--mode", mode, "--", "sh", "-c", script,
+            ])
+            .env("REDLEASE__MASTERS", &masters)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|_| run("read", "echo $REDLEASE_MODE; sleep 2").spawn().unwrap())
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let writer = run("write", "echo ran").output().unwrap();
+    assert_eq!(writer.status.code(), Some(3), "{writer:?}");
+    assert!(writer.stdout.is_empty(), "a writer ran beside readers");
+    for reader in readers {
+        let out = tokio::task::spawn_blocking(move || reader.wait_with_output().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "read");
+    }
+
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let client = redlease::client::Client::new(&sidecar.base).unwrap();
+    let write = client
+        .rwlock("doc", redlease::client::RwMode::Write)
+        .owner("a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(write.mode(), Some("write"));
+    let read = write.downgrade().await.map_err(|(error, _)| error).unwrap();
+    assert_eq!(read.mode(), Some("read"));
+    let other = client
+        .rwlock("doc", redlease::client::RwMode::Read)
+        .owner("b")
+        .send()
+        .await
+        .unwrap();
+    let (Ok(_), Ok(_)) = (read.release().await, other.release().await) else {
+        panic!("releases failed");
+    };
+}

@@ -81,6 +81,18 @@ pub struct LockRequest<'a> {
     events: bool,
     /// `Some(n)`: a permit of the semaphore of `n` slots on the resource.
     limit: Option<u32>,
+    /// `Some(mode)`: the resource's read-write lock in this mode.
+    mode: Option<RwMode>,
+}
+
+/// A read-write lock's two modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RwMode {
+    /// Shared with other readers; excludes writers.
+    Read,
+    /// Excludes readers and other writers.
+    Write,
 }
 
 /// A held lease. It keeps the lease's event stream open (which also tells an auto-renewing
@@ -140,6 +152,9 @@ pub struct LeaseInfo {
     /// A semaphore permit's limit; `None` for a lock.
     #[serde(default)]
     pub limit: Option<u32>,
+    /// A read-write lock's lease: `read` or `write`; `None` otherwise.
+    #[serde(default)]
+    pub mode: Option<String>,
 }
 
 /// Where a lease stands (`docs/api.md`, Lease states).
@@ -201,6 +216,8 @@ struct AcquireBody<'a> {
     idle_timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<RwMode>,
 }
 
 // === impl Client ===
@@ -302,6 +319,19 @@ impl Client {
             idle_timeout: None,
             events: true,
             limit: None,
+            mode: None,
+        }
+    }
+
+    /// A request for the read-write lock on `resource` in `mode`, to adjust and
+    /// [`send`](LockRequest::send): readers share it, a writer holds it alone. A write asked
+    /// for by an owner that holds a read of it through the same sidecar is refused
+    /// (`ClientError::Invalid` with reason `upgrade_refused`); downgrade a write with
+    /// [`LockGuard::downgrade`].
+    pub fn rwlock(&self, resource: impl Into<String>, mode: RwMode) -> LockRequest<'_> {
+        LockRequest {
+            mode: Some(mode),
+            ..self.lock(resource)
         }
     }
 
@@ -396,11 +426,12 @@ impl LockRequest<'_> {
             auto_renew: self.auto_renew,
             idle_timeout_ms: self.idle_timeout.map(|idle| idle.as_millis() as u64),
             limit: self.limit,
+            mode: self.mode,
         };
-        let kind = if self.limit.is_some() {
-            "semaphores"
-        } else {
-            "locks"
+        let kind = match (self.limit, self.mode) {
+            (Some(_), _) => "semaphores",
+            (None, Some(_)) => "rwlocks",
+            (None, None) => "locks",
         };
         let path = client.path(&["v1", kind, &self.resource, "acquire"]);
         // Plain strings and numbers: serialising them cannot fail.
@@ -411,28 +442,13 @@ impl LockRequest<'_> {
         let lease: LeaseInfo = error::read(answer.await?)?;
         let valid_until = deadline_of(&lease, sent_at, self.wait, Instant::now());
         let lease_path = client.path(&["v1", "leases", &lease.lease_id]);
-        let ended = Arc::new(watch::Sender::new(None));
-        let (validity, valid_until_rx) = watch::channel(valid_until);
-        let watcher = self.events.then(|| {
-            let events_path = format!("{lease_path}/events");
-            let watcher = events::Watcher::new(
-                client.http.clone(),
-                events_path,
-                Arc::clone(&ended),
-                validity,
-            );
-            tokio::spawn(watcher.run())
-        });
-        Ok(LockGuard {
-            expiry: (!self.events && !lease.auto_renew).then_some(valid_until),
-            valid_until: valid_until_rx,
+        Ok(LockGuard::follow(
+            client.http.clone(),
             lease,
-            http: client.http.clone(),
             lease_path,
-            ended,
-            watcher,
-            released: false,
-        })
+            valid_until,
+            self.events,
+        ))
     }
 }
 
@@ -460,6 +476,70 @@ fn deadline_of(
 // === impl LockGuard ===
 
 impl LockGuard {
+    /// A guard of `lease` (at `lease_path`), valid until `valid_until`, following its event
+    /// stream when `events`.
+    fn follow(
+        http: Transport,
+        lease: LeaseInfo,
+        lease_path: String,
+        valid_until: Instant,
+        events: bool,
+    ) -> Self {
+        let ended = Arc::new(watch::Sender::new(None));
+        let (validity, valid_until_rx) = watch::channel(valid_until);
+        let watcher = events.then(|| {
+            let events_path = format!("{lease_path}/events");
+            let watcher =
+                events::Watcher::new(http.clone(), events_path, Arc::clone(&ended), validity);
+            tokio::spawn(watcher.run())
+        });
+        Self {
+            expiry: (!events && !lease.auto_renew).then_some(valid_until),
+            valid_until: valid_until_rx,
+            lease,
+            http,
+            lease_path,
+            ended,
+            watcher,
+            released: false,
+        }
+    }
+
+    /// Downgrades this write lease of a read-write lock to a read: the sidecar takes a read
+    /// lease of the same resource and settings beside the write, then releases the write. The
+    /// new guard holds the read; this one is done (its lease released). On a refusal
+    /// (`not_a_writer`, `held`, …) the write lease is kept and this guard is given back.
+    pub async fn downgrade(mut self) -> Result<LockGuard, (ClientError, LockGuard)> {
+        let path = format!("{}/downgrade", self.lease_path);
+        let sent_at = Instant::now();
+        let answer = self
+            .http
+            .call(Method::POST, &path, None, REQUEST_MARGIN)
+            .await;
+        let read: LeaseInfo = match answer.map_err(ClientError::from).and_then(error::read) {
+            Ok(read) => read,
+            Err(error) => return Err((error, self)),
+        };
+        let valid_until = sent_at + Duration::from_millis(read.validity_ms);
+        // `lease_path` is `…/v1/leases/{lease id}`: the read's path replaces the id.
+        let leases = self
+            .lease_path
+            .rsplit_once('/')
+            .map_or("", |(base, _)| base);
+        let read_path = format!("{leases}/{}", read.lease_id);
+        let events = self.watcher.is_some();
+        let guard = LockGuard::follow(self.http.clone(), read, read_path, valid_until, events);
+        // The sidecar released the write: this guard sends nothing more.
+        self.released = true;
+        self.stop();
+        Ok(guard)
+    }
+
+    /// A read-write lock's lease mode (`read`, `write`); `None` for other locks.
+    pub fn mode(&self) -> Option<&str> {
+        self.lease.mode.as_deref()
+    }
+
     /// A semaphore permit's slot; `None` for a lock. Fence on the slot and the token.
     pub fn slot(&self) -> Option<u32> {
         self.lease.slot
