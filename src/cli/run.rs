@@ -181,7 +181,9 @@ async fn on_masters(args: &RunArgs, owner: &str, kind: AcquireKind) -> Result<u8
             Some(following) => Ok(hold_on_masters(following, args, kind).await),
             None => Ok(not_run(&args.resource, LOST_AT_ONCE, EXIT_LEASE_LOST)),
         },
-        Ok(Acquired::Held) => Ok(not_run(&args.resource, held(kind), EXIT_HELD)),
+        Ok(Acquired::Held | Acquired::Dequeued) => {
+            Ok(not_run(&args.resource, held(kind), EXIT_HELD))
+        }
         // `Closing` never comes: this table is not shut down while it acquires.
         Ok(Acquired::NoQuorum | Acquired::Closing) => {
             for master in engine.status_accounts().await {
@@ -277,7 +279,7 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, kind: AcquireKi
     };
     let resource = args.resource.as_str();
     let request = match kind {
-        AcquireKind::Lock => client.lock(resource),
+        AcquireKind::Lock | AcquireKind::FairLock => client.lock(resource),
         AcquireKind::Permit { limit } => client.semaphore(resource, limit),
         AcquireKind::Read { .. } => client.rwlock(resource, RwMode::Read),
         AcquireKind::Write => client.rwlock(resource, RwMode::Write),

@@ -8,6 +8,7 @@ mod cli;
 mod client;
 mod deploy;
 mod engine;
+mod fair;
 mod faults;
 mod fencing;
 mod history;

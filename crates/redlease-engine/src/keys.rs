@@ -172,6 +172,12 @@ impl Keyspace {
         self.join("released:", &waiting_name(name))
     }
 
+    /// `<prefix>queue:<name>` and `<prefix>beats:<name>`: the fair waiters of a lock (its
+    /// [`waiting_name`]) by ticket, and their heartbeat deadlines.
+    pub fn fair_queue(&self, name: &str) -> (String, String) {
+        (self.join("queue:", name), self.join("beats:", name))
+    }
+
     /// `<prefix>revocations`: the lease ids force releases revoke, for their holders.
     pub fn revocations_channel(&self) -> String {
         self.join("revocations", "")

@@ -6,6 +6,7 @@
 mod account;
 mod calls;
 mod extend;
+pub mod fair;
 mod fanout;
 pub mod fencing;
 pub mod force;
@@ -74,6 +75,9 @@ pub struct EngineOptions {
     pub retry_delay_min: Duration,
     /// Longest pause between two attempts of a blocking acquisition without wake-ups.
     pub retry_delay_max: Duration,
+    /// A fair waiter's heartbeat TTL ([`fair`]): a waiter that died delays its queue by at
+    /// most this.
+    pub fair_heartbeat: Duration,
 }
 
 impl Default for EngineOptions {
@@ -86,6 +90,7 @@ impl Default for EngineOptions {
             node_timeout: NodeTimeoutPolicy::default(),
             retry_delay_min: DEFAULT_RETRY_DELAY_MIN,
             retry_delay_max: DEFAULT_RETRY_DELAY_MAX,
+            fair_heartbeat: fair::DEFAULT_FAIR_HEARTBEAT,
         }
     }
 }

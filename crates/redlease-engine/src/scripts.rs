@@ -42,6 +42,14 @@ pub struct Scripts {
     pub rw_acquire: Script,
     /// `rw_release.lua`: a read-write lock's stray claims of one lease, and a writer's intent.
     pub rw_release: Script,
+    /// `ticket.lua`: a fair waiter's ticket from a master's fence counter.
+    pub ticket: Script,
+    /// `fair_enqueue.lua`: a fair waiter queued, or its heartbeat.
+    pub fair_enqueue: Script,
+    /// `fair_acquire.lua`: the lock for the head of its queue.
+    pub fair_acquire: Script,
+    /// `fair_leave.lua`: a fair waiter out of its queue.
+    pub fair_leave: Script,
 }
 
 /// The scripts, hashed once per process.
@@ -60,13 +68,17 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     semaphore_release: Script::from_lua(include_str!("../../../lua/semaphore_release.lua")),
     rw_acquire: Script::from_lua(include_str!("../../../lua/rw_acquire.lua")),
     rw_release: Script::from_lua(include_str!("../../../lua/rw_release.lua")),
+    ticket: Script::from_lua(include_str!("../../../lua/ticket.lua")),
+    fair_enqueue: Script::from_lua(include_str!("../../../lua/fair_enqueue.lua")),
+    fair_acquire: Script::from_lua(include_str!("../../../lua/fair_acquire.lua")),
+    fair_leave: Script::from_lua(include_str!("../../../lua/fair_leave.lua")),
 });
 
 // === impl Scripts ===
 
 impl Scripts {
     /// Every script, to load on a master.
-    pub fn all(&self) -> [&Script; 14] {
+    pub fn all(&self) -> [&Script; 18] {
         [
             &self.raise_fence,
             &self.release,
@@ -82,6 +94,10 @@ impl Scripts {
             &self.semaphore_release,
             &self.rw_acquire,
             &self.rw_release,
+            &self.ticket,
+            &self.fair_enqueue,
+            &self.fair_acquire,
+            &self.fair_leave,
         ]
     }
 }

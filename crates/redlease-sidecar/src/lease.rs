@@ -32,7 +32,7 @@ use self::ttl::{RenewalSchedule, TtlPolicy};
 use crate::batch::Renewals;
 use crate::metrics::METRICS;
 use crate::redlock::read_write::{RwMode, RwRequest};
-use crate::redlock::{AcquireOutcome, Lease, Redlock};
+use crate::redlock::{AcquireOutcome, Lease, Redlock, Shortfall};
 use crate::{Error, LeaseId};
 pub use holder::Revocations;
 pub use reentry::{HoldRelease, Reentry};
@@ -109,6 +109,9 @@ pub enum AcquireKind {
     /// The resource's exclusive lock.
     #[default]
     Lock,
+    /// The resource's exclusive lock, waiting in one queue with the fair waiters of every
+    /// sidecar (see `redlock::fair`).
+    FairLock,
     /// A permit of the resource's counting semaphore of `limit` slots.
     Permit {
         /// The semaphore's limit, the same for every holder.
@@ -143,6 +146,8 @@ pub enum Acquired {
     Held,
     /// Too few masters answered.
     NoQuorum,
+    /// A fair waiter's heartbeats came too late: a majority took it out of the queue.
+    Dequeued,
     /// The sidecar is shutting down.
     Closing,
 }
@@ -488,6 +493,9 @@ impl LeaseManager {
                 Acquired::Closing
             }
             AcquireOutcome::Acquired(lease) => Acquired::Granted(self.track(lease, &request)),
+            AcquireOutcome::Contended(refusal) if refusal.cause == Shortfall::Dequeued => {
+                Acquired::Dequeued
+            }
             AcquireOutcome::Contended(_) => Acquired::Held,
             AcquireOutcome::NoQuorum(_) => Acquired::NoQuorum,
         })
@@ -511,6 +519,11 @@ impl LeaseManager {
         };
         match request.kind {
             AcquireKind::Lock => engine.acquire_with_wait(resource, owner, ttl, wait).await,
+            AcquireKind::FairLock => {
+                engine
+                    .acquire_fair_with_wait(resource, owner, ttl, wait)
+                    .await
+            }
             AcquireKind::Permit { limit } => {
                 engine
                     .acquire_permit_with_wait(resource, owner, ttl, limit, wait)

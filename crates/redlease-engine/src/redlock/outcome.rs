@@ -118,6 +118,9 @@ pub enum Shortfall {
     FenceNotConfirmed,
     /// Granted, but the round trips ate the whole validity.
     ValidityExpired,
+    /// A fair waiter's entry was purged from its queue on a majority (its heartbeats came too
+    /// late): it waits no more.
+    Dequeued,
 }
 
 /// The detail of a failed attempt, per master.

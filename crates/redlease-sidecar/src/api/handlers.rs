@@ -50,7 +50,12 @@ pub(super) async fn acquire(
         resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
     validate_resource(&resource)?;
     let JsonBody(body) = body?;
-    let request = acquire_request(&state, resource, body, AcquireKind::Lock)?;
+    let kind = if body.fair == Some(true) {
+        AcquireKind::FairLock
+    } else {
+        AcquireKind::Lock
+    };
+    let request = acquire_request(&state, resource, body, kind)?;
     answer_acquisition(&state, request).await
 }
 
@@ -60,7 +65,7 @@ pub(super) async fn answer_acquisition(
     request: AcquireRequest,
 ) -> Result<Response, ApiError> {
     let held = match request.kind {
-        AcquireKind::Lock => "the lock is held by another lease",
+        AcquireKind::Lock | AcquireKind::FairLock => "the lock is held by another lease",
         AcquireKind::Permit { .. } => "every slot of the semaphore is held by another lease",
         AcquireKind::Read { .. } => "a writer holds the lock, or one is waiting for it",
         AcquireKind::Write => "the lock is held by another lease's writer or readers",
@@ -79,6 +84,11 @@ pub(super) async fn answer_acquisition(
     Ok(match acquired {
         Acquired::Granted(view) => Json(view).into_response(),
         Acquired::Held => refused(StatusCode::CONFLICT, "held", held),
+        Acquired::Dequeued => refused(
+            StatusCode::CONFLICT,
+            "dequeued",
+            "this fair waiter's heartbeats came too late and it was taken out of the queue",
+        ),
         Acquired::NoQuorum => refused(
             StatusCode::SERVICE_UNAVAILABLE,
             "no_quorum",

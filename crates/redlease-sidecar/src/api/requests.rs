@@ -30,6 +30,9 @@ pub(super) struct AcquireBody {
     #[serde(default)]
     #[schema(value_type = Option<u64>, minimum = 1)]
     pub(super) idle_timeout_ms: Millis,
+    /// Wait in one queue with the fair waiters of every sidecar, first come first served
+    /// (with `wait_ms`); default `false`.
+    pub(super) fair: Option<bool>,
 }
 
 /// Body of `POST /v1/leases/{id}/renew` (may be empty).

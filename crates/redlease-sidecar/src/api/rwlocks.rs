@@ -83,6 +83,7 @@ pub(super) async fn acquire(
         wait_ms: body.wait_ms,
         auto_renew: body.auto_renew,
         idle_timeout_ms: body.idle_timeout_ms,
+        fair: None,
     };
     let request = acquire_request(&state, resource, common, kind)?;
     if kind == AcquireKind::Write && state.manager.holds_read(&request.resource, &request.owner) {

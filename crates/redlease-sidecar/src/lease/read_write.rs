@@ -85,7 +85,7 @@ impl LeaseManager {
         };
         let read = match self.acquire(request).await? {
             Acquired::Granted(read) => read,
-            Acquired::Held => return Err(DowngradeError::Held),
+            Acquired::Held | Acquired::Dequeued => return Err(DowngradeError::Held),
             Acquired::NoQuorum => return Err(DowngradeError::Renew(RenewError::NoQuorum)),
             Acquired::Closing => return Err(DowngradeError::Closing),
         };

@@ -87,7 +87,7 @@ pub(super) const ROUTES: &[Route] = &[
             JSON_BODY[1],
             JSON_BODY[2],
             JSON_BODY[3],
-            extended(409, &["held"], "AcquireRefusal"),
+            extended(409, &["held", "dequeued"], "AcquireRefusal"),
             extended(429, &["too_many_waiters"], "AcquireRefusal"),
             extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
         ],

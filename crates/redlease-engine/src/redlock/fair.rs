@@ -1,0 +1,238 @@
+//! Fair (FIFO) acquisition of a lock across processes: a waiter draws a ticket the way a
+//! fencing token is drawn (an `INCR` of every master's fence counter, the largest a majority
+//! answered, the laggards raised), so every master orders the waiters alike; it is queued on a
+//! majority (`fair_enqueue.lua`), keeps a heartbeat there while it waits, and
+//! `fair_acquire.lua` writes the lock only for the head of the queue. A waiter that stops
+//! beating (its process died) is purged by the next attempt after its heartbeat TTL, so it
+//! delays the queue by at most that; a waiter purged while alive learns it at its next beat
+//! (its entry gone on a majority) and stops with [`Shortfall::Dequeued`].
+//!
+//! Fairness orders the waiters that ask for it; exclusion is the lock's own (the same key,
+//! written with `SET NX`), so a caller that does not ask for fairness is not queued and can
+//! take a free lock before them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::calls::{eval_on, release_call};
+use super::fanout::fan_out;
+use super::slotted::SlottedAttempt;
+use super::{fencing, AcquireOutcome, Redlock, Refusal, Shortfall};
+use crate::keys::{validate_owner, validate_resource};
+use crate::scripts::{ScriptCall, SCRIPTS};
+use crate::{Error, LeaseId};
+
+/// A fair waiter's heartbeat TTL unless the engine's options say otherwise: a waiter that
+/// died delays the queue by at most this.
+pub const DEFAULT_FAIR_HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// The keys and channel of one lock's queue.
+struct Queue {
+    lock: String,
+    fence: String,
+    queue: String,
+    beats: String,
+    channel: String,
+}
+
+// === impl Redlock ===
+
+impl Redlock {
+    /// Takes `resource` for `owner` for `ttl` in the order fair waiters of every process
+    /// asked for it, waiting at most `wait`. Contended with [`Shortfall::Dequeued`] when this
+    /// waiter's heartbeat came too late and a majority purged it.
+    pub async fn acquire_fair_with_wait(
+        &self,
+        resource: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<AcquireOutcome, Error> {
+        validate_resource(resource)?;
+        validate_owner(owner)?;
+        self.check_ttl(ttl)?;
+        let keyspace = self.fleet.keyspace();
+        let (queue, beats) = keyspace.fair_queue(resource);
+        let keys = Queue {
+            lock: keyspace.lock(resource),
+            fence: keyspace.fence(),
+            queue,
+            beats,
+            channel: keyspace.released_channel(resource),
+        };
+        let waiter = LeaseId::random();
+        let heartbeat = self.options.fair_heartbeat;
+        let timeout = self.node_timeout(ttl, Instant::now());
+        let Some(ticket) = self.draw_ticket(&keys.fence, timeout).await else {
+            return Ok(AcquireOutcome::NoQuorum(refusal(Shortfall::TooFewAnswers)));
+        };
+        let queued = self
+            .enqueue(&keys, waiter, ticket, heartbeat, "enqueue")
+            .await;
+        if queued.iter().filter(|&&present| present).count() < self.fleet.quorum() {
+            self.leave(&keys, waiter, timeout).await;
+            return Ok(AcquireOutcome::NoQuorum(refusal(Shortfall::TooFewAnswers)));
+        }
+        let attempts = self.wait_for_grant(resource, wait, || {
+            self.fair_attempt(&keys, waiter, resource, owner, ttl)
+        });
+        let beating = self.beat_until_purged(&keys, waiter, ticket, heartbeat);
+        let outcome = tokio::select! {
+            outcome = attempts => outcome,
+            () = beating => Ok(AcquireOutcome::Contended(refusal(Shortfall::Dequeued))),
+        };
+        // Granted: the masters that did not grant still queue it. Not granted: it waits no
+        // more. Either way the next waiter must not wait behind it.
+        self.leave(&keys, waiter, timeout).await;
+        outcome
+    }
+
+    /// One attempt of waiter `waiter` (a slotted acquisition of the lock key alone).
+    async fn fair_attempt(
+        &self,
+        keys: &Queue,
+        waiter: LeaseId,
+        resource: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome, Error> {
+        let id = LeaseId::random();
+        let (value, ttl_ms, waiter) = (
+            id.value_for(owner),
+            ttl.as_millis().to_string(),
+            waiter.to_string(),
+        );
+        let call_keys: [&[u8]; 4] = [
+            keys.lock.as_bytes(),
+            keys.fence.as_bytes(),
+            keys.queue.as_bytes(),
+            keys.beats.as_bytes(),
+        ];
+        let args: [&[u8]; 3] = [value.as_bytes(), ttl_ms.as_bytes(), waiter.as_bytes()];
+        let acquire = Arc::new(ScriptCall::new(&SCRIPTS.fair_acquire, &call_keys, &args));
+        let release_claims = |_keep: Option<u32>| release_call(&keys.lock, &keys.channel, id);
+        let name_of = |_slot| resource.to_string();
+        let attempt = SlottedAttempt {
+            id,
+            owner,
+            ttl,
+            acquire,
+            release_claims: &release_claims,
+            name_of: &name_of,
+        };
+        Ok(self.acquire_slotted(attempt).await.0)
+    }
+
+    /// A ticket: every master's fence counter `INCR`ed, the largest a majority answered,
+    /// the lagging ones raised to it; `None` without a quorum at it.
+    async fn draw_ticket(&self, fence: &str, timeout: Duration) -> Option<u64> {
+        let call = Arc::new(ScriptCall::new(&SCRIPTS.ticket, &[fence.as_bytes()], &[]));
+        let until = Instant::now() + timeout;
+        let mut replies = fan_out(
+            &self.tasks,
+            self.fleet.nodes(),
+            until,
+            |node, deadline, reply| {
+                let call = call.clone();
+                async move {
+                    if node.is_up() {
+                        eval_on(node, call, deadline, reply).await;
+                    }
+                }
+            },
+        );
+        let mut counters = Vec::new();
+        while let Some((index, answer)) = replies.recv().await {
+            if let Ok(counter) = answer {
+                counters.push((index, counter as u64));
+            }
+        }
+        if counters.len() < self.fleet.quorum() {
+            return None;
+        }
+        let plan = fencing::plan(&counters)?;
+        let confirmed = plan.at_token.len() + self.raise_fence(&plan, timeout).await;
+        (confirmed >= self.fleet.quorum()).then_some(plan.token)
+    }
+
+    /// Sends `fair_enqueue.lua` (`enqueue`, or `beat`) for the waiter to every master; answers
+    /// per master whether it is queued there now.
+    async fn enqueue(
+        &self,
+        keys: &Queue,
+        waiter: LeaseId,
+        ticket: u64,
+        heartbeat: Duration,
+        what: &str,
+    ) -> Vec<bool> {
+        let (waiter, ticket, ttl) = (
+            waiter.to_string(),
+            ticket.to_string(),
+            heartbeat.as_millis().to_string(),
+        );
+        let call_keys: [&[u8]; 2] = [keys.queue.as_bytes(), keys.beats.as_bytes()];
+        let args: [&[u8]; 4] = [
+            waiter.as_bytes(),
+            ticket.as_bytes(),
+            ttl.as_bytes(),
+            what.as_bytes(),
+        ];
+        let call = Arc::new(ScriptCall::new(&SCRIPTS.fair_enqueue, &call_keys, &args));
+        let mut queued = vec![false; self.fleet.len()];
+        let until = Instant::now() + heartbeat / 3;
+        let mut replies = fan_out(
+            &self.tasks,
+            self.fleet.nodes(),
+            until,
+            |node, deadline, reply| eval_on(node, call.clone(), deadline, reply),
+        );
+        while let Some((index, answer)) = replies.recv().await {
+            queued[index] = matches!(answer, Ok(1));
+        }
+        queued
+    }
+
+    /// Beats every third of the heartbeat TTL; puts the waiter back on masters that lost it
+    /// while a majority still queues it (a restarted master); returns once a beat finds it
+    /// queued on fewer than a quorum: purged.
+    async fn beat_until_purged(
+        &self,
+        keys: &Queue,
+        waiter: LeaseId,
+        ticket: u64,
+        heartbeat: Duration,
+    ) {
+        loop {
+            tokio::time::sleep(heartbeat / 3).await;
+            let queued = self.enqueue(keys, waiter, ticket, heartbeat, "beat").await;
+            if queued.iter().filter(|&&present| present).count() < self.fleet.quorum() {
+                tracing::info!(waiter = %waiter, "a fair waiter was purged from its queue");
+                return;
+            }
+            if queued.contains(&false) {
+                self.enqueue(keys, waiter, ticket, heartbeat, "enqueue")
+                    .await;
+            }
+        }
+    }
+
+    /// Takes the waiter out of the queue on every master (waiting at most `timeout`).
+    async fn leave(&self, keys: &Queue, waiter: LeaseId, timeout: Duration) {
+        let waiter = waiter.to_string();
+        let call_keys: [&[u8]; 2] = [keys.queue.as_bytes(), keys.beats.as_bytes()];
+        let args: [&[u8]; 2] = [waiter.as_bytes(), keys.channel.as_bytes()];
+        let call = Arc::new(ScriptCall::new(&SCRIPTS.fair_leave, &call_keys, &args));
+        let all: Vec<usize> = (0..self.fleet.len()).collect();
+        self.release_claims(call, &all, timeout).await;
+    }
+}
+
+fn refusal(cause: Shortfall) -> Refusal {
+    Refusal {
+        cause,
+        votes: Vec::new(),
+        valid_until_cap: None,
+    }
+}

@@ -1,0 +1,189 @@
+//! Fair waiting across processes on real masters: grants follow the tickets' order across
+//! engines and sidecars, a dead waiter delays the queue by at most its heartbeat TTL, a purged
+//! waiter learns it, and the queue's keys go with their waiters.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redlease::{AcquireOutcome, EngineOptions, Shortfall};
+use redlease_testkit::sidecar::TestSidecar;
+use redlease_testkit::TestFleet;
+use serde_json::json;
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(5);
+
+fn options(heartbeat_ms: u64) -> EngineOptions {
+    EngineOptions {
+        fair_heartbeat: Duration::from_millis(heartbeat_ms),
+        ..EngineOptions::default()
+    }
+}
+
+/// Six fair waiters of two engines, queued 150 ms apart behind a holder, are granted in the
+/// order they queued, each once the one before released; the queue's keys are gone after.
+#[tokio::test]
+async fn grants_follow_the_queue_across_engines() {
+    let fleet = TestFleet::start(3);
+    let engines = [
+        Arc::new(fleet.engine_with(options(2000)).await),
+        Arc::new(fleet.engine_with(options(2000)).await),
+    ];
+    let holder = engines[0].acquire("job", "holder", TTL).await.unwrap();
+    let holder = holder.lease().unwrap().clone();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let (engine, order) = (Arc::clone(&engines[i % 2]), Arc::clone(&order));
+        waiters.push(tokio::spawn(async move {
+            let owner = format!("w{i}");
+            let wait = Duration::from_secs(15);
+            let outcome = engine.acquire_fair_with_wait("job", &owner, TTL, wait);
+            let AcquireOutcome::Acquired(lease) = outcome.await.unwrap() else {
+                panic!("waiter {i} not granted");
+            };
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            engine.release("job", lease.id).await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    engines[0].release("job", holder.id).await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
+    for engine in &engines {
+        engine.settle(Duration::from_secs(2)).await;
+    }
+    for i in 0..3 {
+        let queue = fleet.command(i, &["KEYS", "redlease:*queue*"]).strings();
+        let beats = fleet.command(i, &["KEYS", "redlease:beats:*"]).strings();
+        assert!(
+            queue.is_empty() && beats.is_empty(),
+            "master {i}: {queue:?} {beats:?}"
+        );
+    }
+}
+
+/// A waiter whose process went away (its wait cancelled, no more beats) holds the queue up for
+/// at most its heartbeat TTL: the waiter behind it is granted soon after.
+#[tokio::test]
+async fn a_dead_waiter_delays_the_queue_by_at_most_its_heartbeat() {
+    let fleet = TestFleet::start(3);
+    let engine = Arc::new(fleet.engine_with(options(600)).await);
+    let holder = engine.acquire("job", "holder", TTL).await.unwrap();
+    let holder = holder.lease().unwrap().clone();
+    let dead = {
+        let engine = Arc::clone(&engine);
+        tokio::spawn(async move {
+            let wait = Duration::from_secs(20);
+            let _ = engine
+                .acquire_fair_with_wait("job", "dead", TTL, wait)
+                .await;
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let live = {
+        let engine = Arc::clone(&engine);
+        tokio::spawn(async move {
+            let wait = Duration::from_secs(10);
+            let outcome = engine
+                .acquire_fair_with_wait("job", "live", TTL, wait)
+                .await;
+            (outcome.unwrap(), Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    dead.abort();
+    let released = Instant::now();
+    engine.release("job", holder.id).await.unwrap();
+    let (outcome, granted_at) = tokio::time::timeout(Duration::from_secs(15), live)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(outcome.lease().is_some(), "{outcome:?}");
+    let delay = granted_at - released;
+    assert!(
+        delay < Duration::from_millis(600 + 500),
+        "the dead waiter held the queue {delay:?}"
+    );
+}
+
+/// A live waiter that a majority purged (its entry gone) learns it at its next beat.
+#[tokio::test]
+async fn a_purged_waiter_learns_it() {
+    let fleet = TestFleet::start(3);
+    let engine = Arc::new(fleet.engine_with(options(600)).await);
+    let _holder = engine.acquire("job", "holder", TTL).await.unwrap();
+    let waiting = {
+        let engine = Arc::clone(&engine);
+        tokio::spawn(async move {
+            let wait = Duration::from_secs(10);
+            engine.acquire_fair_with_wait("job", "w", TTL, wait).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..2 {
+        let deleted = fleet.command(i, &["DEL", "redlease:queue:job", "redlease:beats:job"]);
+        assert_eq!(format!("{deleted:?}"), "Int(2)", "master {i}");
+    }
+    let outcome = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the purged waiter kept waiting")
+        .unwrap()
+        .unwrap();
+    match outcome {
+        AcquireOutcome::Contended(refusal) => assert_eq!(refusal.cause, Shortfall::Dequeued),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Through two sidecars, fair waiters queued in turn on either are granted in that order; a
+/// plain `held` answer without `fair` is unchanged.
+#[tokio::test]
+async fn grants_follow_the_queue_across_sidecars() {
+    let fleet = TestFleet::start(3);
+    let sidecars = [
+        TestSidecar::start(&fleet, &[]).await,
+        TestSidecar::start(&fleet, &[]).await,
+    ];
+    let hold = json!({"owner": "holder", "ttl_ms": 5000});
+    let (status, holder) = sidecars[0].acquire("job", hold).await;
+    assert_eq!(status, 200);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let sidecar = &sidecars[i % 2];
+        let (http, base, order) = (
+            sidecar.http.clone(),
+            sidecar.base.clone(),
+            Arc::clone(&order),
+        );
+        waiters.push(tokio::spawn(async move {
+            let body =
+                json!({"owner": format!("w{i}"), "ttl_ms": 5000, "wait_ms": 15000, "fair": true});
+            let url = format!("{base}/v1/locks/job/acquire");
+            let answer = http.post(url).json(&body).send().await.unwrap();
+            assert_eq!(answer.status(), 200);
+            let lease: serde_json::Value = answer.json().await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let url = format!("{base}/v1/leases/{}", lease["lease_id"].as_str().unwrap());
+            http.delete(url).send().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let id = holder["lease_id"].as_str().unwrap();
+    sidecars[0].delete(&format!("/v1/leases/{id}")).await;
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
+}
