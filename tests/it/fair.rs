@@ -187,3 +187,60 @@ async fn grants_follow_the_queue_across_sidecars() {
     }
     assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
 }
+
+/// The same across two sidecars on five masters while one master is frozen and another is
+/// restarted empty (its queue lost: the waiters' beats put them back): grants still follow
+/// the order the waiters queued in.
+#[tokio::test]
+async fn grants_follow_the_queue_with_masters_frozen_and_restarted() {
+    let mut fleet = TestFleet::start(5);
+    let env = [
+        ("REDLEASE__FLEET__QUARANTINE_MS", "3000"),
+        ("REDLEASE__LEASE__MAX_TTL_MS", "3000"),
+    ];
+    let sidecars = [
+        TestSidecar::start(&fleet, &env).await,
+        TestSidecar::start(&fleet, &env).await,
+    ];
+    let hold = json!({"owner": "holder", "ttl_ms": 3000});
+    let (status, holder) = sidecars[0].acquire("job", hold).await;
+    assert_eq!(status, 200);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let sidecar = &sidecars[i % 2];
+        let (http, base, order) = (
+            sidecar.http.clone(),
+            sidecar.base.clone(),
+            Arc::clone(&order),
+        );
+        waiters.push(tokio::spawn(async move {
+            let body =
+                json!({"owner": format!("w{i}"), "ttl_ms": 3000, "wait_ms": 30000, "fair": true});
+            let url = format!("{base}/v1/locks/job/acquire");
+            let answer = http.post(url).json(&body).send().await.unwrap();
+            assert_eq!(answer.status(), 200, "waiter {i}");
+            let lease: serde_json::Value = answer.json().await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let url = format!("{base}/v1/leases/{}", lease["lease_id"].as_str().unwrap());
+            http.delete(url).send().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    fleet.servers[0].pause();
+    fleet.servers[1].restart();
+    // Beats every ~670 ms put the waiters back on master 1.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let id = holder["lease_id"].as_str().unwrap();
+    sidecars[0].delete(&format!("/v1/leases/{id}")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fleet.servers[0].resume();
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(40), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
+}
