@@ -279,6 +279,12 @@ fn oversized(ctx: &Ctx) -> Vec<Case> {
     let targets = [
         ("acquire", format!("/v1/locks/{}/acquire", ctx.fresh("big"))),
         ("renew", format!("/v1/leases/{lease}/renew")),
+        ("reenter", format!("/v1/leases/{lease}/reenter")),
+        (
+            "semaphore",
+            format!("/v1/semaphores/{}/acquire", ctx.fresh("big")),
+        ),
+        ("rwlock", format!("/v1/rwlocks/{}/acquire", ctx.fresh("big"))),
         (
             "force-release",
             format!("/v1/locks/{}/force-release", ctx.fresh("big")),

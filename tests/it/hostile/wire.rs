@@ -46,6 +46,8 @@ fn lease_ids(ctx: &Ctx) -> Vec<Case> {
             ("DELETE", lease.clone()),
             ("POST", format!("{lease}/renew")),
             ("POST", format!("{lease}/keepalive")),
+            ("POST", format!("{lease}/reenter")),
+            ("POST", format!("{lease}/downgrade")),
             ("GET", format!("{lease}/events")),
         ] {
             let raw = ctx.request(method, &target, &[], b"");
