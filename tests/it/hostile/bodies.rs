@@ -284,7 +284,10 @@ fn oversized(ctx: &Ctx) -> Vec<Case> {
             "semaphore",
             format!("/v1/semaphores/{}/acquire", ctx.fresh("big")),
         ),
-        ("rwlock", format!("/v1/rwlocks/{}/acquire", ctx.fresh("big"))),
+        (
+            "rwlock",
+            format!("/v1/rwlocks/{}/acquire", ctx.fresh("big")),
+        ),
         (
             "force-release",
             format!("/v1/locks/{}/force-release", ctx.fresh("big")),
