@@ -72,7 +72,7 @@ impl LeaseManager {
             else {
                 return Err(DowngradeError::NotAWriter);
             };
-            let request = AcquireRequest {
+            AcquireRequest {
                 resource: resource.to_string(),
                 owner: record.lease.owner.clone(),
                 ttl: Some(record.lease.ttl),
@@ -80,8 +80,7 @@ impl LeaseManager {
                 auto_renew: record.auto_renew,
                 idle_timeout: Some(record.idle_timeout),
                 kind: AcquireKind::Read { beside: Some(id) },
-            };
-            request
+            }
         };
         let read = match self.acquire(request).await? {
             Acquired::Granted(read) => read,
