@@ -190,8 +190,9 @@ async fn grants_follow_the_queue_across_sidecars() {
 
 /// The same across two sidecars on five masters while one master is frozen and another is
 /// restarted empty (its queue lost: the waiters' beats put them back): grants still follow
-/// the order the waiters queued in.
-#[tokio::test]
+/// the order the waiters queued in. (The sidecars run on worker threads: restarting a master
+/// blocks the test's own thread for a while, which must not stall the waiters' heartbeats.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grants_follow_the_queue_with_masters_frozen_and_restarted() {
     let mut fleet = TestFleet::start(5);
     let env = [
