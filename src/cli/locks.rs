@@ -83,6 +83,16 @@ pub struct WhichLock {
 }
 
 impl WhichLock {
+    /// The lock name on a valid `resource`; `None` (said on stderr) for flags that name no
+    /// lock.
+    fn checked_name(&self, resource: &str) -> Result<Option<String>, Error> {
+        crate::keys::validate_resource(resource)?;
+        Ok(self
+            .lock_name(resource)
+            .map_err(|error| eprintln!("redlease: {error}"))
+            .ok())
+    }
+
     /// The lock name of the lock these flags name on `resource`.
     fn lock_name(&self, resource: &str) -> Result<String, String> {
         let slot = match self.slot {
@@ -201,13 +211,8 @@ async fn execute(command: LocksCommand) -> Result<u8, Error> {
             output,
             fleet,
         } => {
-            crate::keys::validate_resource(&resource)?;
-            let name = match which.lock_name(&resource) {
-                Ok(name) => name,
-                Err(error) => {
-                    eprintln!("redlease: {error}");
-                    return Ok(EXIT_USAGE);
-                }
+            let Some(name) = which.checked_name(&resource)? else {
+                return Ok(EXIT_USAGE);
             };
             let engine = connect(&fleet).await?;
             let view = engine.inspect(&name).await;
@@ -235,13 +240,8 @@ async fn execute(command: LocksCommand) -> Result<u8, Error> {
             crate::keys::validate_actor(&actor)?;
             crate::keys::validate_reason(&reason)?;
             let lease_id = lease_id.as_deref().map(str::parse::<LeaseId>).transpose()?;
-            crate::keys::validate_resource(&resource)?;
-            let name = match which.lock_name(&resource) {
-                Ok(name) => name,
-                Err(error) => {
-                    eprintln!("redlease: {error}");
-                    return Ok(EXIT_USAGE);
-                }
+            let Some(name) = which.checked_name(&resource)? else {
+                return Ok(EXIT_USAGE);
             };
             let options = ForceOptions {
                 lease_id,

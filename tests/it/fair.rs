@@ -154,29 +154,7 @@ async fn grants_follow_the_queue_across_sidecars() {
     let hold = json!({"owner": "holder", "ttl_ms": 5000});
     let (status, holder) = sidecars[0].acquire("job", hold).await;
     assert_eq!(status, 200);
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut waiters = Vec::new();
-    for i in 0..4 {
-        let sidecar = &sidecars[i % 2];
-        let (http, base, order) = (
-            sidecar.http.clone(),
-            sidecar.base.clone(),
-            Arc::clone(&order),
-        );
-        waiters.push(tokio::spawn(async move {
-            let body =
-                json!({"owner": format!("w{i}"), "ttl_ms": 5000, "wait_ms": 15000, "fair": true});
-            let url = format!("{base}/v1/locks/job/acquire");
-            let answer = http.post(url).json(&body).send().await.unwrap();
-            assert_eq!(answer.status(), 200);
-            let lease: serde_json::Value = answer.json().await.unwrap();
-            order.lock().unwrap().push(i);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let url = format!("{base}/v1/leases/{}", lease["lease_id"].as_str().unwrap());
-            http.delete(url).send().await.unwrap();
-        }));
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    let (order, waiters) = queue_fair_waiters(&sidecars, 4, 5000, 15000).await;
     let id = holder["lease_id"].as_str().unwrap();
     sidecars[0].delete(&format!("/v1/leases/{id}")).await;
     for waiter in waiters {
@@ -206,29 +184,7 @@ async fn grants_follow_the_queue_with_masters_frozen_and_restarted() {
     let hold = json!({"owner": "holder", "ttl_ms": 3000});
     let (status, holder) = sidecars[0].acquire("job", hold).await;
     assert_eq!(status, 200);
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut waiters = Vec::new();
-    for i in 0..6 {
-        let sidecar = &sidecars[i % 2];
-        let (http, base, order) = (
-            sidecar.http.clone(),
-            sidecar.base.clone(),
-            Arc::clone(&order),
-        );
-        waiters.push(tokio::spawn(async move {
-            let body =
-                json!({"owner": format!("w{i}"), "ttl_ms": 3000, "wait_ms": 30000, "fair": true});
-            let url = format!("{base}/v1/locks/job/acquire");
-            let answer = http.post(url).json(&body).send().await.unwrap();
-            assert_eq!(answer.status(), 200, "waiter {i}");
-            let lease: serde_json::Value = answer.json().await.unwrap();
-            order.lock().unwrap().push(i);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let url = format!("{base}/v1/leases/{}", lease["lease_id"].as_str().unwrap());
-            http.delete(url).send().await.unwrap();
-        }));
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    let (order, waiters) = queue_fair_waiters(&sidecars, 6, 3000, 30000).await;
     fleet.servers[0].pause();
     fleet.servers[1].restart();
     // Beats every ~670 ms put the waiters back on master 1.
@@ -244,4 +200,40 @@ async fn grants_follow_the_queue_with_masters_frozen_and_restarted() {
             .unwrap();
     }
     assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
+}
+
+/// Queues `n` fair waiters of `job` in turn on either sidecar, 150 ms apart (TTL and wait in
+/// ms); each records its index once granted, holds 50–100 ms and releases. Answers the order
+/// of the grants and the waiters' tasks.
+async fn queue_fair_waiters(
+    sidecars: &[TestSidecar; 2],
+    n: usize,
+    ttl_ms: u64,
+    wait_ms: u64,
+) -> (Arc<Mutex<Vec<usize>>>, Vec<tokio::task::JoinHandle<()>>) {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..n {
+        let sidecar = &sidecars[i % 2];
+        let (http, base, order) = (
+            sidecar.http.clone(),
+            sidecar.base.clone(),
+            Arc::clone(&order),
+        );
+        waiters.push(tokio::spawn(async move {
+            let body = json!({
+                "owner": format!("w{i}"), "ttl_ms": ttl_ms, "wait_ms": wait_ms, "fair": true,
+            });
+            let url = format!("{base}/v1/locks/job/acquire");
+            let answer = http.post(url).json(&body).send().await.unwrap();
+            assert_eq!(answer.status(), 200, "waiter {i}");
+            let lease: serde_json::Value = answer.json().await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(50 + 50 * (i as u64 % 2))).await;
+            let url = format!("{base}/v1/leases/{}", lease["lease_id"].as_str().unwrap());
+            http.delete(url).send().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    (order, waiters)
 }

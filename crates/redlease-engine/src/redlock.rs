@@ -190,9 +190,7 @@ impl Redlock {
         owner: &str,
         ttl: Duration,
     ) -> Result<AcquireOutcome, Error> {
-        validate_resource(resource)?;
-        validate_owner(owner)?;
-        self.check_ttl(ttl)?;
+        self.check_request(resource, owner, ttl)?;
         let id = LeaseId::random();
         let keys = self.fleet.keyspace().resource(resource);
         let start = Instant::now();
@@ -273,6 +271,13 @@ impl Redlock {
         })
     }
 
+    /// A resource, an owner and a TTL an acquisition of any kind may ask for.
+    fn check_request(&self, resource: &str, owner: &str, ttl: Duration) -> Result<(), Error> {
+        validate_resource(resource)?;
+        validate_owner(owner)?;
+        self.check_ttl(ttl)
+    }
+
     fn check_ttl(&self, ttl: Duration) -> Result<(), Error> {
         let (min, max) = (self.options.min_ttl, self.options.max_ttl);
         if ttl < min || ttl > max {
@@ -285,6 +290,42 @@ impl Redlock {
         Ok(())
     }
 
+    /// The fencing step and the validity check of a grant the masters voted `votes`: the
+    /// token is the largest counter among the granting masters, the lagging ones are raised,
+    /// and the grant stands if a quorum then holds the token and validity is left. Answers the
+    /// token, the validity and when it was measured, or why the grant does not stand.
+    async fn fence_and_judge(
+        &self,
+        votes: &[NodeVote],
+        (start, ttl, timeout): (Instant, Duration, Duration),
+        resource: &str,
+    ) -> Result<(u64, Duration, Instant), Shortfall> {
+        let granted: Vec<(usize, u64)> = votes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, vote)| match vote {
+                NodeVote::Granted { counter } => Some((i, *counter)),
+                _ => None,
+            })
+            .collect();
+        // None only without a grant, which a quorum verdict rules out; kept total.
+        let plan = fencing::plan(&granted).ok_or(Shortfall::TooFewAnswers)?;
+        let confirmed = plan.at_token.len() + self.raise_fence(&plan, timeout).await;
+        if confirmed < self.fleet.quorum() {
+            tracing::warn!(
+                resource,
+                token = plan.token,
+                confirmed,
+                "fencing token not confirmed by a quorum"
+            );
+            return Err(Shortfall::FenceNotConfirmed);
+        }
+        let (opts, now) = (&self.options, Instant::now());
+        let validity = quorum::validity(&opts.drift, start, now, ttl, opts.min_validity);
+        let validity = validity.ok_or(Shortfall::ValidityExpired)?;
+        Ok((plan.token, validity, now))
+    }
+
     /// The fencing step and the validity check of a quorum grant.
     async fn confirm(
         &self,
@@ -294,37 +335,13 @@ impl Redlock {
         resource: &str,
         owner: &str,
     ) -> AcquireOutcome {
-        let granted: Vec<(usize, u64)> = votes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, vote)| match vote {
-                NodeVote::Granted { counter } => Some((i, *counter)),
-                _ => None,
-            })
-            .collect();
-        let Some(plan) = fencing::plan(&granted) else {
-            // Unreachable after a Yes verdict (a quorum is at least one grant); kept total.
-            return AcquireOutcome::NoQuorum(
-                abandon(attempt, votes, Shortfall::TooFewAnswers).await,
-            );
-        };
-        let confirmed = plan.at_token.len() + self.raise_fence(&plan, attempt.timeout).await;
-        if confirmed < self.fleet.quorum() {
-            tracing::warn!(
-                resource,
-                token = plan.token,
-                confirmed,
-                "fencing token not confirmed by a quorum"
-            );
-            let refusal = abandon(attempt, votes, Shortfall::FenceNotConfirmed).await;
-            return AcquireOutcome::NoQuorum(refusal);
-        }
-        let (start, ttl, now) = (attempt.start, attempt.ttl, Instant::now());
-        let opts = &self.options;
-        let Some(validity) = quorum::validity(&opts.drift, start, now, ttl, opts.min_validity)
-        else {
-            let refusal = abandon(attempt, votes, Shortfall::ValidityExpired).await;
-            return AcquireOutcome::NoQuorum(refusal);
+        let (start, ttl) = (attempt.start, attempt.ttl);
+        let judged = self
+            .fence_and_judge(&votes, (start, ttl, attempt.timeout), resource)
+            .await;
+        let (token, validity, now) = match judged {
+            Ok(judged) => judged,
+            Err(cause) => return AcquireOutcome::NoQuorum(abandon(attempt, votes, cause).await),
         };
         attempt.wait_until_all_sent(self.fleet.len()).await;
         let _ = attempt.decision.send(Decision::Keep);
@@ -332,7 +349,7 @@ impl Redlock {
             id,
             resource: resource.to_string(),
             owner: owner.to_string(),
-            fencing_token: plan.token,
+            fencing_token: token,
             ttl,
             validity,
             valid_until: now + validity,

@@ -7,6 +7,7 @@
 pub mod check;
 
 use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
@@ -90,4 +91,17 @@ pub struct FaultSpan {
     pub start: Instant,
     /// When it was undone (or its effects last, such as a quarantine).
     pub end: Instant,
+}
+
+/// A sidecar's `expires_at` (Unix ms on this host's wall clock) on the monotonic clock.
+pub fn instant_of_wall_ms(ms: u64) -> Instant {
+    let now = Instant::now();
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    let at = Duration::from_millis(ms);
+    match at.checked_sub(wall) {
+        Some(ahead) => now + ahead,
+        None => now.checked_sub(wall - at).unwrap_or(now),
+    }
 }

@@ -4,9 +4,9 @@
 //! it was told it holds what, and writes to the register only while it believes so.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use redlease_testkit::history::{Window, WindowId};
+use redlease_testkit::history::{instant_of_wall_ms, Window, WindowId};
 use redlease_testkit::sidecar::open_events;
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -70,16 +70,6 @@ impl Told {
 
     fn is_live(&self) -> bool {
         self.state == "held" || self.state == "degraded"
-    }
-}
-
-fn instant_of_wall_ms(ms: u64) -> Instant {
-    let now = Instant::now();
-    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let at = Duration::from_millis(ms);
-    match at.checked_sub(wall) {
-        Some(ahead) => now + ahead,
-        None => now.checked_sub(wall - at).unwrap_or(now),
     }
 }
 

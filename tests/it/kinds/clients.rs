@@ -3,11 +3,11 @@
 //! and recording the window each grant opened, as conservatively as they were told.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redlease::keys::{parse_lock_name, LockKind};
 use redlease::{AcquireOutcome, Lease};
-use redlease_testkit::history::Window;
+use redlease_testkit::history::{instant_of_wall_ms, Window};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
@@ -26,17 +26,6 @@ fn random_ms(low: u64, high: u64) -> Duration {
 /// The window resource of a slot: `pool#<slot>`.
 fn slot_resource(slot: u64) -> String {
     format!("{SEMAPHORE}#{slot}")
-}
-
-/// A wall-clock `expires_at` on the monotonic clock.
-fn instant_of_wall_ms(ms: u64) -> Instant {
-    let now = Instant::now();
-    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let at = Duration::from_millis(ms);
-    match at.checked_sub(wall) {
-        Some(ahead) => now + ahead,
-        None => now.checked_sub(wall - at).unwrap_or(now),
-    }
 }
 
 /// The end of the validity a lease view tells, counted from `sent` (when the request that

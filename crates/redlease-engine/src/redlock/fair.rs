@@ -20,7 +20,6 @@ use super::calls::{eval_on, release_call};
 use super::fanout::fan_out;
 use super::slotted::SlottedAttempt;
 use super::{fencing, AcquireOutcome, Redlock, Refusal, Shortfall};
-use crate::keys::{validate_owner, validate_resource};
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
@@ -50,9 +49,7 @@ impl Redlock {
         ttl: Duration,
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
-        validate_resource(resource)?;
-        validate_owner(owner)?;
-        self.check_ttl(ttl)?;
+        self.check_request(resource, owner, ttl)?;
         let keyspace = self.fleet.keyspace();
         let (queue, beats) = keyspace.fair_queue(resource);
         let keys = Queue {

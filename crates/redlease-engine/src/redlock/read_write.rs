@@ -16,9 +16,7 @@ use std::time::Duration;
 
 use super::slotted::{slot_order, SlottedAttempt};
 use super::{AcquireOutcome, Redlock};
-use crate::keys::{
-    lock_name, validate_owner, validate_resource, waiting_name, LockKind, MAX_READERS,
-};
+use crate::keys::{lock_name, validate_resource, waiting_name, LockKind, MAX_READERS};
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
@@ -104,9 +102,7 @@ impl Redlock {
             mode,
             beside,
         } = request;
-        validate_resource(resource)?;
-        validate_owner(owner)?;
-        self.check_ttl(ttl)?;
+        self.check_request(resource, owner, ttl)?;
         let id = LeaseId::random();
         let keyspace = self.fleet.keyspace();
         let base = keyspace.read_write(resource);

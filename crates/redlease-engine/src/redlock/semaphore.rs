@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use super::slotted::{slot_order, SlotReply, SlottedAttempt};
 use super::{AcquireOutcome, Redlock};
-use crate::keys::{
-    lock_name, validate_owner, validate_resource, waiting_name, LockKind, MAX_SEMAPHORE_LIMIT,
-};
+use crate::keys::{lock_name, validate_resource, waiting_name, LockKind, MAX_SEMAPHORE_LIMIT};
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
@@ -35,9 +33,7 @@ impl Redlock {
         ttl: Duration,
         limit: u32,
     ) -> Result<AcquireOutcome, Error> {
-        validate_resource(resource)?;
-        validate_owner(owner)?;
-        self.check_ttl(ttl)?;
+        self.check_request(resource, owner, ttl)?;
         check_limit(limit)?;
         let id = LeaseId::random();
         let keyspace = self.fleet.keyspace();

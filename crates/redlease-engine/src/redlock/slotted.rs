@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::calls::eval_values_on;
 use super::fanout::{fan_out, Reply};
-use super::{fencing, quorum, AcquireOutcome, Lease, NodeVote, Redlock, Refusal, Shortfall};
+use super::{AcquireOutcome, Lease, NodeVote, Redlock, Refusal, Shortfall};
 use crate::fleet::{Admission, CallError, Deadline, Node};
 use crate::metrics::METRICS;
 use crate::scripts::ScriptCall;
@@ -177,59 +177,33 @@ impl Redlock {
         (outcome, slots)
     }
 
-    /// Fences a slot a quorum gave, as [`Redlock::confirm`] does a grant: the token is the
-    /// largest counter among the masters that gave this slot, the lagging ones are raised, and
-    /// the lease stands if a quorum holds the token and validity is left. A lease that does
-    /// not stand is released.
+    /// Fences a slot a quorum gave, as [`Redlock::confirm`] does a grant
+    /// ([`Redlock::fence_and_judge`]); a lease that does not stand is released.
     async fn confirm_slot(
         &self,
         votes: Vec<NodeVote>,
-        (start, ttl, timeout): (Instant, Duration, Duration),
+        timing: (Instant, Duration, Duration),
         id: LeaseId,
         name: String,
         owner: &str,
     ) -> AcquireOutcome {
-        let granted: Vec<(usize, u64)> = votes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, vote)| match vote {
-                NodeVote::Granted { counter } => Some((i, *counter)),
-                _ => None,
-            })
-            .collect();
-        let refuse = |cause, votes| Refusal {
-            cause,
-            votes,
-            valid_until_cap: None,
-        };
-        let Some(plan) = fencing::plan(&granted) else {
-            return AcquireOutcome::NoQuorum(refuse(Shortfall::TooFewAnswers, votes));
-        };
-        let confirmed = plan.at_token.len() + self.raise_fence(&plan, timeout).await;
-        let now = Instant::now();
-        let opts = &self.options;
-        let validity = quorum::validity(&opts.drift, start, now, ttl, opts.min_validity);
-        let cause = if confirmed < self.fleet.quorum() {
-            Some(Shortfall::FenceNotConfirmed)
-        } else if validity.is_none() {
-            Some(Shortfall::ValidityExpired)
-        } else {
-            None
-        };
-        match (cause, validity) {
-            (None, Some(validity)) => AcquireOutcome::Acquired(Lease {
+        match self.fence_and_judge(&votes, timing, &name).await {
+            Ok((fencing_token, validity, now)) => AcquireOutcome::Acquired(Lease {
                 id,
                 resource: name,
                 owner: owner.to_string(),
-                fencing_token: plan.token,
-                ttl,
+                fencing_token,
+                ttl: timing.1,
                 validity,
                 valid_until: now + validity,
             }),
-            (cause, _) => {
+            Err(cause) => {
                 let _ = self.release(&name, id).await;
-                let cause = cause.unwrap_or(Shortfall::ValidityExpired);
-                AcquireOutcome::NoQuorum(refuse(cause, votes))
+                AcquireOutcome::NoQuorum(Refusal {
+                    cause,
+                    votes,
+                    valid_until_cap: None,
+                })
             }
         }
     }
