@@ -38,6 +38,8 @@ pub struct Scripts {
     pub semaphore_acquire: Script,
     /// `semaphore_release.lua`: a semaphore's stray claims of one lease.
     pub semaphore_release: Script,
+    /// `proclaim.lua`: compare-the-lease, then an election leader's value written and announced.
+    pub proclaim: Script,
 }
 
 /// The scripts, hashed once per process.
@@ -54,13 +56,14 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     quarantine: Script::from_lua(include_str!("../../../lua/quarantine.lua")),
     semaphore_acquire: Script::from_lua(include_str!("../../../lua/semaphore_acquire.lua")),
     semaphore_release: Script::from_lua(include_str!("../../../lua/semaphore_release.lua")),
+    proclaim: Script::from_lua(include_str!("../../../lua/proclaim.lua")),
 });
 
 // === impl Scripts ===
 
 impl Scripts {
     /// Every script, to load on a master.
-    pub fn all(&self) -> [&Script; 12] {
+    pub fn all(&self) -> [&Script; 13] {
         [
             &self.raise_fence,
             &self.release,
@@ -74,6 +77,7 @@ impl Scripts {
             &self.quarantine,
             &self.semaphore_acquire,
             &self.semaphore_release,
+            &self.proclaim,
         ]
     }
 }

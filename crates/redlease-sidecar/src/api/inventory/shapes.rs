@@ -342,5 +342,6 @@ pub(crate) fn slot_of(name: &str) -> Option<u32> {
     match parse_lock_name(name)?.kind {
         LockKind::Slot(slot) => Some(slot),
         LockKind::Exclusive => None,
+        LockKind::Election => None,
     }
 }
