@@ -163,6 +163,7 @@ async fn on_masters(args: &RunArgs, owner: &str, limit: Option<u32>) -> Result<u
         wait: Duration::from_millis(args.wait_ms),
         auto_renew: true,
         idle_timeout: None,
+        campaign: None,
     };
     let code = match manager.acquire(request).await {
         Ok(Acquired::Granted(view)) => match manager.follow(&view) {

@@ -8,6 +8,7 @@
 mod logs;
 mod retired;
 
+pub(crate) mod election;
 pub(crate) mod escalation;
 pub(crate) mod holder;
 pub(crate) mod reading;
@@ -99,6 +100,9 @@ pub struct AcquireRequest {
     /// `Some(n)`: a permit of the resource's counting semaphore of `n` slots; `None`: the
     /// resource's exclusive lock.
     pub limit: Option<u32>,
+    /// `Some(value)`: a campaign for the leadership of the resource's election, the leader
+    /// proclaiming `value`; `None`: not an election.
+    pub campaign: Option<String>,
 }
 
 /// The answer to an acquisition.
@@ -137,6 +141,9 @@ pub enum RenewError {
     /// A re-entry: [`reentry::MAX_HOLDS`] holds are open on the lease.
     #[error("too many holds")]
     TooManyHolds,
+    /// A proclamation on a lease that is no election's.
+    #[error("not a campaign's lease")]
+    NotACampaign,
     #[error(transparent)]
     Invalid(#[from] Error),
 }
@@ -468,6 +475,12 @@ impl LeaseManager {
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
         let (resource, owner) = (request.resource.as_str(), request.owner.as_str());
+        if let Some(value) = &request.campaign {
+            let engine = &self.engine;
+            return engine
+                .campaign_with_wait(resource, owner, value, ttl, wait)
+                .await;
+        }
         match request.limit {
             Some(limit) => {
                 let engine = &self.engine;
@@ -585,6 +598,7 @@ impl LeaseManager {
                 .renew_at(granted_at, lease.ttl, rand::random()),
             lease,
             limit: request.limit,
+            election: request.campaign.clone(),
             state: LeaseState::Held,
             acquired_at: now,
             reason: None,

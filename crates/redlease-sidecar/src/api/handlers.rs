@@ -59,9 +59,10 @@ pub(super) async fn answer_acquisition(
     state: &AppState,
     request: AcquireRequest,
 ) -> Result<Response, ApiError> {
-    let held = match request.limit {
-        Some(_) => "every slot of the semaphore is held by another lease",
-        None => "the lock is held by another lease",
+    let held = match (request.limit, &request.campaign) {
+        (_, Some(_)) => "another leader holds the election",
+        (Some(_), None) => "every slot of the semaphore is held by another lease",
+        (None, None) => "the lock is held by another lease",
     };
     let _waiting = match waiting_permit(state, &request) {
         Ok(permit) => permit,
@@ -248,8 +249,15 @@ pub(super) fn renew_error(error: RenewError) -> ApiError {
             );
             ApiError::new(StatusCode::CONFLICT, "too_many_holds", detail)
         }
+        RenewError::NotACampaign => not_a_campaign(),
         RenewError::Invalid(error) => error.into(),
     }
+}
+
+/// 409 of a proclamation on a lease that is no election's.
+pub(super) fn not_a_campaign() -> ApiError {
+    let detail = "the lease is no election's: only a campaign's lease proclaims";
+    ApiError::new(StatusCode::CONFLICT, "not_a_campaign", detail)
 }
 
 /// Every master's standing, the quorum and the fleet.
@@ -402,6 +410,7 @@ pub(super) fn acquire_request(
         auto_renew: body.auto_renew.unwrap_or(true),
         idle_timeout: idle,
         limit,
+        campaign: None,
     })
 }
 

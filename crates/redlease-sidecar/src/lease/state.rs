@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 
 use super::reentry::Holds;
 use crate::keys::{parse_lock_name, LockKind, LockName};
+use crate::redlock::election::election_tail;
 use crate::redlock::Lease;
 
 /// Where a lease stands, as the API reports it.
@@ -50,6 +51,9 @@ pub(crate) struct LeaseRecord {
     pub lease: Lease,
     /// A semaphore permit's limit (its lease's resource names the slot); `None` for a lock.
     pub limit: Option<u32>,
+    /// An election leader's value, as it proclaimed it last (its lease's resource names the
+    /// election, its fencing token is the term); `None` for a lock or a permit.
+    pub election: Option<String>,
     /// Where it stands.
     pub state: LeaseState,
     /// When the lease was granted (for the hold-duration metric).
@@ -151,6 +155,16 @@ impl LeaseRecord {
         }
     }
 
+    /// What the lease's shadow writes after `<lease id>|`: its owner, and a leader's term and
+    /// value besides, so that a master that lost the key gets them back with the shadow.
+    pub(crate) fn shadow_owner(&self) -> String {
+        let lease = &self.lease;
+        match &self.election {
+            Some(value) => election_tail(&lease.owner, lease.fencing_token, value),
+            None => lease.owner.clone(),
+        }
+    }
+
     pub(crate) fn view(&self, now: Instant) -> LeaseView {
         let state = self.state_at(now);
         let remaining = self.remaining_validity(now);
@@ -168,8 +182,13 @@ impl LeaseRecord {
                 resource,
                 kind: LockKind::Slot(slot),
             }) => (resource, Some(slot)),
+            Some(LockName {
+                resource,
+                kind: LockKind::Election,
+            }) => (resource, None),
             _ => (self.lease.resource.as_str(), None),
         };
+        let term = self.election.as_ref().map(|_| self.lease.fencing_token);
         LeaseView {
             acquired: true,
             lease_id: self.lease.id.to_string(),
@@ -185,6 +204,8 @@ impl LeaseRecord {
             auto_renew: self.auto_renew,
             holds: self.open_holds(state),
             reason: self.reason,
+            term,
+            value: self.election.clone(),
         }
     }
 }
@@ -277,6 +298,13 @@ pub struct LeaseView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = LeaseEndReason, required = false)]
     pub reason: Option<&'static str>,
+    /// An election leader's term: its fencing token, larger than every earlier leader's
+    /// (absent on a lock or a permit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+    /// An election leader's value, as it proclaimed it last (absent on a lock or a permit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// Why a lease ended (its `reason`).

@@ -74,6 +74,10 @@ fn every_route_of_the_router_is_an_operation() {
     let mut expected = [
         "acquireLock",
         "acquirePermit",
+        "campaign",
+        "observeElection",
+        "proclaimLease",
+        "showElection",
         "forceReleaseLock",
         "getFleet",
         "getLease",
@@ -304,6 +308,7 @@ fn the_reasons_are_the_catalogue() {
         include_str!("../handlers.rs"),
         include_str!("../semaphores.rs"),
         include_str!("../reentry.rs"),
+        include_str!("../elections.rs"),
         include_str!("../inventory.rs"),
         include_str!("../events.rs"),
         include_str!("../../server/accept.rs"),

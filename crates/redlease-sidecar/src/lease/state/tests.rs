@@ -7,6 +7,7 @@ fn record(now: Instant, auto_renew: bool) -> LeaseRecord {
     let ttl = Duration::from_millis(1_000);
     LeaseRecord {
         limit: None,
+        election: None,
         lease: Lease {
             id: LeaseId::random(),
             resource: "r".into(),
