@@ -38,6 +38,12 @@ pub struct LeaseInfo {
     /// A semaphore permit's limit; `None` for a lock.
     #[serde(default)]
     pub limit: Option<u32>,
+    /// An election leader's term (its fencing token); `None` for a lock or a permit.
+    #[serde(default)]
+    pub term: Option<u64>,
+    /// An election leader's value, as it proclaimed it last; `None` for a lock or a permit.
+    #[serde(default)]
+    pub value: Option<String>,
 }
 
 /// Where a lease stands (`docs/api.md`, Lease states).

@@ -1,6 +1,7 @@
 //! redlease-client: a Rust client of the redlease sidecar's HTTP API: take a lock, hold it
 //! while the lease's event stream says how it stands, enter it again ([`LockGuard::reenter`]),
-//! release it. It speaks HTTP/1.1 to a sidecar (hyper's client connection, driven in the
+//! release it; campaign for an election's leadership, proclaim, read and observe its leader
+//! ([`Client::campaign`], [`Client::observe`]). It speaks HTTP/1.1 to a sidecar (hyper's client connection, driven in the
 //! caller's own task: see `http`) and uses nothing of the engine (no Redis client, and no TLS:
 //! the sidecar listens on loopback or on a socket file).
 //!
@@ -26,6 +27,7 @@
 #![deny(rust_2018_idioms)]
 #![warn(unreachable_pub, missing_docs)]
 
+mod election;
 mod error;
 mod events;
 mod hold;
@@ -41,6 +43,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+pub use election::{Election, ElectionState, Observation};
 pub use error::ClientError;
 pub use hold::Hold;
 pub use http::TransportError;
@@ -83,6 +86,8 @@ pub struct LockRequest<'a> {
     events: bool,
     /// `Some(n)`: a permit of the semaphore of `n` slots on the resource.
     limit: Option<u32>,
+    /// `Some(value)`: a campaign for the leadership of the resource's election.
+    campaign: Option<String>,
 }
 
 /// A held lease. It keeps the lease's event stream open (which also tells an auto-renewing
@@ -125,6 +130,8 @@ struct AcquireBody<'a> {
     idle_timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<&'a str>,
 }
 
 // === impl Client ===
@@ -226,6 +233,7 @@ impl Client {
             idle_timeout: None,
             events: true,
             limit: None,
+            campaign: None,
         }
     }
 
@@ -320,13 +328,13 @@ impl LockRequest<'_> {
             auto_renew: self.auto_renew,
             idle_timeout_ms: self.idle_timeout.map(|idle| idle.as_millis() as u64),
             limit: self.limit,
+            value: self.campaign.as_deref(),
         };
-        let kind = if self.limit.is_some() {
-            "semaphores"
-        } else {
-            "locks"
+        let path = match (&self.campaign, self.limit) {
+            (Some(_), _) => client.path(&["v1", "elections", &self.resource, "campaign"]),
+            (None, Some(_)) => client.path(&["v1", "semaphores", &self.resource, "acquire"]),
+            (None, None) => client.path(&["v1", "locks", &self.resource, "acquire"]),
         };
-        let path = client.path(&["v1", kind, &self.resource, "acquire"]);
         // Plain strings and numbers: serialising them cannot fail.
         let body = serde_json::to_vec(&body).unwrap_or_default();
         let limit = self.wait + REQUEST_MARGIN;
