@@ -4,6 +4,7 @@
 //! script, observers fed by the channel) are in `engine`; the CLI's in `cli`, the Rust
 //! client's in `client`.
 
+mod cli;
 mod client;
 mod engine;
 

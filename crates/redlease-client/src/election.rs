@@ -17,30 +17,30 @@ use crate::http::{Streaming, Transport};
 use crate::{Client, LeaseInfo, LockGuard, LockRequest, REQUEST_MARGIN};
 
 /// Who leads an election, as a quorum of the sidecar's masters says (`GET
-/// /v1/elections/{resource}`, and each observed event).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+/// /v1/elections/{resource}`, and each observed event). It serialises as the API answers it.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub struct Election {
-    /// `Leader`, `Vacant` or `Unknown`.
-    pub state: ElectionState,
     /// The leader's lease (32 lowercase hex digits); only with `Leader`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_id: Option<String>,
     /// The leader's owner; only with `Leader`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// `Leader`, `Vacant` or `Unknown`.
+    pub state: ElectionState,
     /// The leader's term: its fencing token, larger than every earlier leader's.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub term: Option<u64>,
-    /// The value the leader proclaimed last.
-    #[serde(default)]
-    pub value: Option<String>,
     /// How long a quorum of masters still keeps the leader, in ms, when the sidecar read it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validity_ms: Option<u64>,
+    /// The value the leader proclaimed last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// Where an election stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ElectionState {
