@@ -3,18 +3,21 @@
 //! proxies, while masters are slowed, black-holed, frozen, killed and restarted empty. Every
 //! client records when it was told it held which slot (its windows); at the end the checker
 //! finds at most `limit` permits valid at every instant, no two windows of one slot
-//! overlapping, and each slot's tokens rising in grant order.
+//! overlapping, and each slot's tokens rising in grant order. The same lab and faults check
+//! an election (`election`): one leader at a time, rising terms, observers' terms never
+//! going back.
 //!
-//! This file owns the lab (fleet, proxies, sidecars, engines), the faults and the test; the
-//! clients are in `clients`, the recording and the sweep in `record`.
+//! This file owns the lab (fleet, proxies, sidecars, engines), the faults and the semaphore's
+//! test; the clients are in `clients`, the recording and the sweep in `record`.
 
 mod clients;
+mod election;
 mod record;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlease::{EngineOptions, Fleet, FleetOptions, ProbeGuard, Redlock};
+use redlease::{EngineOptions, Fleet, FleetOptions, ProbeGuard, Redlock, Wakeups};
 use redlease_testkit::fleet::test_fleet_options;
 use redlease_testkit::history::check;
 use redlease_testkit::proxy::{Fault, FaultProxy};
@@ -22,7 +25,7 @@ use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
 use tokio::time::Instant;
 
-use self::clients::{LibraryClient, SidecarClient};
+use self::clients::{Kind, LibraryClient, SidecarClient};
 use self::record::Record;
 
 /// Restart quarantine of every client; no lease or shadow outlives it.
@@ -45,7 +48,10 @@ pub struct LibraryEngine {
     _probe: ProbeGuard,
 }
 
-async fn library_engine(urls: &[String]) -> Arc<LibraryEngine> {
+/// A library client's engine on the masters at `urls`; with `wakeups`, its blocking
+/// acquisitions try again on release messages (as a sidecar's do) rather than at random
+/// intervals only.
+async fn library_engine(urls: &[String], wakeups: bool) -> Arc<LibraryEngine> {
     let options = FleetOptions {
         quarantine: QUARANTINE,
         ..test_fleet_options()
@@ -57,55 +63,50 @@ async fn library_engine(urls: &[String]) -> Arc<LibraryEngine> {
         max_ttl: QUARANTINE,
         ..EngineOptions::default()
     };
+    let mut engine = Redlock::new(fleet, engine_options);
+    if wakeups {
+        let connected = Wakeups::connect(engine.fleet()).unwrap();
+        engine = engine.with_wakeups(connected);
+    }
     Arc::new(LibraryEngine {
-        engine: Redlock::new(fleet, engine_options),
+        engine,
         _probe: probe,
     })
 }
 
-/// Two sidecar clients (one auto-renewed, one renewing by hand) on each of two sidecars and
-/// two library clients take permits of a semaphore of limit 2 for 14 s, while a majority is
-/// slowed, one master black-holed, one frozen, one killed and one restarted empty: at no
-/// instant were more than two permits valid, no slot had two holders at once, and each slot's
-/// tokens rose with every grant.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permits_never_exceed_the_limit_under_faults() {
-    redlease_testkit::fleet::init_test_logs();
-    let mut fleet = TestFleet::start(5);
-    let starts = fleet.servers.iter().map(|s| FaultProxy::start(s.port()));
-    let proxies = futures_util::future::join_all(starts).await;
-    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
-    let mut sidecars = Vec::new();
-    for _ in 0..2 {
-        sidecars.push(TestSidecar::start_on(urls.clone(), &SIDECAR_ENV).await);
-    }
-    let record = Arc::new(Record::new());
-    let stop_at = Instant::now() + Duration::from_secs(14);
-    let mut clients = Vec::new();
-    for (i, sidecar) in sidecars.iter().enumerate() {
-        for auto_renew in [true, false] {
-            let client = SidecarClient {
-                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
-                base: sidecar.base.clone(),
-                http: reqwest::Client::new(),
-                record: Arc::clone(&record),
-                auto_renew,
-                stop_at,
-            };
-            clients.push(tokio::spawn(client.run()));
+/// Five masters behind fault proxies, and two sidecars on the proxies.
+struct Lab {
+    fleet: TestFleet,
+    proxies: Vec<FaultProxy>,
+    /// The proxies' URLs, which every client is given.
+    urls: Vec<String>,
+    sidecars: Vec<TestSidecar>,
+}
+
+impl Lab {
+    async fn start() -> Self {
+        redlease_testkit::fleet::init_test_logs();
+        let fleet = TestFleet::start(5);
+        let starts = fleet.servers.iter().map(|s| FaultProxy::start(s.port()));
+        let proxies = futures_util::future::join_all(starts).await;
+        let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+        let mut sidecars = Vec::new();
+        for _ in 0..2 {
+            sidecars.push(TestSidecar::start_on(urls.clone(), &SIDECAR_ENV).await);
+        }
+        Self {
+            fleet,
+            proxies,
+            urls,
+            sidecars,
         }
     }
-    for i in 0..2 {
-        let client = LibraryClient {
-            name: format!("lib-{i}"),
-            engine: library_engine(&urls).await,
-            record: Arc::clone(&record),
-            stop_at,
-        };
-        clients.push(tokio::spawn(client.run()));
-    }
+}
 
-    // The faults, in the test's own thread (a restarted master is tied to it).
+/// The faults of every kinds' history, in the calling test's own thread (a restarted master
+/// is tied to it), each recorded: a slowed majority, a black-holed master, a frozen one, a
+/// killed one, and two restarted empty; about 10 s.
+async fn inject_faults(fleet: &mut TestFleet, proxies: &[FaultProxy], record: &Record) {
     let pause = |ms| tokio::time::sleep(Duration::from_millis(ms));
     pause(1500).await;
     for proxy in &proxies[..3] {
@@ -130,6 +131,50 @@ async fn permits_never_exceed_the_limit_under_faults() {
     pause(1500).await;
     fleet.servers[2].restart();
     record.fault("master 2 restarted empty");
+}
+
+/// Two sidecar clients (one auto-renewed, one renewing by hand) on each of two sidecars and
+/// two library clients take permits of a semaphore of limit 2 for 14 s, while a majority is
+/// slowed, one master black-holed, one frozen, one killed and one restarted empty: at no
+/// instant were more than two permits valid, no slot had two holders at once, and each slot's
+/// tokens rose with every grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_never_exceed_the_limit_under_faults() {
+    let Lab {
+        mut fleet,
+        proxies,
+        urls,
+        sidecars,
+    } = Lab::start().await;
+    let record = Arc::new(Record::new());
+    let stop_at = Instant::now() + Duration::from_secs(14);
+    let mut clients = Vec::new();
+    for (i, sidecar) in sidecars.iter().enumerate() {
+        for auto_renew in [true, false] {
+            let client = SidecarClient {
+                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
+                base: sidecar.base.clone(),
+                http: reqwest::Client::new(),
+                record: Arc::clone(&record),
+                auto_renew,
+                stop_at,
+                kind: Kind::Permit,
+            };
+            clients.push(tokio::spawn(client.run()));
+        }
+    }
+    for i in 0..2 {
+        let client = LibraryClient {
+            name: format!("lib-{i}"),
+            engine: library_engine(&urls, false).await,
+            record: Arc::clone(&record),
+            stop_at,
+            kind: Kind::Permit,
+        };
+        clients.push(tokio::spawn(client.run()));
+    }
+
+    inject_faults(&mut fleet, &proxies, &record).await;
 
     for client in clients {
         tokio::time::timeout(Duration::from_secs(15), client)

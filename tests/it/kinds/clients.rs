@@ -1,6 +1,7 @@
 //! The clients of the kinds' history: sidecar clients (auto-renewed, their validity read back
-//! while they hold; or renewed by hand) and library clients, each taking permits in a loop
-//! and recording the window each grant opened, as conservatively as they were told.
+//! while they hold; or renewed by hand) and library clients, each taking permits (or
+//! campaigning for the leadership) in a loop and recording the window each grant opened, as
+//! conservatively as they were told. A leader proclaims a new value once while it holds.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -11,8 +12,16 @@ use redlease_testkit::history::Window;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use super::election::ELECTION;
 use super::record::Record;
 use super::{LibraryEngine, LIMIT, SEMAPHORE};
+
+/// What a client takes: a permit of the semaphore, or the election's leadership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Permit,
+    Leadership,
+}
 
 /// How long a client waits for a permit, and the TTL it asks for.
 const WAIT: Duration = Duration::from_millis(1000);
@@ -57,16 +66,26 @@ pub struct SidecarClient {
     pub record: Arc<Record>,
     pub auto_renew: bool,
     pub stop_at: Instant,
+    pub kind: Kind,
 }
 
 impl SidecarClient {
     pub async fn run(self) {
         while Instant::now() < self.stop_at {
-            let body = json!({
-                "owner": self.name, "limit": LIMIT, "ttl_ms": TTL.as_millis() as u64,
+            let mut body = json!({
+                "owner": self.name, "ttl_ms": TTL.as_millis() as u64,
                 "wait_ms": WAIT.as_millis() as u64, "auto_renew": self.auto_renew,
             });
-            let url = format!("{}/v1/semaphores/{SEMAPHORE}/acquire", self.base);
+            let url = match self.kind {
+                Kind::Permit => {
+                    body["limit"] = json!(LIMIT);
+                    format!("{}/v1/semaphores/{SEMAPHORE}/acquire", self.base)
+                }
+                Kind::Leadership => {
+                    body["value"] = json!(self.name);
+                    format!("{}/v1/elections/{ELECTION}/campaign", self.base)
+                }
+            };
             let sent = Instant::now();
             let answer = self
                 .http
@@ -83,13 +102,14 @@ impl SidecarClient {
             // A grant may have waited in the sidecar's queue: its validity counts from the
             // request, not from the answer.
             let start = Instant::now();
-            let (Some(end), Some(slot)) = (told_end(&view, sent), view["slot"].as_u64()) else {
-                panic!("a grant without validity or slot: {view}");
+            let Some(end) = told_end(&view, sent) else {
+                panic!("a grant without validity: {view}");
             };
+            let (resource, token) = self.held(&view);
             let id = self.record.open(Window {
                 client: self.name.clone(),
-                resource: slot_resource(slot),
-                token: view["fencing_token"].as_u64().unwrap(),
+                resource,
+                token,
                 start,
                 end,
                 sidecar: None,
@@ -106,10 +126,38 @@ impl SidecarClient {
         }
     }
 
+    /// The window's resource and token of a grant: a permit's slot and fencing token; the
+    /// election and the leader's term (which must be its fencing token).
+    fn held(&self, view: &Value) -> (String, u64) {
+        let token = view["fencing_token"].as_u64().unwrap();
+        match self.kind {
+            Kind::Permit => match view["slot"].as_u64() {
+                Some(slot) => (slot_resource(slot), token),
+                None => panic!("a permit without a slot: {view}"),
+            },
+            Kind::Leadership => {
+                assert_eq!(view["term"].as_u64(), Some(token), "{view}");
+                (ELECTION.to_string(), token)
+            }
+        }
+    }
+
     /// Holds for a while: an auto-renewed lease reads its validity back; one renewed by hand
-    /// renews. The window's end moves only to what an answer told.
+    /// renews; a leader proclaims once first. The window's end moves only to what an answer
+    /// told.
     async fn hold(&self, id: usize, lease: &str) {
         let until = Instant::now() + random_ms(50, 800);
+        if self.kind == Kind::Leadership {
+            let url = format!("{}/v1/leases/{lease}/proclaim", self.base);
+            let body = json!({"value": format!("{}-proclaimed", self.name)});
+            let answer = self.http.post(url).json(&body).timeout(WAIT).send().await;
+            let proclaimed = answer.is_ok_and(|answer| answer.status() == 200);
+            self.record.count(if proclaimed {
+                "proclamations"
+            } else {
+                "proclamations refused"
+            });
+        }
         while Instant::now() < until && Instant::now() < self.record.end(id) {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let url = format!("{}/v1/leases/{lease}", self.base);
@@ -151,14 +199,25 @@ pub struct LibraryClient {
     pub engine: Arc<LibraryEngine>,
     pub record: Arc<Record>,
     pub stop_at: Instant,
+    pub kind: Kind,
 }
 
 impl LibraryClient {
     pub async fn run(self) {
         let engine = &self.engine.engine;
         while Instant::now() < self.stop_at {
-            let outcome = engine.acquire_permit_with_wait(SEMAPHORE, &self.name, TTL, LIMIT, WAIT);
-            let Ok(AcquireOutcome::Acquired(lease)) = outcome.await else {
+            let name = self.name.as_str();
+            let outcome = match self.kind {
+                Kind::Permit => {
+                    let permit = engine.acquire_permit_with_wait(SEMAPHORE, name, TTL, LIMIT, WAIT);
+                    permit.await
+                }
+                Kind::Leadership => {
+                    let campaign = engine.campaign_with_wait(ELECTION, name, name, TTL, WAIT);
+                    campaign.await
+                }
+            };
+            let Ok(AcquireOutcome::Acquired(lease)) = outcome else {
                 self.record.count("library refusals");
                 tokio::time::sleep(random_ms(10, 50)).await;
                 continue;
@@ -173,18 +232,30 @@ impl LibraryClient {
     /// Holds, extending once halfway; the window ends at the validity the lease has, or when
     /// the client stops holding.
     async fn hold(&self, mut lease: Lease) -> Lease {
-        let Some(LockKind::Slot(slot)) = parse_lock_name(&lease.resource).map(|n| n.kind) else {
-            panic!("a permit without a slot: {}", lease.resource);
+        let resource = match parse_lock_name(&lease.resource).map(|n| n.kind) {
+            Some(LockKind::Slot(slot)) => slot_resource(u64::from(slot)),
+            Some(LockKind::Election) => ELECTION.to_string(),
+            _ => panic!("neither a permit nor a leader: {}", lease.resource),
         };
         let id = self.record.open(Window {
             client: self.name.clone(),
-            resource: slot_resource(u64::from(slot)),
+            resource,
             token: lease.fencing_token,
             start: Instant::now(),
             end: lease.valid_until,
             sidecar: None,
         });
         let hold = random_ms(50, 700);
+        if self.kind == Kind::Leadership {
+            let value = format!("{}-proclaimed", self.name);
+            let proclaimed = self.engine.engine.proclaim(&lease, &value).await;
+            let proclaimed = matches!(proclaimed, Ok(redlease::ProclaimOutcome::Proclaimed));
+            self.record.count(if proclaimed {
+                "proclamations"
+            } else {
+                "proclamations refused"
+            });
+        }
         tokio::time::sleep((hold / 2).min(lease.remaining_validity(Instant::now()))).await;
         let extended = self
             .engine
