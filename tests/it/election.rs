@@ -261,3 +261,19 @@ async fn observe_streams_are_capped_with_the_event_streams() {
         "a closed observe stream kept its place"
     );
 }
+
+/// The sidecar's shutdown ends its observe streams, so its drain does not wait out the grace
+/// period (5 s) for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_the_observe_streams() {
+    let fleet = TestFleet::start(3);
+    let mut sidecar = TestSidecar::start(&fleet, &[]).await;
+    let mut events = observe(&sidecar, "db").await;
+    assert_eq!(next(&mut events, Duration::from_secs(3)).await.0, "vacant");
+    let started = Instant::now();
+    sidecar.shut_down().await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "shutdown took {took:?}");
+    let ended = events.next_or_end(Duration::from_secs(3)).await;
+    assert!(ended.is_err(), "the stream is still open: {ended:?}");
+}

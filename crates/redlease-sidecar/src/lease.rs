@@ -341,6 +341,9 @@ pub struct LeaseManager {
     tasks: TaskTracker,
     /// Set at shutdown: no new lease is granted.
     closing: AtomicBool,
+    /// Cancelled at shutdown, so that what never ends on its own (an election's observe
+    /// stream) ends then.
+    shutdown: CancellationToken,
     /// Grants, releases and losses for the log summary.
     activity: Arc<Activity>,
 }
@@ -359,6 +362,7 @@ impl LeaseManager {
             retired: Mutex::new(VecDeque::new()),
             tasks: TaskTracker::new(),
             closing: AtomicBool::new(false),
+            shutdown: CancellationToken::new(),
             activity: Arc::default(),
         });
         let summaries = logs::log_summaries(Arc::downgrade(&manager), SUMMARY_INTERVAL);
@@ -500,6 +504,11 @@ impl LeaseManager {
         self.closing.load(Ordering::Acquire)
     }
 
+    /// Resolves once shutdown began.
+    pub fn closing(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.shutdown.clone().cancelled_owned()
+    }
+
     /// The lease `id` as the API shows it, while this manager knows it.
     pub fn get(&self, id: LeaseId) -> Option<LeaseView> {
         self.find(id).map(|t| t.view())
@@ -582,6 +591,7 @@ impl LeaseManager {
     /// waits for each release's first attempt.
     pub async fn close(&self) {
         self.closing.store(true, Ordering::Release);
+        self.shutdown.cancel();
         let held: Vec<LeaseId> = self.table().keys().copied().collect();
         let releases = held.into_iter().map(|id| self.release(id, "shutdown"));
         futures_util::future::join_all(releases).await;

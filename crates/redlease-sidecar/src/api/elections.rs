@@ -229,7 +229,7 @@ pub(super) async fn show(
 /// `unknown`, each with the election as `GET` answers it, sent whenever the state, the
 /// leader, its term or its value changes. The masters are read every 200 ms and at once when
 /// a leader resigns or proclaims. Each open stream holds one of `http.max_event_streams`
-/// permits until its client goes.
+/// permits until its client goes; the sidecar's shutdown ends it.
 #[utoipa::path(
     get,
     path = "/v1/elections/{resource}/observe",
@@ -261,14 +261,21 @@ pub(super) async fn observe(
             ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams", detail)
         })?;
     let observer = state.engine.observe(&resource, DEFAULT_OBSERVE_POLL)?;
-    let stream =
-        futures_util::stream::unfold((observer, permit), |(mut observer, permit)| async move {
-            let told = observer.next().await;
+    // The stream ends at shutdown, so that it holds no connection the drain waits for.
+    let closing = Box::pin(state.manager.closing());
+    let stream = futures_util::stream::unfold(
+        (observer, permit, closing),
+        |(mut observer, permit, mut closing)| async move {
+            let told = tokio::select! {
+                told = observer.next() => told,
+                _ = &mut closing => return None,
+            };
             let view = ElectionView::from(&told);
             let data = serde_json::to_string(&view).unwrap_or_default();
             let event = Event::default().event(told.state()).data(data);
-            Some((Ok(event), (observer, permit)))
-        });
+            Some((Ok(event), (observer, permit, closing)))
+        },
+    );
     let heartbeat = KeepAlive::new().interval(OBSERVE_HEARTBEAT).text("");
     Ok(Sse::new(stream).keep_alive(heartbeat))
 }
