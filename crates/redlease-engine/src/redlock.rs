@@ -188,12 +188,20 @@ impl Redlock {
         validate_resource(resource)?;
         validate_owner(owner)?;
         self.check_ttl(ttl)?;
-        Ok(self.acquire_lock(resource, owner, ttl).await)
+        let (outcome, start) = self.acquire_lock(resource, owner, ttl).await;
+        METRICS.record_acquisition(outcome.label(), start.elapsed());
+        Ok(outcome)
     }
 
     /// One attempt to take the lock `name` (a lock name of any kind whose lock is taken by
-    /// `SET NX`: the resource's own, or its election's), its arguments checked by the caller.
-    async fn acquire_lock(&self, name: &str, owner: &str, ttl: Duration) -> AcquireOutcome {
+    /// `SET NX`: the resource's own, or its election's), its arguments checked by the caller;
+    /// with when it began, for the caller's metrics.
+    async fn acquire_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> (AcquireOutcome, Instant) {
         let id = LeaseId::random();
         let keys = self.fleet.keyspace().resource(name);
         let start = Instant::now();
@@ -257,8 +265,7 @@ impl Redlock {
                 }
             }
         };
-        METRICS.record_acquisition(outcome.label(), start.elapsed());
-        outcome
+        (outcome, start)
     }
 
     /// Sends `call` to `nodes`, down or not (fence raises: running one late is harmless).

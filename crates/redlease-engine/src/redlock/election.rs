@@ -26,6 +26,7 @@ use crate::keys::{
     lock_name, parse_lock_name, validate_owner, validate_resource, validate_value, LockKind,
 };
 use crate::lease_id::parse_value;
+use crate::metrics::METRICS;
 use crate::redlock::quorum::Verdict;
 use crate::scripts::{ExtendReply, ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
@@ -112,13 +113,26 @@ impl Redlock {
         validate_owner(owner)?;
         validate_value(value)?;
         self.check_ttl(ttl)?;
-        let start = Instant::now();
-        let timeout = self.node_timeout(ttl, start);
         let name = lock_name(resource, LockKind::Election);
-        let mut lease = match self.acquire_lock(&name, owner, ttl).await {
-            AcquireOutcome::Acquired(lease) => lease,
-            refused => return Ok(refused),
+        let (outcome, start) = self.acquire_lock(&name, owner, ttl).await;
+        let outcome = match outcome {
+            AcquireOutcome::Acquired(lease) => self.elect(lease, value, start).await?,
+            refused => refused,
         };
+        METRICS.record_acquisition(outcome.label(), start.elapsed());
+        Ok(outcome)
+    }
+
+    /// Writes the term and `value` of the lease a campaign begun at `start` was granted:
+    /// `Acquired` once a quorum took them with validity left; otherwise the lease is released
+    /// and the campaign `NoQuorum`.
+    async fn elect(
+        &self,
+        mut lease: Lease,
+        value: &str,
+        start: Instant,
+    ) -> Result<AcquireOutcome, Error> {
+        let timeout = self.node_timeout(lease.ttl, start);
         let written = self.write_value(&lease, value, timeout).await;
         let now = Instant::now();
         let opts = &self.options;
