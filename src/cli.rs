@@ -6,6 +6,7 @@
 //! the command ran), 126 and 127 (the command could not be started, as shells answer).
 
 mod access;
+mod elect;
 mod fleet;
 mod fleet_args;
 mod load;
@@ -68,6 +69,9 @@ enum Command {
     /// Run a command under a permit of a counting semaphore (`semaphore run`).
     #[command(subcommand)]
     Semaphore(semaphore::SemaphoreCommand),
+    /// Run a command as the leader of an election (`elect RESOURCE --value V -- CMD`), or
+    /// print the election's changes (`elect observe RESOURCE`).
+    Elect(elect::ElectArgs),
     /// The lock inventory and force release, straight on the masters.
     #[command(subcommand)]
     Locks(locks::LocksCommand),
@@ -108,6 +112,7 @@ pub fn main() -> ExitCode {
         Command::Openapi(args) => return ExitCode::from(openapi::run(args)),
         Command::Lock(_)
         | Command::Semaphore(_)
+        | Command::Elect(_)
         | Command::Locks(_)
         | Command::Audit(_)
         | Command::Fleet(_)
@@ -151,6 +156,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Lock(command) => lock::run(command).await,
             Command::Semaphore(command) => semaphore::run(command).await,
+            Command::Elect(args) => elect::run(args).await,
             Command::Locks(command) => locks::run(command).await,
             Command::Audit(args) => locks::run_audit(args).await,
             Command::Fleet(command) => fleet::run(command).await,

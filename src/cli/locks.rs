@@ -73,9 +73,9 @@ pub enum LocksCommand {
 /// reader slot.
 #[derive(Debug, Args)]
 pub struct WhichLock {
-    /// Another lock of the resource than its lock: `semaphore` or `read` (with --slot), or
-    /// `write` (its read-write lock's writer).
-    #[arg(long, value_parser = ["semaphore", "read", "write"])]
+    /// Another lock of the resource than its lock: `semaphore` or `read` (with --slot),
+    /// `write` (its read-write lock's writer) or `election` (its election's leader).
+    #[arg(long, value_parser = ["semaphore", "read", "write", "election"])]
     kind: Option<String>,
     /// The semaphore's slot or the reader slot (0–63); alone, a semaphore's slot.
     #[arg(long)]
@@ -106,9 +106,10 @@ impl WhichLock {
             (None | Some("semaphore"), Some(slot)) => LockKind::Slot(slot),
             (Some("read"), Some(slot)) => LockKind::Reader(slot),
             (Some("write"), None) => LockKind::Writer,
+            (Some("election"), None) => LockKind::Election,
             (Some(kind), _) => {
                 return Err(format!(
-                    "--kind {kind}: semaphore and read need --slot, write takes none"
+                    "--kind {kind}: semaphore and read need --slot, write and election take none"
                 ));
             }
         };
@@ -125,6 +126,7 @@ fn display_name(name: &str) -> String {
             LockKind::Slot(slot) => format!("{resource} [semaphore {slot}]"),
             LockKind::Writer => format!("{resource} [write]"),
             LockKind::Reader(slot) => format!("{resource} [read {slot}]"),
+            LockKind::Election => format!("{resource} [election]"),
         },
         None => name.to_string(),
     }

@@ -41,11 +41,16 @@ const MASTERS_ENV: &str = "REDLEASE__MASTERS";
 const HELD: &str = "is held by another lease";
 /// Why a permit's command was not run: every slot held.
 const NO_PERMIT: &str = "has no free permit: every slot is held by another lease";
+/// Why a candidate's command was not run: another leader.
+const ANOTHER_LEADER: &str = "has another leader";
 const NO_QUORUM: &str = "cannot be taken: too few masters answered";
 const TOKEN_REFUSED: &str = "cannot be taken: the sidecar refused the API token (none was \
      sent, or another one); give the file holding its token with --token-file FILE or \
      REDLEASE__AUTH__TOKEN_FILE";
 const LOST_AT_ONCE: &str = "was taken, but its lease ended before it could be followed";
+
+/// The id of `lock run`'s RESOURCE argument.
+pub(super) const RESOURCE_ARG: &str = "resource";
 
 /// `lock run`'s arguments.
 #[derive(Debug, Args)]
@@ -94,30 +99,94 @@ pub struct RunArgs {
     command: Vec<String>,
 }
 
+/// What the command runs under.
+#[derive(Clone, Debug)]
+enum Holding {
+    /// The resource's lock.
+    Lock,
+    /// A permit of the resource's semaphore of this many slots.
+    Permit(u32),
+    /// The leadership of the resource's election, proclaiming this value.
+    Leader(String),
+    /// The resource's read-write lock, shared with other readers.
+    Read,
+    /// The resource's read-write lock, alone.
+    Write,
+}
+
+impl Holding {
+    /// A semaphore's limit, when it is a permit.
+    fn limit(&self) -> Option<u32> {
+        match self {
+            Self::Permit(limit) => Some(*limit),
+            _ => None,
+        }
+    }
+
+    /// An election's value, when it is the leadership.
+    fn campaign(&self) -> Option<String> {
+        match self {
+            Self::Leader(value) => Some(value.clone()),
+            _ => None,
+        }
+    }
+
+    /// Why a held resource's command was not run: its lock, every permit of its semaphore,
+    /// or its election is held.
+    fn held(&self) -> &'static str {
+        match self {
+            Self::Lock | Self::Read | Self::Write => HELD,
+            Self::Permit(_) => NO_PERMIT,
+            Self::Leader(_) => ANOTHER_LEADER,
+        }
+    }
+
+    /// The lease table's kind of acquisition (an election's is a lock with a campaign).
+    fn kind(&self) -> AcquireKind {
+        match self {
+            Self::Lock | Self::Leader(_) => AcquireKind::Lock,
+            Self::Permit(limit) => AcquireKind::Permit { limit: *limit },
+            Self::Read => AcquireKind::Read { beside: None },
+            Self::Write => AcquireKind::Write,
+        }
+    }
+
+    /// `REDLEASE_MODE` for a read-write lock's lease.
+    fn mode_env(&self) -> Option<(&'static str, String)> {
+        match self {
+            Self::Read => Some(("REDLEASE_MODE", "read".to_string())),
+            Self::Write => Some(("REDLEASE_MODE", "write".to_string())),
+            _ => None,
+        }
+    }
+}
+
 /// Runs `lock run` and returns its exit code: the command's, or why it did not run or was
 /// stopped.
 pub async fn run(args: RunArgs) -> u8 {
-    run_holding(args, AcquireKind::Lock).await
+    run_holding(args, Holding::Lock).await
 }
 
 /// `semaphore run`: [`run`] under a permit of the semaphore of `limit` slots instead of the
 /// lock; the slot is in the command's environment (`REDLEASE_SLOT`, `REDLEASE_LIMIT`).
 pub async fn run_permit(args: RunArgs, limit: u32) -> u8 {
-    run_holding(args, AcquireKind::Permit { limit }).await
+    run_holding(args, Holding::Permit(limit)).await
+}
+
+/// `elect`: [`run`] as the leader of the resource's election, proclaiming `value`; the term
+/// and value are in the command's environment (`REDLEASE_TERM`, `REDLEASE_VALUE`).
+pub async fn run_leader(args: RunArgs, value: String) -> u8 {
+    run_holding(args, Holding::Leader(value)).await
 }
 
 /// `lock run --mode read|write`: [`run`] under the resource's read-write lock in that mode
 /// (`REDLEASE_MODE` in the command's environment).
 pub async fn run_rw(args: RunArgs, write: bool) -> u8 {
-    let kind = if write {
-        AcquireKind::Write
-    } else {
-        AcquireKind::Read { beside: None }
-    };
-    run_holding(args, kind).await
+    let holding = if write { Holding::Write } else { Holding::Read };
+    run_holding(args, holding).await
 }
 
-async fn run_holding(args: RunArgs, kind: AcquireKind) -> u8 {
+async fn run_holding(args: RunArgs, holding: Holding) -> u8 {
     // The grace is checked before anything is taken, unless the TTL is a sidecar's adaptive
     // one (known once granted).
     let ttl = match &args.sidecar {
@@ -130,8 +199,8 @@ async fn run_holding(args: RunArgs, kind: AcquireKind) -> u8 {
     }
     let owner = args.owner.clone().unwrap_or_else(default_owner);
     match &args.sidecar {
-        Some(url) => through_sidecar(url, &args, &owner, kind).await,
-        None => match on_masters(&args, &owner, kind).await {
+        Some(url) => through_sidecar(url, &args, &owner, &holding).await,
+        None => match on_masters(&args, &owner, &holding).await {
             Ok(code) => code,
             Err(error) => {
                 eprintln!("redlease: {error}");
@@ -143,7 +212,7 @@ async fn run_holding(args: RunArgs, kind: AcquireKind) -> u8 {
 
 // === the masters, through the lease table ===
 
-async fn on_masters(args: &RunArgs, owner: &str, kind: AcquireKind) -> Result<u8, Error> {
+async fn on_masters(args: &RunArgs, owner: &str, holding: &Holding) -> Result<u8, Error> {
     let masters = args.masters.clone().unwrap_or_else(masters_from_env);
     let options = args
         .access
@@ -166,7 +235,7 @@ async fn on_masters(args: &RunArgs, owner: &str, kind: AcquireKind) -> Result<u8
     let engine = Arc::new(engine);
     let manager = LeaseManager::new(Arc::clone(&engine), policy);
     let request = AcquireRequest {
-        kind,
+        kind: holding.kind(),
         resource: args.resource.clone(),
         owner: owner.to_string(),
         ttl: Some(Duration::from_millis(
@@ -175,14 +244,15 @@ async fn on_masters(args: &RunArgs, owner: &str, kind: AcquireKind) -> Result<u8
         wait: Duration::from_millis(args.wait_ms),
         auto_renew: true,
         idle_timeout: None,
+        campaign: holding.campaign(),
     };
     let code = match manager.acquire(request).await {
         Ok(Acquired::Granted(view)) => match manager.follow(&view) {
-            Some(following) => Ok(hold_on_masters(following, args, kind).await),
+            Some(following) => Ok(hold_on_masters(following, args, holding).await),
             None => Ok(not_run(&args.resource, LOST_AT_ONCE, EXIT_LEASE_LOST)),
         },
         Ok(Acquired::Held | Acquired::Dequeued) => {
-            Ok(not_run(&args.resource, held(kind), EXIT_HELD))
+            Ok(not_run(&args.resource, holding.held(), EXIT_HELD))
         }
         // `Closing` never comes: this table is not shut down while it acquires.
         Ok(Acquired::NoQuorum | Acquired::Closing) => {
@@ -199,7 +269,7 @@ async fn on_masters(args: &RunArgs, owner: &str, kind: AcquireKind) -> Result<u8
 
 /// Runs the command while the lease table renews the lease `following` follows, then lets the
 /// lease go: released, or its revocation acknowledged once the command has stopped.
-async fn hold_on_masters(mut following: Following, args: &RunArgs, kind: AcquireKind) -> u8 {
+async fn hold_on_masters(mut following: Following, args: &RunArgs, holding: &Holding) -> u8 {
     let lease = following.lease.clone();
     let slot = match crate::keys::parse_lock_name(&lease.resource).map(|name| name.kind) {
         Some(crate::keys::LockKind::Slot(slot)) => Some(slot),
@@ -210,9 +280,12 @@ async fn hold_on_masters(mut following: Following, args: &RunArgs, kind: Acquire
         lease.fencing_token,
         &id,
         &args.resource,
-        slot.zip(kind.limit()),
+        slot.zip(holding.limit()),
     );
-    env.extend(mode_env(kind));
+    if let Some(value) = holding.campaign() {
+        env.extend(child::leader_env(lease.fencing_token, &value));
+    }
+    env.extend(holding.mode_env());
     let code = match grace(args, lease.ttl.as_millis() as u64) {
         // Checked against this TTL in `run`.
         Err(error) => not_run(
@@ -269,7 +342,7 @@ fn ending(state: LeaseState, reason: &str) -> String {
 
 // === a sidecar, through the client ===
 
-async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, kind: AcquireKind) -> u8 {
+async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, holding: &Holding) -> u8 {
     let client = match super::sidecar_client(url, args.token_file.as_deref()) {
         Ok(client) => client,
         Err(error) => {
@@ -278,11 +351,12 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, kind: AcquireKi
         }
     };
     let resource = args.resource.as_str();
-    let request = match kind {
-        AcquireKind::Lock | AcquireKind::FairLock => client.lock(resource),
-        AcquireKind::Permit { limit } => client.semaphore(resource, limit),
-        AcquireKind::Read { .. } => client.rwlock(resource, RwMode::Read),
-        AcquireKind::Write => client.rwlock(resource, RwMode::Write),
+    let request = match holding {
+        Holding::Lock => client.lock(resource),
+        Holding::Permit(limit) => client.semaphore(resource, *limit),
+        Holding::Leader(value) => client.campaign(resource, value.as_str()),
+        Holding::Read => client.rwlock(resource, RwMode::Read),
+        Holding::Write => client.rwlock(resource, RwMode::Write),
     };
     let mut request = request.owner(owner);
     request = request.wait(Duration::from_millis(args.wait_ms));
@@ -291,7 +365,7 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, kind: AcquireKi
     }
     let guard = match request.send().await {
         Ok(guard) => guard,
-        Err(error) => return refused(&args.resource, &error, kind),
+        Err(error) => return refused(&args.resource, &error, holding),
     };
     let permit = guard.slot().zip(guard.info().limit);
     let mut env = child::lease_env(
@@ -300,7 +374,10 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, kind: AcquireKi
         guard.resource(),
         permit,
     );
-    env.extend(mode_env(kind));
+    if let (Some(term), Some(value)) = (guard.term(), guard.value()) {
+        env.extend(child::leader_env(term, value));
+    }
+    env.extend(holding.mode_env());
     let code = match (guard.ended(), grace(args, guard.info().ttl_ms)) {
         (_, Err(error)) => not_run(
             &args.resource,
@@ -335,9 +412,9 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, kind: AcquireKi
 }
 
 /// The exit code and message of an acquisition the sidecar refused or could not answer.
-fn refused(resource: &str, error: &ClientError, kind: AcquireKind) -> u8 {
+fn refused(resource: &str, error: &ClientError, holding: &Holding) -> u8 {
     match error {
-        ClientError::Held { .. } => not_run(resource, held(kind), EXIT_HELD),
+        ClientError::Held { .. } => not_run(resource, holding.held(), EXIT_HELD),
         ClientError::NoQuorum { .. } => not_run(resource, NO_QUORUM, EXIT_NO_QUORUM),
         ClientError::Unauthorized { .. } => not_run(resource, TOKEN_REFUSED, EXIT_NO_PERMISSION),
         ClientError::Invalid { .. } | ClientError::InvalidUrl { .. } => {
@@ -351,24 +428,6 @@ fn refused(resource: &str, error: &ClientError, kind: AcquireKind) -> u8 {
     }
 }
 
-/// Why a held resource's command was not run: its lock, or every permit of its semaphore,
-/// is held.
-fn held(kind: AcquireKind) -> &'static str {
-    match kind {
-        AcquireKind::Permit { .. } => NO_PERMIT,
-        _ => HELD,
-    }
-}
-
-/// `REDLEASE_MODE` for a read-write lock's lease.
-fn mode_env(kind: AcquireKind) -> Option<(&'static str, String)> {
-    match kind {
-        AcquireKind::Read { .. } => Some(("REDLEASE_MODE", "read".to_string())),
-        AcquireKind::Write => Some(("REDLEASE_MODE", "write".to_string())),
-        _ => None,
-    }
-}
-
 /// Says why the command was not run; returns `code`.
 fn not_run(resource: &str, why: &str, code: u8) -> u8 {
     eprintln!("redlease: {resource} {why}; the command was not run");
@@ -376,7 +435,7 @@ fn not_run(resource: &str, why: &str, code: u8) -> u8 {
 }
 
 /// The masters of `$REDLEASE__MASTERS` (none when it is unset).
-fn masters_from_env() -> Vec<String> {
+pub(super) fn masters_from_env() -> Vec<String> {
     let list = std::env::var(MASTERS_ENV).unwrap_or_default();
     let urls = list.split(',').map(str::trim).filter(|url| !url.is_empty());
     urls.map(String::from).collect()

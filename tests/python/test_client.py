@@ -16,8 +16,10 @@ import httpx
 sys.path.insert(0, os.environ["REDLEASE_CLIENT_PATH"])
 
 from redlease_api import AuthenticatedClient  # noqa: E402
+from redlease_api.api.elections import campaign, proclaim_lease, show_election  # noqa: E402
 from redlease_api.api.leases import acquire_lock, get_lease, release_lease, renew_lease  # noqa: E402
-from redlease_api.models import AcquireBody, LeaseEndReason, LeaseState, RenewBody  # noqa: E402
+from redlease_api.models import AcquireBody, CampaignBody, ElectionState  # noqa: E402
+from redlease_api.models import LeaseEndReason, LeaseState, ProclaimBody, RenewBody  # noqa: E402
 
 BASE_URL = os.environ["REDLEASE_URL"]
 TOKEN = os.environ["REDLEASE_TOKEN"]
@@ -88,3 +90,38 @@ def test_take_renew_watch_and_release_a_lock():
         assert read.status_code == 200, read.content
         assert read.parsed.state == LeaseState.RELEASED
         assert read.parsed.reason == LeaseEndReason.RELEASED
+
+
+def test_campaign_proclaim_read_and_resign():
+    """A campaign's lease has its term and value; a rival is refused; a proclamation keeps the
+    term; the leader read follows; after the resignation the election is vacant."""
+    with client() as sidecar:
+        won = campaign.sync_detailed(
+            "py-election", client=sidecar, body=CampaignBody(owner="py-a", value="10.0.0.1:80")
+        )
+        assert won.status_code == 200, won.content
+        leader = won.parsed
+        assert leader.term == leader.fencing_token and leader.value == "10.0.0.1:80"
+
+        rival = campaign.sync_detailed(
+            "py-election", client=sidecar, body=CampaignBody(owner="py-b", value="x")
+        )
+        assert rival.status_code == 409 and rival.parsed.reason == "held", rival.content
+
+        proclaimed = proclaim_lease.sync_detailed(
+            leader.lease_id, client=sidecar, body=ProclaimBody(value="10.0.0.1:81")
+        )
+        assert proclaimed.status_code == 200, proclaimed.content
+        assert proclaimed.parsed.term == leader.term
+        assert proclaimed.parsed.value == "10.0.0.1:81"
+
+        read = show_election.sync_detailed("py-election", client=sidecar)
+        assert read.status_code == 200, read.content
+        assert read.parsed.state == ElectionState.LEADER
+        assert read.parsed.term == leader.term and read.parsed.value == "10.0.0.1:81"
+        assert read.parsed.owner == "py-a" and read.parsed.lease_id == leader.lease_id
+
+        resigned = release_lease.sync_detailed(leader.lease_id, client=sidecar)
+        assert resigned.status_code == 200 and resigned.parsed.released is True
+        vacant = show_election.sync_detailed("py-election", client=sidecar)
+        assert vacant.parsed.state == ElectionState.VACANT, vacant.content

@@ -1,6 +1,7 @@
 //! redlease-client: a Rust client of the redlease sidecar's HTTP API: take a lock, hold it
 //! while the lease's event stream says how it stands, enter it again ([`LockGuard::reenter`]),
-//! release it. It speaks HTTP/1.1 to a sidecar (hyper's client connection, driven in the
+//! release it; campaign for an election's leadership, proclaim, read and observe its leader
+//! ([`Client::campaign`], [`Client::observe`]). It speaks HTTP/1.1 to a sidecar (hyper's client connection, driven in the
 //! caller's own task: see `http`) and uses nothing of the engine (no Redis client, and no TLS:
 //! the sidecar listens on loopback or on a socket file).
 //!
@@ -26,10 +27,12 @@
 #![deny(rust_2018_idioms)]
 #![warn(unreachable_pub, missing_docs)]
 
+mod election;
 mod error;
 mod events;
 mod hold;
 mod http;
+mod lease;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,12 +43,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+pub use election::{Election, ElectionState, Observation};
 pub use error::ClientError;
 pub use hold::Hold;
 pub use http::TransportError;
 use http::{Endpoint, Transport};
 use hyper::header::HeaderValue;
 use hyper::Method;
+pub use lease::{LeaseEnd, LeaseInfo, LeaseState};
 
 /// How much longer than the wait it asked for a request may take before the client gives up
 /// on it (the sidecar's own request timeout is its longest wait plus 10 s).
@@ -81,6 +86,8 @@ pub struct LockRequest<'a> {
     events: bool,
     /// `Some(n)`: a permit of the semaphore of `n` slots on the resource.
     limit: Option<u32>,
+    /// `Some(value)`: a campaign for the leadership of the resource's election.
+    campaign: Option<String>,
     /// `Some(mode)`: the resource's read-write lock in this mode.
     mode: Option<RwMode>,
 }
@@ -117,87 +124,6 @@ pub struct LockGuard {
     released: bool,
 }
 
-/// A lease as the sidecar reports it (acquire, `GET /v1/leases/{id}`, every event).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct LeaseInfo {
-    /// 32 lowercase hex digits.
-    pub lease_id: String,
-    /// The resource it locks.
-    pub resource: String,
-    /// Who holds it.
-    pub owner: String,
-    /// Strictly greater than every earlier holder's: pass it to what you write.
-    pub fencing_token: u64,
-    /// The TTL set by the last grant or renewal, in ms.
-    pub ttl_ms: u64,
-    /// Validity left when the sidecar answered, in ms; 0 once elapsed or ended.
-    pub validity_ms: u64,
-    /// When the validity ends (Unix ms, the sidecar's clock).
-    pub expires_at: u64,
-    /// Where it stands.
-    pub state: LeaseState,
-    /// Whether the sidecar renews it.
-    pub auto_renew: bool,
-    /// Re-entry holds open on it ([`LockGuard::reenter`]), not counting the lease itself;
-    /// 0 once it has ended (and from a sidecar without re-entry).
-    #[serde(default)]
-    pub holds: u64,
-    /// Why the lease ended (`released`, `idle`, `shutdown`, `expired`, `not_ours`,
-    /// `revoked`, `invalid`); absent while it is held or degraded.
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// A semaphore permit's slot (0 to `limit` − 1): fence per slot. `None` for a lock.
-    #[serde(default)]
-    pub slot: Option<u32>,
-    /// A semaphore permit's limit; `None` for a lock.
-    #[serde(default)]
-    pub limit: Option<u32>,
-    /// A read-write lock's lease: `read` or `write`; `None` otherwise.
-    #[serde(default)]
-    pub mode: Option<String>,
-}
-
-/// Where a lease stands (`docs/api.md`, Lease states).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum LeaseState {
-    /// Held and valid.
-    Held,
-    /// A renewal fell short and a quorum of shadows keeps the lease: still held.
-    Degraded,
-    /// A release is under way: no longer yours to act on.
-    Releasing,
-    /// Lost: its validity ran out, or the masters say it is not ours any more.
-    Lost,
-    /// Released: a quorum confirmed the release, or its keys expired.
-    Released,
-    /// A state this client does not know (a newer sidecar).
-    #[serde(other)]
-    Unknown,
-}
-
-/// How a lease ended, as [`LockGuard::lost`] tells it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LeaseEnd {
-    /// The sidecar reported the lease lost. `reason`: `expired`, `not_ours`, `revoked`, `invalid`, or
-    /// `unknown_lease` when the sidecar no longer knows the lease (it restarted).
-    Lost {
-        /// Why (see above).
-        reason: String,
-    },
-    /// The lease was released: by this guard (`released`), or by the sidecar (`idle`,
-    /// `shutdown`).
-    Released {
-        /// Why (see above).
-        reason: String,
-    },
-    /// The validity last reported ran out with no word from the sidecar: a sidecar that
-    /// stopped answering, or, without an event stream, a lease nothing renewed.
-    Expired,
-}
-
 /// The answer to `DELETE /v1/leases/{id}`.
 #[derive(Deserialize)]
 struct ReleaseBody {
@@ -218,6 +144,7 @@ struct AcquireBody<'a> {
     limit: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mode: Option<RwMode>,
+    value: Option<&'a str>,
 }
 
 // === impl Client ===
@@ -319,6 +246,7 @@ impl Client {
             idle_timeout: None,
             events: true,
             limit: None,
+            campaign: None,
             mode: None,
         }
     }
@@ -426,14 +354,15 @@ impl LockRequest<'_> {
             auto_renew: self.auto_renew,
             idle_timeout_ms: self.idle_timeout.map(|idle| idle.as_millis() as u64),
             limit: self.limit,
+            value: self.campaign.as_deref(),
             mode: self.mode,
         };
-        let kind = match (self.limit, self.mode) {
-            (Some(_), _) => "semaphores",
-            (None, Some(_)) => "rwlocks",
-            (None, None) => "locks",
+        let path = match (&self.campaign, self.limit, self.mode) {
+            (Some(_), _, _) => client.path(&["v1", "elections", &self.resource, "campaign"]),
+            (None, Some(_), _) => client.path(&["v1", "semaphores", &self.resource, "acquire"]),
+            (None, None, Some(_)) => client.path(&["v1", "rwlocks", &self.resource, "acquire"]),
+            (None, None, None) => client.path(&["v1", "locks", &self.resource, "acquire"]),
         };
-        let path = client.path(&["v1", kind, &self.resource, "acquire"]);
         // Plain strings and numbers: serialising them cannot fail.
         let body = serde_json::to_vec(&body).unwrap_or_default();
         let limit = self.wait + REQUEST_MARGIN;
@@ -643,18 +572,6 @@ impl Drop for LockGuard {
             runtime.spawn(async move {
                 let _ = http.call(Method::DELETE, &path, None, REQUEST_MARGIN).await;
             });
-        }
-    }
-}
-
-// === impl LeaseEnd ===
-
-impl std::fmt::Display for LeaseEnd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Lost { reason } => write!(f, "was lost ({reason})"),
-            Self::Released { reason } => write!(f, "was released ({reason})"),
-            Self::Expired => write!(f, "expired with no word from the sidecar"),
         }
     }
 }

@@ -10,6 +10,12 @@ pub enum Error {
     /// An owner that is empty, too long or carries control or format characters.
     #[error("invalid owner: {0}")]
     InvalidOwner(&'static str),
+    /// An election's value that is too long or carries control characters.
+    #[error("invalid value: {0}")]
+    InvalidValue(&'static str),
+    /// A lease that is no election's, asked to proclaim.
+    #[error("the lease is no election's: only a leader proclaims")]
+    NotACampaign,
     /// A force release's actor that is missing, too long or unprintable.
     #[error("invalid actor: {0}")]
     InvalidActor(&'static str),

@@ -16,11 +16,14 @@ pub const MAX_SEMAPHORE_LIMIT: u32 = 64;
 /// The most readers a read-write lock has at once: a reader holds one of these slots, and a
 /// writer's acquisition reads every one of them on each master.
 pub const MAX_READERS: u32 = 64;
+/// Longest value an election's leader may proclaim, in bytes.
+pub const MAX_ELECTION_VALUE_BYTES: usize = 4096;
 /// Separates a resource from the kind in a lock name. A control character, which no resource
 /// may contain ([`validate_resource`]), so no caller can name another kind's keys.
 const KIND_SEPARATOR: char = '\u{1f}';
 
-/// What a lock name locks: a resource's exclusive lock, or one slot of its counting semaphore.
+/// What a lock name locks: a resource's exclusive lock, one slot of its counting semaphore, or
+/// its election.
 /// Every kind is a lock key holding `<lease id>|<owner>…` with a TTL, so extending, shadowing,
 /// releasing, force-releasing and inspecting a lease work alike for every kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -33,6 +36,9 @@ pub enum LockKind {
     Writer,
     /// Reader slot `n` of the resource's read-write lock, `<prefix>rw:<resource>:r<n>`.
     Reader(u32),
+    /// The resource's election, `<prefix>elect:<resource>`: an exclusive lock whose value also
+    /// carries the leader's term and proclaimed value.
+    Election,
 }
 
 /// A lock name split into its resource and kind (see [`lock_name`]).
@@ -45,16 +51,20 @@ pub struct LockName<'a> {
 }
 
 /// The lock name of `kind` on `resource`: the resource itself for its exclusive lock,
-/// `<resource>\u{1f}s<n>` for semaphore slot `n`. The engine takes a lock name wherever it takes
-/// a lease's resource.
+/// `<resource>\u{1f}s<n>` for semaphore slot `n`, `<resource>\u{1f}e` for its election. The
+/// engine takes a lock name wherever it takes a lease's resource.
 pub fn lock_name(resource: &str, kind: LockKind) -> String {
     match kind {
         LockKind::Exclusive => resource.to_string(),
         LockKind::Slot(slot) => format!("{resource}{KIND_SEPARATOR}s{slot}"),
         LockKind::Writer => format!("{resource}{KIND_SEPARATOR}w"),
         LockKind::Reader(slot) => format!("{resource}{KIND_SEPARATOR}r{slot}"),
+        LockKind::Election => format!("{resource}{KIND_SEPARATOR}{ELECTION_KIND}"),
     }
 }
+
+/// The kind part of an election's lock name.
+const ELECTION_KIND: &str = "e";
 
 /// The resource and kind of a lock name; `None` for a name no kind makes.
 pub fn parse_lock_name(name: &str) -> Option<LockName<'_>> {
@@ -64,6 +74,12 @@ pub fn parse_lock_name(name: &str) -> Option<LockName<'_>> {
             kind: LockKind::Exclusive,
         });
     };
+    if kind == ELECTION_KIND {
+        return Some(LockName {
+            resource,
+            kind: LockKind::Election,
+        });
+    }
     let number = |digits: &str| -> Option<u32> {
         let digits_only = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
         digits.parse().ok().filter(|_| digits_only)
@@ -126,7 +142,8 @@ impl Keyspace {
     }
 
     /// The lock key of a lock name ([`lock_name`]): `<prefix>lock:<resource>` for an exclusive
-    /// lock (renewals need no other key), `<prefix>sem:<resource>:<n>` for a semaphore slot.
+    /// lock (renewals need no other key), `<prefix>sem:<resource>:<n>` for a semaphore slot,
+    /// `<prefix>elect:<resource>` for an election.
     pub fn lock(&self, name: &str) -> String {
         let Some(LockName { resource, kind }) = parse_lock_name(name) else {
             return self.join("lock:", name);
@@ -139,6 +156,7 @@ impl Keyspace {
                 key.push('w');
                 return key;
             }
+            LockKind::Election => return self.join("elect:", resource),
             LockKind::Reader(slot) => {
                 let mut key = self.read_write(resource);
                 key.push('r');
@@ -168,6 +186,8 @@ impl Keyspace {
     /// `<prefix>released:<resource>` for an exclusive lock; one channel for every slot of a
     /// semaphore, `<prefix>released:<resource>\u{1f}s`, so its waiters hear any slot freed;
     /// one for a read-write lock's writer and readers, `<prefix>released:<resource>\u{1f}rw`.
+    /// `<prefix>released:<resource>\u{1f}e` for an election, where proclamations are announced
+    /// too (its observers hear both).
     pub fn released_channel(&self, name: &str) -> String {
         self.join("released:", &waiting_name(name))
     }
@@ -213,6 +233,9 @@ impl Keyspace {
             return Some(resource.to_string());
         }
         let rest = key.strip_prefix(self.prefix.as_str())?;
+        if let Some(resource) = rest.strip_prefix("elect:") {
+            return Some(lock_name(resource, LockKind::Election));
+        }
         let (resource, kind) = match (rest.strip_prefix("sem:"), rest.strip_prefix("rw:")) {
             (Some(slot_key), _) => {
                 let (resource, slot) = slot_key.rsplit_once(':')?;
@@ -287,6 +310,18 @@ pub fn validate_resource(resource: &str) -> Result<(), Error> {
 /// An owner is 1–256 bytes of UTF-8 without control characters.
 pub fn validate_owner(owner: &str) -> Result<(), Error> {
     validate_text(owner, MAX_OWNER_BYTES).map_err(Error::InvalidOwner)
+}
+
+/// An election's proclaimed value is 0–4096 bytes of UTF-8 without control characters (the
+/// stored value separates it from the term with one).
+pub fn validate_value(value: &str) -> Result<(), Error> {
+    if value.len() > MAX_ELECTION_VALUE_BYTES {
+        return Err(Error::InvalidValue("too long"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Error::InvalidValue("must not contain control characters"));
+    }
+    Ok(())
 }
 
 /// A force release's actor (who) is 1–512 bytes of UTF-8 without control characters.
@@ -439,6 +474,43 @@ mod tests {
             keyspace.released_channel(&reader)
         );
         assert!(validate_lock_name("doc\u{1f}w1").is_err());
+    }
+
+    /// An election's lock name maps to its own key and back; its release channel is its own,
+    /// apart from the resource's lock's; names no kind makes are refused.
+    #[test]
+    fn election_names_map_to_their_key_and_back() {
+        let keyspace = Keyspace::new("p:");
+        let name = lock_name("jobs:a", LockKind::Election);
+        assert_eq!(keyspace.lock(&name), "p:elect:jobs:a");
+        assert_eq!(keyspace.lock_name_of("p:elect:jobs:a"), Some(name.clone()));
+        assert_eq!(
+            parse_lock_name(&name),
+            Some(LockName {
+                resource: "jobs:a",
+                kind: LockKind::Election
+            })
+        );
+        assert_eq!(keyspace.released_channel(&name), "p:released:jobs:a\u{1f}e");
+        assert_ne!(
+            keyspace.released_channel(&name),
+            keyspace.released_channel("jobs:a")
+        );
+        assert_eq!(waiting_name(&name), name);
+        assert!(validate_lock_name(&name).is_ok());
+        assert!(validate_lock_name("jobs\u{1f}ee").is_err());
+        assert!(validate_resource(&name).is_err(), "callers cannot name one");
+    }
+
+    /// A proclaimed value is 0–4096 bytes without control characters.
+    #[test]
+    fn election_values_are_bounded_and_printable() {
+        for good in ["", "10.0.0.7:8080", "{\"shard\":3}", &"é".repeat(2048)] {
+            assert!(validate_value(good).is_ok(), "{good:?}");
+        }
+        for bad in [&"x".repeat(4097), "a\u{1f}b", "line\n", "\u{7f}"] {
+            assert!(validate_value(bad).is_err(), "{bad:?}");
+        }
     }
 
     /// Every key of a resource lives under the prefix.

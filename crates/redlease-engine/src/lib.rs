@@ -18,7 +18,8 @@
 //! 1. `redlock`: acquire, extend, shadow and release fanned out to all masters; the pure
 //!    quorum and validity arithmetic (`redlock::quorum`), fencing (`redlock::fencing`),
 //!    release retries, the one blocking acquire (`redlock::wait`), the inventory and force
-//!    release (`redlock::inventory`, `redlock::force`).
+//!    release (`redlock::inventory`, `redlock::force`), counting semaphores
+//!    (`redlock::semaphore`) and leader election with its observers (`redlock::election`).
 //! 2. `wakeup`: per-resource FIFO queues of blocking acquisitions, woken by release messages,
 //!    and the revocations force releases announce.
 //! 3. `fleet`: the N masters: each with its lock connection (`fleet::wire`), a fred client for
@@ -68,8 +69,8 @@ pub use redlock::inventory::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 pub use redlock::quorum::{DriftPolicy, NodeTimeoutPolicy};
 pub use redlock::{
     AcquireOutcome, AuditRecord, EngineOptions, ExtendOutcome, Extension, ForceOptions,
-    ForceRelease, ForceVerdict, ForcedMaster, Holding, Lease, LockPage, LockView, MasterAccount,
-    MasterAnswer, MasterView, NodeVote, QuorumHolder, Redlock, Refusal, Release, ReleaseOutcome,
-    RemovedHolder, Renewal, Shortfall,
+    ForceRelease, ForceVerdict, ForcedMaster, Holding, Leader, Leadership, Lease, LockPage,
+    LockView, MasterAccount, MasterAnswer, MasterView, NodeVote, Observer, ProclaimOutcome,
+    QuorumHolder, Redlock, Refusal, Release, ReleaseOutcome, RemovedHolder, Renewal, Shortfall,
 };
 pub use wakeup::Wakeups;

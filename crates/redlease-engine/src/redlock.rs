@@ -5,6 +5,7 @@
 
 mod account;
 mod calls;
+pub mod election;
 mod extend;
 pub mod fair;
 mod fanout;
@@ -39,6 +40,7 @@ use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::wakeup::Wakeups;
 use crate::{Error, LeaseId};
 pub use account::MasterAccount;
+pub use election::{Leader, Leadership, Observer, ProclaimOutcome};
 pub use extend::Extension;
 pub use force::audit::AuditRecord;
 pub use force::verdict::{MasterAnswer, Verdict as ForceVerdict};
@@ -191,8 +193,22 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<AcquireOutcome, Error> {
         self.check_request(resource, owner, ttl)?;
+        let (outcome, start) = self.acquire_lock(resource, owner, ttl).await;
+        METRICS.record_acquisition(outcome.label(), start.elapsed());
+        Ok(outcome)
+    }
+
+    /// One attempt to take the lock `name` (a lock name of any kind whose lock is taken by
+    /// `SET NX`: the resource's own, or its election's), its arguments checked by the caller;
+    /// with when it began, for the caller's metrics.
+    async fn acquire_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> (AcquireOutcome, Instant) {
         let id = LeaseId::random();
-        let keys = self.fleet.keyspace().resource(resource);
+        let keys = self.fleet.keyspace().resource(name);
         let start = Instant::now();
         let timeout = self.node_timeout(ttl, start);
         let (decision, decided) = watch::channel(Decision::Pending);
@@ -238,7 +254,7 @@ impl Redlock {
             sent,
         };
         let outcome = match tally.verdict() {
-            Verdict::Yes => self.confirm(attempt, votes, id, resource, owner).await,
+            Verdict::Yes => self.confirm(attempt, votes, id, name, owner).await,
             verdict => {
                 let held = verdict == Verdict::No || tally.answered() >= self.fleet.quorum();
                 let cause = if held {
@@ -254,8 +270,7 @@ impl Redlock {
                 }
             }
         };
-        METRICS.record_acquisition(outcome.label(), start.elapsed());
-        Ok(outcome)
+        (outcome, start)
     }
 
     /// Sends `call` to `nodes`, down or not (fence raises: running one late is harmless).

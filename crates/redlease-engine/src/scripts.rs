@@ -50,6 +50,8 @@ pub struct Scripts {
     pub fair_acquire: Script,
     /// `fair_leave.lua`: a fair waiter out of its queue.
     pub fair_leave: Script,
+    /// `proclaim.lua`: compare-the-lease, then an election leader's value written and announced.
+    pub proclaim: Script,
 }
 
 /// The scripts, hashed once per process.
@@ -72,13 +74,14 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     fair_enqueue: Script::from_lua(include_str!("../../../lua/fair_enqueue.lua")),
     fair_acquire: Script::from_lua(include_str!("../../../lua/fair_acquire.lua")),
     fair_leave: Script::from_lua(include_str!("../../../lua/fair_leave.lua")),
+    proclaim: Script::from_lua(include_str!("../../../lua/proclaim.lua")),
 });
 
 // === impl Scripts ===
 
 impl Scripts {
     /// Every script, to load on a master.
-    pub fn all(&self) -> [&Script; 18] {
+    pub fn all(&self) -> [&Script; 19] {
         [
             &self.raise_fence,
             &self.release,
@@ -98,6 +101,7 @@ impl Scripts {
             &self.fair_enqueue,
             &self.fair_acquire,
             &self.fair_leave,
+            &self.proclaim,
         ]
     }
 }

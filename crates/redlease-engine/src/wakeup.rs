@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
@@ -32,12 +33,18 @@ pub const SUBSCRIBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// Revocations kept for a listener that is behind.
 const REVOCATION_BUFFER: usize = 256;
 
-/// The waiters of one resource.
+/// The waiters of one resource, and its watchers (an election's observers, which hear its
+/// messages but never retry anything).
 struct Queue {
     /// Fair (FIFO) mutex: whoever holds it is the one waiter allowed to retry.
     turn: tokio::sync::Mutex<()>,
     /// Signalled on every release message for the resource.
     released: Notify,
+    /// Messages heard for the resource so far: a watcher that compares it before and after
+    /// its read misses none.
+    messages: AtomicU64,
+    /// Waiters (not watchers) in the queue: newcomers queue behind them.
+    waiters: AtomicUsize,
     /// Completes once every master answered the subscription to the resource's channel:
     /// `true` when all of them confirmed it.
     subscribed: Shared<BoxFuture<'static, bool>>,
@@ -65,6 +72,8 @@ pub(crate) struct Waiting {
     hub: Arc<Wakeups>,
     resource: String,
     queue: Arc<Queue>,
+    /// A waiter in the queue, rather than a watcher.
+    waiter: bool,
 }
 
 // === impl Wakeups ===
@@ -124,6 +133,16 @@ impl Wakeups {
 
     /// Joins the queue of `resource`, creating it (and subscribing to its channel) if needed.
     pub(crate) fn join(self: &Arc<Self>, resource: &str) -> Waiting {
+        self.enter(resource, true)
+    }
+
+    /// Listens to the messages of `resource` (subscribing to its channel if nobody here does
+    /// yet), without queueing: the waiters of `resource` do not count a watcher.
+    pub(crate) fn watch(self: &Arc<Self>, resource: &str) -> Waiting {
+        self.enter(resource, false)
+    }
+
+    fn enter(self: &Arc<Self>, resource: &str, waiter: bool) -> Waiting {
         let mut queues = self.queues();
         let queue = match queues.get(resource) {
             Some(queue) => Arc::clone(queue),
@@ -136,27 +155,36 @@ impl Wakeups {
                 let queue = Arc::new(Queue {
                     turn: tokio::sync::Mutex::new(()),
                     released: Notify::new(),
+                    messages: AtomicU64::new(0),
+                    waiters: AtomicUsize::new(0),
                     subscribed: subscribed.shared(),
                 });
                 queues.insert(resource.to_string(), Arc::clone(&queue));
                 queue
             }
         };
+        if waiter {
+            queue.waiters.fetch_add(1, Ordering::AcqRel);
+        }
         Waiting {
             hub: Arc::clone(self),
             resource: resource.to_string(),
             queue,
+            waiter,
         }
     }
 
     /// Whether this process has waiters queued on `resource` (newcomers then queue behind them).
     pub fn has_waiters(&self, resource: &str) -> bool {
-        self.queues().contains_key(resource)
+        let queues = self.queues();
+        let queue = queues.get(resource);
+        queue.is_some_and(|queue| queue.waiters.load(Ordering::Acquire) > 0)
     }
 
-    /// Wakes the head waiter of `resource`.
+    /// Wakes the head waiter of `resource`, and its watchers.
     pub fn wake(&self, resource: &str) {
         if let Some(queue) = self.queues().get(resource) {
+            queue.messages.fetch_add(1, Ordering::AcqRel);
             queue.released.notify_waiters();
         }
     }
@@ -217,11 +245,19 @@ impl Waiting {
     pub(crate) fn released(&self) -> Notified<'_> {
         self.queue.released.notified()
     }
+
+    /// Messages heard for the resource so far (each bumps it before waking anyone).
+    pub(crate) fn messages(&self) -> u64 {
+        self.queue.messages.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
         let mut queues = self.hub.queues();
+        if self.waiter {
+            self.queue.waiters.fetch_sub(1, Ordering::AcqRel);
+        }
         // Two references left: the map's and ours. Nobody else waits on this resource.
         if Arc::strong_count(&self.queue) == 2 {
             queues.remove(&self.resource);

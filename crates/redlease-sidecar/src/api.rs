@@ -4,6 +4,9 @@
 //!   `POST /v1/leases/{id}/keepalive`, `POST /v1/leases/{id}/reenter` (see [`reentry`]),
 //!   `DELETE /v1/leases/{id}` (a lease, or one re-entry hold by its id),
 //!   `GET /v1/leases/{id}/events` (Server-Sent Events)
+//! - `POST /v1/elections/{resource}/campaign`, `POST /v1/leases/{id}/proclaim`,
+//!   `GET /v1/elections/{resource}`, `GET /v1/elections/{resource}/observe` (Server-Sent
+//!   Events): leader election (see [`elections`])
 //! - `GET /v1/locks/{resource}`, `GET /v1/locks?prefix=&limit=&after=`,
 //!   `POST /v1/locks/{resource}/force-release` (the inventory, see [`inventory`])
 //! - `GET /v1/fleet`, `GET /livez`, `GET /readyz`, `GET /metrics` (Prometheus text)
@@ -24,6 +27,7 @@
 mod answers;
 pub(crate) mod auth;
 mod body;
+mod elections;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod guard;
@@ -134,6 +138,12 @@ pub(crate) fn app(state: AppState) -> Router {
         .route("/v1/semaphores/{resource}", get(inventory::show_semaphore))
         .route("/v1/rwlocks/{resource}/acquire", post(rwlocks::acquire))
         .route("/v1/leases/{id}/downgrade", post(rwlocks::downgrade))
+        .route(
+            "/v1/elections/{resource}/campaign",
+            post(elections::campaign),
+        )
+        .route("/v1/elections/{resource}", get(elections::show))
+        .route("/v1/elections/{resource}/observe", get(elections::observe))
         .route("/v1/locks", get(inventory::list))
         .route("/v1/locks/{resource}", get(inventory::show))
         .route(
@@ -145,6 +155,7 @@ pub(crate) fn app(state: AppState) -> Router {
         .route("/v1/leases/{id}/renew", post(handlers::renew))
         .route("/v1/leases/{id}/keepalive", post(handlers::keepalive))
         .route("/v1/leases/{id}/reenter", post(reentry::reenter))
+        .route("/v1/leases/{id}/proclaim", post(elections::proclaim))
         .route("/v1/fleet", get(handlers::fleet))
         .route("/livez", get(handlers::livez))
         .route("/readyz", get(handlers::readyz))

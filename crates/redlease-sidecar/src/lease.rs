@@ -8,6 +8,7 @@
 mod logs;
 mod retired;
 
+pub(crate) mod election;
 pub(crate) mod escalation;
 pub(crate) mod holder;
 pub(crate) mod read_write;
@@ -101,6 +102,9 @@ pub struct AcquireRequest {
     /// Which of the resource's locks: its exclusive lock, a permit of its semaphore, or its
     /// read-write lock in one mode.
     pub kind: AcquireKind,
+    /// `Some(value)`: a campaign for the leadership of the resource's election, the leader
+    /// proclaiming `value` (`kind` is then `Lock`); `None`: not an election.
+    pub campaign: Option<String>,
 }
 
 /// Which of a resource's locks an acquisition takes.
@@ -175,6 +179,9 @@ pub enum RenewError {
     /// A re-entry: [`reentry::MAX_HOLDS`] holds are open on the lease.
     #[error("too many holds")]
     TooManyHolds,
+    /// A proclamation on a lease that is no election's.
+    #[error("not a campaign's lease")]
+    NotACampaign,
     #[error(transparent)]
     Invalid(#[from] Error),
 }
@@ -372,6 +379,9 @@ pub struct LeaseManager {
     tasks: TaskTracker,
     /// Set at shutdown: no new lease is granted.
     closing: AtomicBool,
+    /// Cancelled at shutdown, so that what never ends on its own (an election's observe
+    /// stream) ends then.
+    shutdown: CancellationToken,
     /// Grants, releases and losses for the log summary.
     activity: Arc<Activity>,
 }
@@ -390,6 +400,7 @@ impl LeaseManager {
             retired: Mutex::new(VecDeque::new()),
             tasks: TaskTracker::new(),
             closing: AtomicBool::new(false),
+            shutdown: CancellationToken::new(),
             activity: Arc::default(),
         });
         let summaries = logs::log_summaries(Arc::downgrade(&manager), SUMMARY_INTERVAL);
@@ -509,6 +520,12 @@ impl LeaseManager {
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
         let (resource, owner) = (request.resource.as_str(), request.owner.as_str());
+        if let Some(value) = &request.campaign {
+            let engine = &self.engine;
+            return engine
+                .campaign_with_wait(resource, owner, value, ttl, wait)
+                .await;
+        }
         let engine = &self.engine;
         let rw = |mode, beside| RwRequest {
             resource,
@@ -543,6 +560,11 @@ impl LeaseManager {
     /// Whether shutdown began: no new lease is granted.
     pub fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
+    }
+
+    /// Resolves once shutdown began.
+    pub fn closing(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.shutdown.clone().cancelled_owned()
     }
 
     /// The lease `id` as the API shows it, while this manager knows it.
@@ -627,6 +649,7 @@ impl LeaseManager {
     /// waits for each release's first attempt.
     pub async fn close(&self) {
         self.closing.store(true, Ordering::Release);
+        self.shutdown.cancel();
         let held: Vec<LeaseId> = self.table().keys().copied().collect();
         let releases = held.into_iter().map(|id| self.release(id, "shutdown"));
         futures_util::future::join_all(releases).await;
@@ -643,6 +666,7 @@ impl LeaseManager {
                 .renew_at(granted_at, lease.ttl, rand::random()),
             lease,
             limit: request.kind.limit(),
+            election: request.campaign.clone(),
             state: LeaseState::Held,
             acquired_at: now,
             reason: None,

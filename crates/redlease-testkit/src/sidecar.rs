@@ -168,6 +168,12 @@ pub struct EventStream {
 }
 
 impl EventStream {
+    /// Reads the events of `response`, a stream already answered 200 (an election's observe
+    /// stream, say).
+    pub fn from_response(response: reqwest::Response) -> Self {
+        Self::new(response)
+    }
+
     fn new(response: reqwest::Response) -> Self {
         Self {
             body: Box::pin(response.bytes_stream()),

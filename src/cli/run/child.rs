@@ -48,6 +48,15 @@ pub fn lease_env(
     env
 }
 
+/// What a leader's command gets besides [`lease_env`]: `REDLEASE_TERM` (its term, which is
+/// also its fencing token) and `REDLEASE_VALUE` (the value it proclaimed).
+pub fn leader_env(term: u64, value: &str) -> [(&'static str, String); 2] {
+    [
+        ("REDLEASE_TERM", term.to_string()),
+        ("REDLEASE_VALUE", value.to_string()),
+    ]
+}
+
 /// The lease as the supervisor follows it.
 pub struct Held<L> {
     /// When the validity ends; moved by every renewal (and shortened by a failed one).

@@ -1,6 +1,7 @@
 //! The clients of the kinds' history: sidecar clients (auto-renewed, their validity read back
-//! while they hold; or renewed by hand) and library clients, each taking permits in a loop
-//! and recording the window each grant opened, as conservatively as they were told.
+//! while they hold; or renewed by hand) and library clients, each taking permits (or
+//! campaigning for the leadership, or reading and writing a read-write lock) in a loop and recording the window each grant opened, as
+//! conservatively as they were told. A leader proclaims a new value once while it holds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +12,31 @@ use redlease_testkit::history::{instant_of_wall_ms, Window};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use super::election::ELECTION;
 use super::record::Record;
 use super::{LibraryEngine, LIMIT, RW_LOCK, SEMAPHORE};
 use redlease::redlock::read_write::{RwMode, RwRequest};
+
+/// What a client takes: a permit of the semaphore, the election's leadership, or the
+/// read-write lock in a mode (window resource `doc/read` or `doc/write`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Permit,
+    Leadership,
+    Rw(RwMode),
+}
+
+fn mode_name(mode: RwMode) -> &'static str {
+    match mode {
+        RwMode::Read => "read",
+        RwMode::Write => "write",
+    }
+}
+
+/// The window resource of a read-write lock's lease in `mode`.
+fn rw_resource(mode: RwMode) -> String {
+    format!("{RW_LOCK}/{}", mode_name(mode))
+}
 
 /// How long a client waits for a permit, and the TTL it asks for.
 const WAIT: Duration = Duration::from_millis(1000);
@@ -39,66 +62,38 @@ fn told_end(view: &Value, sent: Instant) -> Option<Instant> {
     Some((sent + validity).min(instant_of_wall_ms(view["expires_at"].as_u64()?)))
 }
 
-/// What a client takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// A permit of the semaphore (window resource `pool#<slot>`).
-    Permit,
-    /// The read-write lock in this mode (window resource `doc/read` or `doc/write`).
-    Rw(RwMode),
-}
-
-impl Kind {
-    /// The route and body of an acquisition through a sidecar.
-    fn acquisition(self, owner: &str, auto_renew: bool) -> (String, Value) {
-        let mut body = json!({
-            "owner": owner, "ttl_ms": TTL.as_millis() as u64,
-            "wait_ms": WAIT.as_millis() as u64, "auto_renew": auto_renew,
-        });
-        match self {
-            Self::Permit => {
-                body["limit"] = json!(LIMIT);
-                (format!("/v1/semaphores/{SEMAPHORE}/acquire"), body)
-            }
-            Self::Rw(mode) => {
-                body["mode"] = json!(mode_name(mode));
-                (format!("/v1/rwlocks/{RW_LOCK}/acquire"), body)
-            }
-        }
-    }
-
-    /// The window resource of a grant (a permit's slot from the answer).
-    fn window_resource(self, slot: Option<u64>) -> String {
-        match self {
-            Self::Permit => slot_resource(slot.expect("a permit without a slot")),
-            Self::Rw(mode) => format!("{RW_LOCK}/{}", mode_name(mode)),
-        }
-    }
-}
-
-fn mode_name(mode: RwMode) -> &'static str {
-    match mode {
-        RwMode::Read => "read",
-        RwMode::Write => "write",
-    }
-}
-
 /// One client of one sidecar.
 pub struct SidecarClient {
-    pub kind: Kind,
     pub name: String,
     pub base: String,
     pub http: reqwest::Client,
     pub record: Arc<Record>,
     pub auto_renew: bool,
     pub stop_at: Instant,
+    pub kind: Kind,
 }
 
 impl SidecarClient {
     pub async fn run(self) {
         while Instant::now() < self.stop_at {
-            let (path, body) = self.kind.acquisition(&self.name, self.auto_renew);
-            let url = format!("{}{path}", self.base);
+            let mut body = json!({
+                "owner": self.name, "ttl_ms": TTL.as_millis() as u64,
+                "wait_ms": WAIT.as_millis() as u64, "auto_renew": self.auto_renew,
+            });
+            let url = match self.kind {
+                Kind::Permit => {
+                    body["limit"] = json!(LIMIT);
+                    format!("{}/v1/semaphores/{SEMAPHORE}/acquire", self.base)
+                }
+                Kind::Leadership => {
+                    body["value"] = json!(self.name);
+                    format!("{}/v1/elections/{ELECTION}/campaign", self.base)
+                }
+                Kind::Rw(mode) => {
+                    body["mode"] = json!(mode_name(mode));
+                    format!("{}/v1/rwlocks/{RW_LOCK}/acquire", self.base)
+                }
+            };
             let sent = Instant::now();
             let answer = self
                 .http
@@ -118,10 +113,11 @@ impl SidecarClient {
             let Some(end) = told_end(&view, sent) else {
                 panic!("a grant without validity: {view}");
             };
+            let (resource, token) = self.held(&view);
             let id = self.record.open(Window {
                 client: self.name.clone(),
-                resource: self.kind.window_resource(view["slot"].as_u64()),
-                token: view["fencing_token"].as_u64().unwrap(),
+                resource,
+                token,
                 start,
                 end,
                 sidecar: None,
@@ -138,10 +134,39 @@ impl SidecarClient {
         }
     }
 
+    /// The window's resource and token of a grant: a permit's slot and fencing token; the
+    /// election and the leader's term (which must be its fencing token).
+    fn held(&self, view: &Value) -> (String, u64) {
+        let token = view["fencing_token"].as_u64().unwrap();
+        match self.kind {
+            Kind::Permit => match view["slot"].as_u64() {
+                Some(slot) => (slot_resource(slot), token),
+                None => panic!("a permit without a slot: {view}"),
+            },
+            Kind::Leadership => {
+                assert_eq!(view["term"].as_u64(), Some(token), "{view}");
+                (ELECTION.to_string(), token)
+            }
+            Kind::Rw(mode) => (rw_resource(mode), token),
+        }
+    }
+
     /// Holds for a while: an auto-renewed lease reads its validity back; one renewed by hand
-    /// renews. The window's end moves only to what an answer told.
+    /// renews; a leader proclaims once first. The window's end moves only to what an answer
+    /// told.
     async fn hold(&self, id: usize, lease: &str) {
         let until = Instant::now() + random_ms(50, 800);
+        if self.kind == Kind::Leadership {
+            let url = format!("{}/v1/leases/{lease}/proclaim", self.base);
+            let body = json!({"value": format!("{}-proclaimed", self.name)});
+            let answer = self.http.post(url).json(&body).timeout(WAIT).send().await;
+            let proclaimed = answer.is_ok_and(|answer| answer.status() == 200);
+            self.record.count(if proclaimed {
+                "proclamations"
+            } else {
+                "proclamations refused"
+            });
+        }
         while Instant::now() < until && Instant::now() < self.record.end(id) {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let url = format!("{}/v1/leases/{lease}", self.base);
@@ -179,27 +204,31 @@ async fn ok_json(answer: reqwest::Result<reqwest::Response>) -> Option<Value> {
 
 /// One library client.
 pub struct LibraryClient {
-    pub kind: Kind,
     pub name: String,
     pub engine: Arc<LibraryEngine>,
     pub record: Arc<Record>,
     pub stop_at: Instant,
+    pub kind: Kind,
 }
 
 impl LibraryClient {
     pub async fn run(self) {
         let engine = &self.engine.engine;
         while Instant::now() < self.stop_at {
+            let name = self.name.as_str();
             let outcome = match self.kind {
                 Kind::Permit => {
-                    let permit =
-                        engine.acquire_permit_with_wait(SEMAPHORE, &self.name, TTL, LIMIT, WAIT);
+                    let permit = engine.acquire_permit_with_wait(SEMAPHORE, name, TTL, LIMIT, WAIT);
                     permit.await
+                }
+                Kind::Leadership => {
+                    let campaign = engine.campaign_with_wait(ELECTION, name, name, TTL, WAIT);
+                    campaign.await
                 }
                 Kind::Rw(mode) => {
                     let request = RwRequest {
                         resource: RW_LOCK,
-                        owner: &self.name,
+                        owner: name,
                         ttl: TTL,
                         mode,
                         beside: None,
@@ -222,19 +251,32 @@ impl LibraryClient {
     /// Holds, extending once halfway; the window ends at the validity the lease has, or when
     /// the client stops holding.
     async fn hold(&self, mut lease: Lease) -> Lease {
-        let slot = match parse_lock_name(&lease.resource).map(|n| n.kind) {
-            Some(LockKind::Slot(slot)) => Some(u64::from(slot)),
-            _ => None,
+        let resource = match parse_lock_name(&lease.resource).map(|n| n.kind) {
+            Some(LockKind::Slot(slot)) => slot_resource(u64::from(slot)),
+            Some(LockKind::Election) => ELECTION.to_string(),
+            Some(LockKind::Writer) => rw_resource(RwMode::Write),
+            Some(LockKind::Reader(_)) => rw_resource(RwMode::Read),
+            _ => panic!("not a lease of the kinds' history: {}", lease.resource),
         };
         let id = self.record.open(Window {
             client: self.name.clone(),
-            resource: self.kind.window_resource(slot),
+            resource,
             token: lease.fencing_token,
             start: Instant::now(),
             end: lease.valid_until,
             sidecar: None,
         });
         let hold = random_ms(50, 700);
+        if self.kind == Kind::Leadership {
+            let value = format!("{}-proclaimed", self.name);
+            let proclaimed = self.engine.engine.proclaim(&lease, &value).await;
+            let proclaimed = matches!(proclaimed, Ok(redlease::ProclaimOutcome::Proclaimed));
+            self.record.count(if proclaimed {
+                "proclamations"
+            } else {
+                "proclamations refused"
+            });
+        }
         tokio::time::sleep((hold / 2).min(lease.remaining_validity(Instant::now()))).await;
         let extended = self
             .engine

@@ -12,7 +12,8 @@ use super::serve::{Serve, TOKEN};
 use super::venv;
 
 /// A client generated from `docs/openapi.json` takes a lock, renews it, reads its first event,
-/// sees another owner's acquisition refused (409 `held`), releases it and reads it released.
+/// sees another owner's acquisition refused (409 `held`), releases it and reads it released;
+/// and campaigns, proclaims, reads the leader and resigns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generated_python_client_takes_renews_and_releases_a_lock() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

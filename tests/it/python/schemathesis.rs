@@ -1,5 +1,5 @@
 //! Schemathesis against a live sidecar on real masters: every operation of the served OpenAPI
-//! document but the event stream, examples, coverage, fuzzing and the stateful phase that
+//! document but the event streams, examples, coverage, fuzzing and the stateful phase that
 //! follows the document's links from an acquisition to its lease's operations.
 
 use std::path::Path;
@@ -19,13 +19,15 @@ const EXAMPLES: &str = "100";
 /// What every answer must satisfy; the last is `tests/python/schemathesis_hooks.py`'s.
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
                       response_schema_conformance,problem_json_on_errors";
-/// The event stream stays open while its lease lives, and schemathesis reads an answer to
-/// its end: it is left to `tests/python/test_client.py`, which reads its first event.
-const EXCLUDED: &str = "leaseEvents";
+/// The event streams stay open (a lease's while it lives, an election's observers until the
+/// client goes), and schemathesis reads an answer to its end: the lease's is left to
+/// `tests/python/test_client.py`, which reads its first event, the observers' to
+/// `tests/it/election.rs`.
+const EXCLUDED: [&str; 2] = ["leaseEvents", "observeElection"];
 
 /// Schemathesis (fixed seed, bounded examples) finds no 5xx, and no status code, content
 /// type or body the document does not declare, and every error is problem+json, through the
-/// bearer token, on every operation but the event stream.
+/// bearer token, on every operation but the event streams.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_nothing_the_document_does_not_declare() {
     let schemathesis = venv::tool("schemathesis");
@@ -40,7 +42,12 @@ async fn schemathesis_finds_nothing_the_document_does_not_declare() {
         .arg(format!("{}/v1/openapi.json", serve.base))
         .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
         .args(["--seed", SEED, "--max-examples", EXAMPLES, "--workers", "1"])
-        .args(["--checks", CHECKS, "--exclude-operation-id", EXCLUDED])
+        .args(["--checks", CHECKS])
+        .args(
+            EXCLUDED
+                .iter()
+                .flat_map(|id| ["--exclude-operation-id", id]),
+        )
         .args(["--request-timeout", "10", "--generation-database", "none"])
         .args(["--no-shrink", "--output-truncate", "false"])
         .env("SCHEMATHESIS_HOOKS", hooks)

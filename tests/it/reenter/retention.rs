@@ -24,6 +24,7 @@ async fn manager(fleet: &TestFleet, retention: Duration) -> Arc<LeaseManager> {
 async fn granted(manager: &Arc<LeaseManager>, resource: &str) -> LeaseId {
     let request = AcquireRequest {
         kind: Default::default(),
+        campaign: None,
         resource: resource.to_string(),
         owner: "a".to_string(),
         ttl: Some(Duration::from_secs(10)),

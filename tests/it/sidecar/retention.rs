@@ -13,6 +13,7 @@ use redlease_testkit::TestFleet;
 fn request(resource: &str) -> AcquireRequest {
     AcquireRequest {
         kind: Default::default(),
+        campaign: None,
         resource: resource.to_string(),
         owner: "retention".to_string(),
         ttl: Some(Duration::from_secs(10)),

@@ -60,6 +60,11 @@ impl From<crate::Error> for ApiError {
             InvalidPrefix(_) => "invalid_prefix",
             InvalidLimit(_) => "invalid_limit",
             InvalidLeaseId => "unknown_lease",
+            InvalidValue(_) => "invalid_value",
+            NotACampaign => {
+                let detail = error.to_string();
+                return Self::new(StatusCode::CONFLICT, "not_a_campaign", detail);
+            }
             SemaphoreLimit { .. } => {
                 let detail = error.to_string();
                 return Self::new(StatusCode::CONFLICT, "limit_mismatch", detail);

@@ -155,7 +155,8 @@ fn sse(event: &LeaseEvent) -> Event {
 
 /// What the stream sends next.
 enum Next {
-    Event(LeaseEvent),
+    /// Boxed: a lease is a few hundred bytes, and most of what a stream sends is heartbeats.
+    Event(Box<LeaseEvent>),
     /// An empty comment line, right after a check of the reader.
     Heartbeat,
 }
@@ -207,7 +208,7 @@ impl Feed {
         loop {
             tokio::select! {
                 received = self.events.recv() => match received {
-                    Ok(event) => return Some(Next::Event(event)),
+                    Ok(event) => return Some(Next::Event(Box::new(event))),
                     Err(RecvError::Lagged(_)) => continue,
                     Err(RecvError::Closed) => return None,
                 },

@@ -64,11 +64,14 @@ pub(super) async fn answer_acquisition(
     state: &AppState,
     request: AcquireRequest,
 ) -> Result<Response, ApiError> {
-    let held = match request.kind {
-        AcquireKind::Lock | AcquireKind::FairLock => "the lock is held by another lease",
-        AcquireKind::Permit { .. } => "every slot of the semaphore is held by another lease",
-        AcquireKind::Read { .. } => "a writer holds the lock, or one is waiting for it",
-        AcquireKind::Write => "the lock is held by another lease's writer or readers",
+    let held = match (request.kind, &request.campaign) {
+        (_, Some(_)) => "another leader holds the election",
+        (AcquireKind::Lock | AcquireKind::FairLock, None) => "the lock is held by another lease",
+        (AcquireKind::Permit { .. }, None) => {
+            "every slot of the semaphore is held by another lease"
+        }
+        (AcquireKind::Read { .. }, None) => "a writer holds the lock, or one is waiting for it",
+        (AcquireKind::Write, None) => "the lock is held by another lease's writer or readers",
     };
     let _waiting = match waiting_permit(state, &request) {
         Ok(permit) => permit,
@@ -260,8 +263,15 @@ pub(super) fn renew_error(error: RenewError) -> ApiError {
             );
             ApiError::new(StatusCode::CONFLICT, "too_many_holds", detail)
         }
+        RenewError::NotACampaign => not_a_campaign(),
         RenewError::Invalid(error) => error.into(),
     }
+}
+
+/// 409 of a proclamation on a lease that is no election's.
+pub(super) fn not_a_campaign() -> ApiError {
+    let detail = "the lease is no election's: only a campaign's lease proclaims";
+    ApiError::new(StatusCode::CONFLICT, "not_a_campaign", detail)
 }
 
 /// Every master's standing, the quorum and the fleet.
@@ -414,6 +424,7 @@ pub(super) fn acquire_request(
         auto_renew: body.auto_renew.unwrap_or(true),
         idle_timeout: idle,
         kind,
+        campaign: None,
     })
 }
 

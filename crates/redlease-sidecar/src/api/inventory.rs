@@ -54,8 +54,9 @@ pub(crate) struct ForceReleaseBody {
     #[serde(default)]
     holder_gone: bool,
     /// Release another lock of the resource than its lock: `semaphore` (with `slot`), `read`
-    /// (a reader slot of its read-write lock, with `slot`) or `write` (its writer).
-    #[schema(value_type = Option<String>, pattern = "^(semaphore|read|write)$")]
+    /// (a reader slot of its read-write lock, with `slot`), `write` (its writer) or
+    /// `election` (its election's leader).
+    #[schema(value_type = Option<String>, pattern = "^(semaphore|read|write|election)$")]
     kind: Option<String>,
     /// The semaphore's slot or the reader slot (0–63); alone, a semaphore's slot.
     #[schema(value_type = Option<u32>, minimum = 0, maximum = 63)]
@@ -77,13 +78,14 @@ fn forced_kind(kind: Option<&str>, slot: Option<u64>) -> Result<LockKind, ApiErr
         (None | Some("semaphore"), Some(slot)) => Ok(LockKind::Slot(slot)),
         (Some("read"), Some(slot)) => Ok(LockKind::Reader(slot)),
         (Some("write"), None) => Ok(LockKind::Writer),
+        (Some("election"), None) => Ok(LockKind::Election),
         (Some("semaphore" | "read"), None) => Err(ApiError::bad_request(
             "invalid_slot",
             "a semaphore's or a reader's force release names its slot",
         )),
         _ => Err(ApiError::bad_request(
             "invalid_kind",
-            "kind is semaphore or read (with slot), or write (without)",
+            "kind is semaphore or read (with slot), or write or election (without)",
         )),
     }
 }

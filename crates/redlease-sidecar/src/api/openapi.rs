@@ -22,9 +22,10 @@ use serde_json::Value;
 use utoipa::OpenApi;
 
 use super::answers::{AcquireRefusal, FleetAnswer, Live, Problem, Ready, ReleaseRefusal};
+use super::elections::ElectionEvent;
 use super::events::StreamEvent;
 use super::inventory::ForceReleaseJson;
-use super::{events, handlers, inventory, reentry, rwlocks, semaphores};
+use super::{elections, events, handlers, inventory, reentry, rwlocks, semaphores};
 
 /// The document's `info.description`: what holds for every operation.
 const DESCRIPTION: &str = "The redlease sidecar's HTTP API: leases on a Redlock fleet for apps \
@@ -53,12 +54,16 @@ does.";
         semaphores::acquire,
         rwlocks::acquire,
         rwlocks::downgrade,
+        elections::campaign,
         handlers::get_lease,
         handlers::renew,
         handlers::keepalive,
         reentry::reenter,
+        elections::proclaim,
         handlers::release,
         events::events,
+        elections::show,
+        elections::observe,
         inventory::list,
         inventory::show,
         inventory::show_semaphore,
@@ -75,6 +80,7 @@ does.";
         ReleaseRefusal,
         ForceReleaseJson,
         StreamEvent,
+        ElectionEvent,
         FleetAnswer,
         Live,
         Ready
@@ -82,6 +88,7 @@ does.";
     modifiers(&Refusals, &Names),
     tags(
         (name = "leases", description = "Acquire, keep, renew and release leases; their events"),
+        (name = "elections", description = "Campaign, proclaim, read and observe the leader of an election"),
         (name = "inventory", description = "The locks on the masters; force release"),
         (name = "health", description = "The fleet, the probes, the metrics"),
         (name = "meta", description = "This document"),

@@ -80,6 +80,7 @@ impl LeaseManager {
                 auto_renew: record.auto_renew,
                 idle_timeout: Some(record.idle_timeout),
                 kind: AcquireKind::Read { beside: Some(id) },
+                campaign: None,
             }
         };
         let read = match self.acquire(request).await? {

@@ -117,7 +117,7 @@ fn outcome(result: &Result<Reentry, RenewError>) -> Option<&'static str> {
         Err(RenewError::NoQuorum) => Some("no_quorum"),
         Err(RenewError::Gone(_)) => Some("lease_lost"),
         Err(RenewError::TooManyHolds) => Some("too_many_holds"),
-        Err(RenewError::Unknown | RenewError::Invalid(_)) => None,
+        Err(RenewError::Unknown | RenewError::Invalid(_) | RenewError::NotACampaign) => None,
     }
 }
 

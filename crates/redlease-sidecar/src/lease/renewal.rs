@@ -136,7 +136,7 @@ async fn escalate(
     let (resource, id, owner, ttl, valid_until) = {
         let record = tracked.record();
         let lease = &record.lease;
-        let (resource, owner) = (lease.resource.clone(), lease.owner.clone());
+        let (resource, owner) = (lease.resource.clone(), record.shadow_owner());
         (resource, lease.id, owner, lease.ttl, lease.valid_until)
     };
     let left = valid_until.saturating_duration_since(now);

@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 
 use super::reentry::Holds;
 use crate::keys::{parse_lock_name, LockKind, LockName};
+use crate::redlock::election::election_tail;
 use crate::redlock::Lease;
 
 /// Where a lease stands, as the API reports it.
@@ -50,6 +51,9 @@ pub(crate) struct LeaseRecord {
     pub lease: Lease,
     /// A semaphore permit's limit (its lease's resource names the slot); `None` for a lock.
     pub limit: Option<u32>,
+    /// An election leader's value, as it proclaimed it last (its lease's resource names the
+    /// election, its fencing token is the term); `None` for a lock or a permit.
+    pub election: Option<String>,
     /// Where it stands.
     pub state: LeaseState,
     /// When the lease was granted (for the hold-duration metric).
@@ -151,6 +155,16 @@ impl LeaseRecord {
         }
     }
 
+    /// What the lease's shadow writes after `<lease id>|`: its owner, and a leader's term and
+    /// value besides, so that a master that lost the key gets them back with the shadow.
+    pub(crate) fn shadow_owner(&self) -> String {
+        let lease = &self.lease;
+        match &self.election {
+            Some(value) => election_tail(&lease.owner, lease.fencing_token, value),
+            None => lease.owner.clone(),
+        }
+    }
+
     pub(crate) fn view(&self, now: Instant) -> LeaseView {
         let state = self.state_at(now);
         let remaining = self.remaining_validity(now);
@@ -167,11 +181,13 @@ impl LeaseRecord {
             Some(LockName { resource, kind }) => match kind {
                 LockKind::Exclusive => (resource, None, None),
                 LockKind::Slot(slot) => (resource, Some(slot), None),
-                LockKind::Reader(_) => (resource, None, Some("read")),
-                LockKind::Writer => (resource, None, Some("write")),
+                LockKind::Reader(_) => (resource, None, Some(LeaseMode::Read)),
+                LockKind::Writer => (resource, None, Some(LeaseMode::Write)),
+                LockKind::Election => (resource, None, None),
             },
             None => (self.lease.resource.as_str(), None, None),
         };
+        let term = self.election.as_ref().map(|_| self.lease.fencing_token);
         LeaseView {
             acquired: true,
             lease_id: self.lease.id.to_string(),
@@ -188,6 +204,8 @@ impl LeaseRecord {
             auto_renew: self.auto_renew,
             holds: self.open_holds(state),
             reason: self.reason,
+            term,
+            value: self.election.clone(),
         }
     }
 }
@@ -260,8 +278,8 @@ pub struct LeaseView {
     pub limit: Option<u32>,
     /// A read-write lock's lease: `read` or `write` (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>, required = false)]
-    pub mode: Option<&'static str>,
+    #[schema(required = false)]
+    pub mode: Option<LeaseMode>,
     /// Who holds it.
     pub owner: String,
     /// Larger than every earlier holder's: pass it to what you write.
@@ -284,6 +302,23 @@ pub struct LeaseView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = LeaseEndReason, required = false)]
     pub reason: Option<&'static str>,
+    /// An election leader's term: its fencing token, larger than every earlier leader's
+    /// (absent on a lock or a permit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+    /// An election leader's value, as it proclaimed it last (absent on a lock or a permit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// A read-write lock's lease's mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseMode {
+    /// Shared with other readers.
+    Read,
+    /// Alone.
+    Write,
 }
 
 /// Why a lease ended (its `reason`).

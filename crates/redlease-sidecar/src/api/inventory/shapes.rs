@@ -365,7 +365,7 @@ pub(crate) fn resource_of(name: &str) -> String {
 pub(crate) fn slot_of(name: &str) -> Option<u32> {
     match parse_lock_name(name)?.kind {
         LockKind::Slot(slot) | LockKind::Reader(slot) => Some(slot),
-        LockKind::Exclusive | LockKind::Writer => None,
+        LockKind::Exclusive | LockKind::Writer | LockKind::Election => None,
     }
 }
 
@@ -376,5 +376,6 @@ pub(crate) fn kind_of(name: &str) -> Option<&'static str> {
         LockKind::Slot(_) => Some("semaphore"),
         LockKind::Reader(_) => Some("read"),
         LockKind::Writer => Some("write"),
+        LockKind::Election => Some("election"),
     }
 }

@@ -140,6 +140,29 @@ pub(super) const ROUTES: &[Route] = &[
         ],
     ),
     route(
+        "campaign",
+        &[
+            group(
+                400,
+                &[
+                    "invalid_resource",
+                    "invalid_owner",
+                    "invalid_value",
+                    "invalid_ttl",
+                    "invalid_wait",
+                    "invalid_idle_timeout",
+                ],
+            ),
+            JSON_BODY[0],
+            JSON_BODY[1],
+            JSON_BODY[2],
+            JSON_BODY[3],
+            extended(409, &["held"], "AcquireRefusal"),
+            extended(429, &["too_many_waiters"], "AcquireRefusal"),
+            extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
+        ],
+    ),
+    route(
         "downgradeLease",
         &[
             group(404, &["unknown_lease"]),
@@ -148,6 +171,30 @@ pub(super) const ROUTES: &[Route] = &[
             group(503, &["no_quorum", "shutting_down"]),
         ],
     ),
+    route(
+        "proclaimLease",
+        &[
+            group(400, &["invalid_value"]),
+            JSON_BODY[0],
+            JSON_BODY[1],
+            JSON_BODY[2],
+            JSON_BODY[3],
+            group(404, &["unknown_lease"]),
+            group(409, &["not_a_campaign"]),
+            group(410, &["lease_lost"]),
+            group(503, &["no_quorum"]),
+        ],
+    ),
+    route("showElection", &[group(400, &["invalid_resource"])]),
+    Route {
+        operation: "observeElection",
+        token: Token::Required,
+        timeout: false,
+        groups: &[
+            group(400, &["invalid_resource"]),
+            group(429, &["too_many_streams"]),
+        ],
+    },
     route("getLease", &[group(404, &["unknown_lease"])]),
     route(
         "renewLease",

@@ -15,8 +15,9 @@ use crate::keys::is_invisible_format;
 /// Path and query parameters that are names.
 const NAMED_PARAMETERS: [&str; 3] = ["resource", "prefix", "after"];
 /// Body fields that are names: (schema, property).
-const NAMED_FIELDS: [(&str, &str); 3] = [
+const NAMED_FIELDS: [(&str, &str); 4] = [
     ("AcquireBody", "owner"),
+    ("CampaignBody", "owner"),
     ("ForceReleaseBody", "actor"),
     ("ForceReleaseBody", "reason"),
 ];

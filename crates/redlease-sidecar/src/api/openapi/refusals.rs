@@ -35,6 +35,9 @@ const LEASE_LINKS: [&str; 6] = [
     "leaseEvents",
 ];
 
+/// The operations a leader's lease links to besides [`LEASE_LINKS`].
+const CAMPAIGN_LINKS: [&str; 1] = ["proclaimLease"];
+
 /// The link from a re-entry to the release of the hold it opened, by its `hold_id`.
 const HOLD_LINK: &str = "releaseHold";
 
@@ -68,8 +71,10 @@ impl Modify for Refusals {
 fn amend(id: &str, operation: &mut Operation) {
     let responses = &mut operation.responses.responses;
     match id {
-        "acquireLock" => link_lease(responses),
-        "leaseEvents" => describe_events(responses),
+        "acquireLock" => link_lease(responses, &LEASE_LINKS),
+        "campaign" => link_lease(responses, &[&LEASE_LINKS[..], &CAMPAIGN_LINKS].concat()),
+        "leaseEvents" => describe_events(responses, "StreamEvent"),
+        "observeElection" => describe_events(responses, "ElectionEvent"),
         // The re-entry's body may be left out, as the renewal's.
         "reenterLease" => {
             link_hold(responses);
@@ -209,12 +214,13 @@ fn problem_schema(status: u16, g: &Merged) -> RefOr<Schema> {
     all.item(exact).into()
 }
 
-/// Links from the acquisition's 200 to the operations on the lease it granted.
-fn link_lease(responses: &mut BTreeMap<String, RefOr<Response>>) {
+/// Links from the acquisition's (or campaign's) 200 to the `operations` on the lease it
+/// granted.
+fn link_lease(responses: &mut BTreeMap<String, RefOr<Response>>, operations: &[&str]) {
     let Some(RefOr::T(granted)) = responses.get_mut("200") else {
         return;
     };
-    for operation in LEASE_LINKS {
+    for &operation in operations {
         let link = LinkBuilder::new()
             .operation_id(operation)
             .parameter("id", "$response.body#/lease_id")
@@ -237,17 +243,17 @@ fn link_hold(responses: &mut BTreeMap<String, RefOr<Response>>) {
     entered.links.insert(HOLD_LINK.to_string(), link.into());
 }
 
-/// OpenAPI 3.1 has no schema for the items of a stream: the event stream's media type names
-/// `StreamEvent`, each event's shape, in an extension (`x-item-schema`, after 3.2's
-/// `itemSchema`).
-fn describe_events(responses: &mut BTreeMap<String, RefOr<Response>>) {
+/// OpenAPI 3.1 has no schema for the items of a stream: an event stream's media type names
+/// `schema`, each event's shape (`StreamEvent` of a lease's, `ElectionEvent` of an
+/// observer's), in an extension (`x-item-schema`, after 3.2's `itemSchema`).
+fn describe_events(responses: &mut BTreeMap<String, RefOr<Response>>, schema: &str) {
     let Some(RefOr::T(stream)) = responses.get_mut("200") else {
         return;
     };
     let Some(content) = stream.content.get_mut("text/event-stream") else {
         return;
     };
-    let item = serde_json::json!({"$ref": "#/components/schemas/StreamEvent"});
+    let item = serde_json::json!({ "$ref": format!("#/components/schemas/{schema}") });
     let extensions: Extensions = [("x-item-schema", item)].into_iter().collect();
     content
         .extensions

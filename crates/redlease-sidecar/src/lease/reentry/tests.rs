@@ -8,6 +8,7 @@ use crate::redlock::Lease;
 fn record(now: Instant) -> LeaseRecord {
     LeaseRecord {
         limit: None,
+        election: None,
         lease: Lease {
             id: LeaseId::random(),
             resource: "r".into(),

@@ -7,6 +7,7 @@ fn record(now: Instant, auto_renew: bool) -> LeaseRecord {
     let ttl = Duration::from_millis(1_000);
     LeaseRecord {
         limit: None,
+        election: None,
         lease: Lease {
             id: LeaseId::random(),
             resource: "r".into(),
@@ -128,4 +129,31 @@ async fn the_records_lock_publishes_a_moved_validity() {
         .valid_until = shorter;
     assert!(followed.has_changed().unwrap());
     assert_eq!(*followed.borrow_and_update(), shorter);
+}
+
+/// A leader's lease shows its term (the fencing token) and value, and its shadow writes them
+/// after the owner, so a master that lost the key gets them back; other leases show neither,
+/// and their shadow writes the owner alone.
+#[tokio::test(start_paused = true)]
+async fn a_leaders_view_and_shadow_carry_its_term_and_value() {
+    let now = Instant::now();
+    let mut lock = record(now, true);
+    assert_eq!(lock.shadow_owner(), "o");
+    let view = lock.view(now);
+    assert_eq!((view.term, view.value), (None, None));
+    lock.lease.resource = crate::keys::lock_name("r", LockKind::Election);
+    lock.lease.fencing_token = 42;
+    lock.election = Some("10.0.0.7:80".into());
+    let view = lock.view(now);
+    assert_eq!(view.resource, "r");
+    assert_eq!(
+        (view.term, view.value.as_deref()),
+        (Some(42), Some("10.0.0.7:80"))
+    );
+    let stored = lock.lease.id.value_for(&lock.shadow_owner());
+    let parsed = crate::redlock::election::parse_election_value(&stored).unwrap();
+    assert_eq!(
+        (parsed.owner, parsed.term, parsed.value),
+        ("o", 42, "10.0.0.7:80")
+    );
 }
