@@ -144,6 +144,7 @@ struct AcquireBody<'a> {
     limit: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mode: Option<RwMode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     value: Option<&'a str>,
 }
 
