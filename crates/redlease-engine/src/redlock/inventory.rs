@@ -142,13 +142,15 @@ impl Redlock {
         }
         let keyspace = self.fleet.keyspace();
         let wanted = glob_escape(prefix.unwrap_or(""));
-        // Locks, the slots of semaphores and the writers and readers of read-write locks (whose
+        // Locks, the slots of semaphores, the writers and readers of read-write locks and the
+        // leaders of elections (whose
         // lock names sort right after their resource's: the kind separator is below every
         // character a resource may hold).
         let patterns = [
             format!("{}{wanted}*", glob_escape(&keyspace.lock(""))),
             format!("{}sem:{wanted}*", glob_escape(keyspace.prefix())),
             format!("{}rw:{wanted}*", glob_escape(keyspace.prefix())),
+            format!("{}elect:{wanted}*", glob_escape(keyspace.prefix())),
         ];
         self.fleet.wait_for_statuses(INSPECT_TIMEOUT).await;
         let scans = self.fleet.nodes().iter().flat_map(|node| {
