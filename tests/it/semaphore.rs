@@ -278,6 +278,11 @@ async fn the_inventory_shows_and_clears_every_kind() {
     let write = json!({"owner": "w", "mode": "write", "ttl_ms": 5000});
     let (status, _) = sidecar.post_json("/v1/rwlocks/pool/acquire", write).await;
     assert_eq!(status, 200);
+    let campaign = json!({"owner": "l", "value": "v", "ttl_ms": 5000});
+    let (status, _) = sidecar
+        .post_json("/v1/elections/pool/campaign", campaign)
+        .await;
+    assert_eq!(status, 200);
     let (status, page) = sidecar.get("/v1/locks?prefix=pool").await;
     assert_eq!(status, 200, "{page}");
     let kinds: Vec<(String, Option<u64>)> = page["locks"]
@@ -294,6 +299,7 @@ async fn the_inventory_shows_and_clears_every_kind() {
     assert_eq!(
         kinds,
         [
+            ("election".to_string(), None),
             ("semaphore".to_string(), Some(slot)),
             ("write".to_string(), None)
         ],
