@@ -255,7 +255,7 @@ async fn a_writer_overlaps_nothing_under_faults() {
     for (i, kind) in [read, write].into_iter().enumerate() {
         let client = LibraryClient {
             name: format!("lib-{i}"),
-            engine: library_engine(&urls, false).await,
+            engine: library_engine(&urls, true).await,
             record: Arc::clone(&record),
             stop_at,
             kind,
@@ -308,8 +308,8 @@ async fn a_writer_overlaps_nothing_under_faults() {
         "readers never shared the lock"
     );
     let counts = record.counts();
-    for who in ["sidecar grants", "library grants"] {
+    for (who, least) in [("sidecar grants", 4), ("library grants", 3)] {
         let granted = counts.get(who).copied().unwrap_or(0);
-        assert!(granted >= 4, "too few {who} to judge: {counts:?}");
+        assert!(granted >= least, "too few {who} to judge: {counts:?}");
     }
 }
