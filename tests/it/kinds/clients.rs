@@ -24,7 +24,13 @@ pub enum Kind {
     Permit,
     Leadership,
     Rw(RwMode),
+    /// The lock of [`REENTERED`], re-entered while held (sidecar clients); the library's
+    /// clients take it plainly.
+    Reentry,
 }
+
+/// The resource whose lock the re-entry run takes.
+pub const REENTERED: &str = "job";
 
 fn mode_name(mode: RwMode) -> &'static str {
     match mode {
@@ -44,6 +50,14 @@ const TTL: Duration = Duration::from_millis(1200);
 
 fn random_ms(low: u64, high: u64) -> Duration {
     Duration::from_millis(low + rand::random::<u64>() % (high - low))
+}
+
+/// How long a client holds what it took.
+fn hold_for(kind: Kind) -> Duration {
+    match kind {
+        Kind::Reentry => random_ms(20, 200),
+        _ => random_ms(50, 750),
+    }
 }
 
 /// The window resource of a slot: `pool#<slot>`.
@@ -75,6 +89,8 @@ pub struct SidecarClient {
 
 impl SidecarClient {
     pub async fn run(self) {
+        // Ids of this client's ended leases and holds, replayed after its next release.
+        let mut stale: Vec<String> = Vec::new();
         while Instant::now() < self.stop_at {
             let mut body = json!({
                 "owner": self.name, "ttl_ms": TTL.as_millis() as u64,
@@ -93,6 +109,7 @@ impl SidecarClient {
                     body["mode"] = json!(mode_name(mode));
                     format!("{}/v1/rwlocks/{RW_LOCK}/acquire", self.base)
                 }
+                Kind::Reentry => format!("{}/v1/locks/{REENTERED}/acquire", self.base),
             };
             let sent = Instant::now();
             let answer = self
@@ -124,6 +141,11 @@ impl SidecarClient {
             });
             self.record.count("sidecar grants");
             let lease = view["lease_id"].as_str().unwrap().to_string();
+            if self.kind == Kind::Reentry {
+                // While this client holds a newer lease of the resource.
+                self.replay_stale(&mut stale).await;
+                stale.extend(self.reenter(&lease, token).await);
+            }
             self.hold(id, &lease).await;
             let released = Instant::now();
             if released < self.record.end(id) {
@@ -131,6 +153,28 @@ impl SidecarClient {
             }
             let url = format!("{}/v1/leases/{lease}", self.base);
             let _ = self.http.delete(url).timeout(WAIT * 4).send().await;
+            if self.kind == Kind::Reentry {
+                stale.push(lease);
+            }
+        }
+    }
+
+    /// Sends again the releases of this client's ended leases and holds, as a client retrying
+    /// late would, while it holds a newer lease of the same resource: they must free nothing
+    /// (counted, and the overlap check sees it if another client then took the resource).
+    async fn replay_stale(&self, stale: &mut Vec<String>) {
+        for id in stale.drain(..) {
+            let url = format!("{}/v1/leases/{id}", self.base);
+            let answer = self.http.delete(url).timeout(WAIT).send().await;
+            let released = match ok_json(answer).await {
+                Some(view) => view["released"].as_bool() == Some(true),
+                None => false,
+            };
+            self.record.count(if released {
+                "stale releases that released"
+            } else {
+                "stale releases replayed"
+            });
         }
     }
 
@@ -148,14 +192,41 @@ impl SidecarClient {
                 (ELECTION.to_string(), token)
             }
             Kind::Rw(mode) => (rw_resource(mode), token),
+            Kind::Reentry => (REENTERED.to_string(), token),
         }
+    }
+
+    /// Re-enters the lease and releases the hold: the hold must carry the lease's token, and
+    /// its release must leave the lease held. Answers the hold's id, to replay later.
+    async fn reenter(&self, lease: &str, token: u64) -> Option<String> {
+        let url = format!("{}/v1/leases/{lease}/reenter", self.base);
+        let answer = self.http.post(url).timeout(WAIT).send().await;
+        let Some(hold) = ok_json(answer).await else {
+            self.record.count("reentries refused");
+            return None;
+        };
+        if hold["fencing_token"].as_u64() != Some(token) {
+            self.record.count("reentries with another token");
+        }
+        self.record.count("reentries");
+        let hold_id = hold["hold_id"].as_str()?.to_string();
+        let url = format!("{}/v1/leases/{hold_id}", self.base);
+        let _ = self.http.delete(url).timeout(WAIT).send().await;
+        let url = format!("{}/v1/leases/{lease}", self.base);
+        let still = ok_json(self.http.get(url).timeout(WAIT).send().await).await;
+        let state = still.as_ref().and_then(|view| view["state"].as_str());
+        if state == Some("released") {
+            self.record.count("hold releases that released the lease");
+        }
+        Some(hold_id)
     }
 
     /// Holds for a while: an auto-renewed lease reads its validity back; one renewed by hand
     /// renews; a leader proclaims once first. The window's end moves only to what an answer
     /// told.
     async fn hold(&self, id: usize, lease: &str) {
-        let until = Instant::now() + random_ms(50, 800);
+        // The re-entry run's six clients share one lock: shorter holds give each more turns.
+        let until = Instant::now() + hold_for(self.kind);
         if self.kind == Kind::Leadership {
             let url = format!("{}/v1/leases/{lease}/proclaim", self.base);
             let body = json!({"value": format!("{}-proclaimed", self.name)});
@@ -225,6 +296,10 @@ impl LibraryClient {
                     let campaign = engine.campaign_with_wait(ELECTION, name, name, TTL, WAIT);
                     campaign.await
                 }
+                Kind::Reentry => {
+                    let lock = engine.acquire_with_wait(REENTERED, name, TTL, WAIT);
+                    lock.await
+                }
                 Kind::Rw(mode) => {
                     let request = RwRequest {
                         resource: RW_LOCK,
@@ -255,6 +330,7 @@ impl LibraryClient {
             Some(LockKind::Slot(slot)) => slot_resource(u64::from(slot)),
             Some(LockKind::Election) => ELECTION.to_string(),
             Some(LockKind::Writer) => rw_resource(RwMode::Write),
+            Some(LockKind::Exclusive) => REENTERED.to_string(),
             Some(LockKind::Reader(_)) => rw_resource(RwMode::Read),
             _ => panic!("not a lease of the kinds' history: {}", lease.resource),
         };
@@ -266,7 +342,7 @@ impl LibraryClient {
             end: lease.valid_until,
             sidecar: None,
         });
-        let hold = random_ms(50, 700);
+        let hold = hold_for(self.kind);
         if self.kind == Kind::Leadership {
             let value = format!("{}-proclaimed", self.name);
             let proclaimed = self.engine.engine.proclaim(&lease, &value).await;
