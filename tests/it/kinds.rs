@@ -10,8 +10,8 @@
 //! carrying its lease's token, no hold's release or stale release freeing anything.
 //!
 //! This file owns the lab (fleet, proxies, sidecars, engines), the faults and the semaphore's,
-//! read-write lock's and re-entry's tests; the clients are in `clients`, the recording and the sweeps in
-//! `record`.
+//! read-write lock's and re-entry's tests; the clients are in `clients`, the recording and the
+//! sweeps in `record`.
 
 mod clients;
 mod election;
