@@ -26,6 +26,7 @@ use redlease_testkit::history::check;
 use redlease_testkit::proxy::{Fault, FaultProxy};
 use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use self::clients::{Kind, LibraryClient, SidecarClient};
@@ -139,6 +140,54 @@ async fn inject_faults(fleet: &mut TestFleet, proxies: &[FaultProxy], record: &R
     record.fault("master 2 restarted empty");
 }
 
+/// The clients of one run, until `stop_at`: on each sidecar an auto-renewed client of
+/// `sidecar_kinds[0]` and one renewing by hand of `sidecar_kinds[1]`; a library client of
+/// each of `library_kinds` (hearing releases when `wakeups`).
+async fn spawn_clients(
+    lab: &Lab,
+    record: &Arc<Record>,
+    stop_at: Instant,
+    sidecar_kinds: [Kind; 2],
+    (library_kinds, wakeups): ([Kind; 2], bool),
+) -> Vec<JoinHandle<()>> {
+    let mut clients = Vec::new();
+    for (i, sidecar) in lab.sidecars.iter().enumerate() {
+        for (auto_renew, kind) in [true, false].into_iter().zip(sidecar_kinds) {
+            let client = SidecarClient {
+                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
+                base: sidecar.base.clone(),
+                http: reqwest::Client::new(),
+                record: Arc::clone(record),
+                auto_renew,
+                stop_at,
+                kind,
+            };
+            clients.push(tokio::spawn(client.run()));
+        }
+    }
+    for (i, kind) in library_kinds.into_iter().enumerate() {
+        let client = LibraryClient {
+            name: format!("lib-{i}"),
+            engine: library_engine(&lab.urls, wakeups).await,
+            record: Arc::clone(record),
+            stop_at,
+            kind,
+        };
+        clients.push(tokio::spawn(client.run()));
+    }
+    clients
+}
+
+/// Waits for every client (each stops by itself once its run is over).
+async fn join_clients(clients: Vec<JoinHandle<()>>) {
+    for client in clients {
+        tokio::time::timeout(Duration::from_secs(15), client)
+            .await
+            .expect("a client did not stop")
+            .unwrap();
+    }
+}
+
 /// Two sidecar clients (one auto-renewed, one renewing by hand) on each of two sidecars and
 /// two library clients take permits of a semaphore of limit 2 for 14 s, while a majority is
 /// slowed, one master black-holed, one frozen, one killed and one restarted empty: at no
@@ -146,48 +195,19 @@ async fn inject_faults(fleet: &mut TestFleet, proxies: &[FaultProxy], record: &R
 /// tokens rose with every grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_never_exceed_the_limit_under_faults() {
-    let Lab {
-        mut fleet,
-        proxies,
-        urls,
-        sidecars,
-    } = Lab::start().await;
+    let mut lab = Lab::start().await;
     let record = Arc::new(Record::new());
     let stop_at = Instant::now() + Duration::from_secs(14);
-    let mut clients = Vec::new();
-    for (i, sidecar) in sidecars.iter().enumerate() {
-        for auto_renew in [true, false] {
-            let client = SidecarClient {
-                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
-                base: sidecar.base.clone(),
-                http: reqwest::Client::new(),
-                record: Arc::clone(&record),
-                auto_renew,
-                stop_at,
-                kind: Kind::Permit,
-            };
-            clients.push(tokio::spawn(client.run()));
-        }
-    }
-    for i in 0..2 {
-        let client = LibraryClient {
-            name: format!("lib-{i}"),
-            engine: library_engine(&urls, false).await,
-            record: Arc::clone(&record),
-            stop_at,
-            kind: Kind::Permit,
-        };
-        clients.push(tokio::spawn(client.run()));
-    }
-
-    inject_faults(&mut fleet, &proxies, &record).await;
-
-    for client in clients {
-        tokio::time::timeout(Duration::from_secs(15), client)
-            .await
-            .expect("a client did not stop")
-            .unwrap();
-    }
+    let clients = spawn_clients(
+        &lab,
+        &record,
+        stop_at,
+        [Kind::Permit; 2],
+        ([Kind::Permit; 2], false),
+    )
+    .await;
+    inject_faults(&mut lab.fleet, &lab.proxies, &record).await;
+    join_clients(clients).await;
     let windows = record.windows();
     let counts = record.counts();
     eprintln!("semaphore history: {} windows; {counts:?}", windows.len());
@@ -229,49 +249,13 @@ async fn permits_never_exceed_the_limit_under_faults() {
 /// tokens rose.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_overlaps_nothing_under_faults() {
-    let Lab {
-        mut fleet,
-        proxies,
-        urls,
-        sidecars,
-    } = Lab::start().await;
+    let mut lab = Lab::start().await;
     let record = Arc::new(Record::new());
     let stop_at = Instant::now() + Duration::from_secs(14);
     let (read, write) = (Kind::Rw(RwMode::Read), Kind::Rw(RwMode::Write));
-    let mut clients = Vec::new();
-    for (i, sidecar) in sidecars.iter().enumerate() {
-        for (auto_renew, kind) in [(true, read), (false, write)] {
-            let client = SidecarClient {
-                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
-                base: sidecar.base.clone(),
-                http: reqwest::Client::new(),
-                record: Arc::clone(&record),
-                auto_renew,
-                stop_at,
-                kind,
-            };
-            clients.push(tokio::spawn(client.run()));
-        }
-    }
-    for (i, kind) in [read, write].into_iter().enumerate() {
-        let client = LibraryClient {
-            name: format!("lib-{i}"),
-            engine: library_engine(&urls, true).await,
-            record: Arc::clone(&record),
-            stop_at,
-            kind,
-        };
-        clients.push(tokio::spawn(client.run()));
-    }
-
-    inject_faults(&mut fleet, &proxies, &record).await;
-
-    for client in clients {
-        tokio::time::timeout(Duration::from_secs(15), client)
-            .await
-            .expect("a client did not stop")
-            .unwrap();
-    }
+    let clients = spawn_clients(&lab, &record, stop_at, [read, write], ([read, write], true)).await;
+    inject_faults(&mut lab.fleet, &lab.proxies, &record).await;
+    join_clients(clients).await;
     let windows = record.windows();
     eprintln!(
         "read-write history: {} windows; {:?}\nfaults: {:?}",
@@ -322,48 +306,19 @@ async fn a_writer_overlaps_nothing_under_faults() {
 /// no hold's release released its lease, and no stale release released anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentry_keeps_the_token_and_stale_releases_free_nothing_under_faults() {
-    let Lab {
-        mut fleet,
-        proxies,
-        urls,
-        sidecars,
-    } = Lab::start().await;
+    let mut lab = Lab::start().await;
     let record = Arc::new(Record::new());
     let stop_at = Instant::now() + Duration::from_secs(14);
-    let mut clients = Vec::new();
-    for (i, sidecar) in sidecars.iter().enumerate() {
-        for auto_renew in [true, false] {
-            let client = SidecarClient {
-                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
-                base: sidecar.base.clone(),
-                http: reqwest::Client::new(),
-                record: Arc::clone(&record),
-                auto_renew,
-                stop_at,
-                kind: Kind::Reentry,
-            };
-            clients.push(tokio::spawn(client.run()));
-        }
-    }
-    for i in 0..2 {
-        let client = LibraryClient {
-            name: format!("lib-{i}"),
-            engine: library_engine(&urls, true).await,
-            record: Arc::clone(&record),
-            stop_at,
-            kind: Kind::Reentry,
-        };
-        clients.push(tokio::spawn(client.run()));
-    }
-
-    inject_faults(&mut fleet, &proxies, &record).await;
-
-    for client in clients {
-        tokio::time::timeout(Duration::from_secs(15), client)
-            .await
-            .expect("a client did not stop")
-            .unwrap();
-    }
+    let clients = spawn_clients(
+        &lab,
+        &record,
+        stop_at,
+        [Kind::Reentry; 2],
+        ([Kind::Reentry; 2], true),
+    )
+    .await;
+    inject_faults(&mut lab.fleet, &lab.proxies, &record).await;
+    join_clients(clients).await;
     let windows = record.windows();
     let counts = record.counts();
     eprintln!(

@@ -15,9 +15,9 @@ use redlease_testkit::history::check;
 use redlease_testkit::sidecar::EventStream;
 use tokio::time::Instant;
 
-use super::clients::{Kind, LibraryClient, SidecarClient};
+use super::clients::Kind;
 use super::record::Record;
-use super::{inject_faults, library_engine, Lab, QUARANTINE};
+use super::{inject_faults, join_clients, spawn_clients, Lab, QUARANTINE};
 
 /// The election every client campaigns in (and the windows' resource).
 pub const ELECTION: &str = "leader";
@@ -128,29 +128,13 @@ async fn observe_library(urls: Vec<String>, observed: Arc<Observed>, stop_at: In
 /// streams and a library observer — was told a term lower than one it had been told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_at_a_time_and_rising_terms_under_faults() {
-    let Lab {
-        mut fleet,
-        proxies,
-        urls,
-        sidecars,
-    } = Lab::start().await;
+    let mut lab = Lab::start().await;
     let record = Arc::new(Record::new());
     let observed = Arc::new(Observed::default());
     let stop_at = Instant::now() + Duration::from_secs(14);
-    let mut clients = Vec::new();
-    for (i, sidecar) in sidecars.iter().enumerate() {
-        for auto_renew in [true, false] {
-            let client = SidecarClient {
-                name: format!("s{i}-{}", if auto_renew { "auto" } else { "manual" }),
-                base: sidecar.base.clone(),
-                http: reqwest::Client::new(),
-                record: Arc::clone(&record),
-                auto_renew,
-                stop_at,
-                kind: Kind::Leadership,
-            };
-            clients.push(tokio::spawn(client.run()));
-        }
+    let leaders = ([Kind::Leadership; 2], true);
+    let mut clients = spawn_clients(&lab, &record, stop_at, [Kind::Leadership; 2], leaders).await;
+    for (i, sidecar) in lab.sidecars.iter().enumerate() {
         let watch = observe_sidecar(
             format!("s{i}"),
             sidecar.base.clone(),
@@ -159,27 +143,10 @@ async fn one_leader_at_a_time_and_rising_terms_under_faults() {
         );
         clients.push(tokio::spawn(watch));
     }
-    for i in 0..2 {
-        let client = LibraryClient {
-            name: format!("lib-{i}"),
-            engine: library_engine(&urls, true).await,
-            record: Arc::clone(&record),
-            stop_at,
-            kind: Kind::Leadership,
-        };
-        clients.push(tokio::spawn(client.run()));
-    }
-    let watch = observe_library(urls.clone(), Arc::clone(&observed), stop_at);
+    let watch = observe_library(lab.urls.clone(), Arc::clone(&observed), stop_at);
     clients.push(tokio::spawn(watch));
-
-    inject_faults(&mut fleet, &proxies, &record).await;
-
-    for client in clients {
-        tokio::time::timeout(Duration::from_secs(15), client)
-            .await
-            .expect("a client did not stop")
-            .unwrap();
-    }
+    inject_faults(&mut lab.fleet, &lab.proxies, &record).await;
+    join_clients(clients).await;
     let windows = record.windows();
     let counts = record.counts();
     let (told, streams) = observed.counts();
