@@ -68,100 +68,51 @@ const fn route(operation: &'static str, groups: &'static [Group]) -> Route {
     }
 }
 
+/// The acquire body's own refusals, on every route that takes it.
+const ACQUIRE_FIELDS: [&str; 5] = [
+    "invalid_resource",
+    "invalid_owner",
+    "invalid_ttl",
+    "invalid_wait",
+    "invalid_idle_timeout",
+];
+
+/// An acquisition route's refusals: the acquire body's, those of the route's own fields
+/// (`own`, 400), the JSON body's, its 409 reasons (`conflicts`), and the waiters' and the
+/// quorum's.
+macro_rules! acquisition {
+    ($operation:literal, [$($own:literal),*], [$($conflicts:literal),*]) => {
+        route(
+            $operation,
+            &[
+                group(400, &ACQUIRE_FIELDS),
+                group(400, &[$($own),*]),
+                JSON_BODY[0],
+                JSON_BODY[1],
+                JSON_BODY[2],
+                JSON_BODY[3],
+                extended(409, &[$($conflicts),*], "AcquireRefusal"),
+                extended(429, &["too_many_waiters"], "AcquireRefusal"),
+                extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
+            ],
+        )
+    };
+}
+
 /// Every operation's own refusals (see the handlers).
 pub(super) const ROUTES: &[Route] = &[
-    route(
-        "acquireLock",
-        &[
-            group(
-                400,
-                &[
-                    "invalid_resource",
-                    "invalid_owner",
-                    "invalid_ttl",
-                    "invalid_wait",
-                    "invalid_idle_timeout",
-                ],
-            ),
-            JSON_BODY[0],
-            JSON_BODY[1],
-            JSON_BODY[2],
-            JSON_BODY[3],
-            extended(409, &["held", "dequeued"], "AcquireRefusal"),
-            extended(429, &["too_many_waiters"], "AcquireRefusal"),
-            extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
-        ],
-    ),
-    route(
+    acquisition!("acquireLock", [], ["held", "dequeued"]),
+    acquisition!(
         "acquirePermit",
-        &[
-            group(
-                400,
-                &[
-                    "invalid_resource",
-                    "invalid_owner",
-                    "invalid_limit",
-                    "invalid_permits",
-                    "invalid_ttl",
-                    "invalid_wait",
-                    "invalid_idle_timeout",
-                ],
-            ),
-            JSON_BODY[0],
-            JSON_BODY[1],
-            JSON_BODY[2],
-            JSON_BODY[3],
-            extended(409, &["held", "limit_mismatch"], "AcquireRefusal"),
-            extended(429, &["too_many_waiters"], "AcquireRefusal"),
-            extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
-        ],
+        ["invalid_limit", "invalid_permits"],
+        ["held", "limit_mismatch"]
     ),
-    route(
+    acquisition!(
         "acquireRwLock",
-        &[
-            group(
-                400,
-                &[
-                    "invalid_resource",
-                    "invalid_owner",
-                    "invalid_mode",
-                    "invalid_ttl",
-                    "invalid_wait",
-                    "invalid_idle_timeout",
-                ],
-            ),
-            JSON_BODY[0],
-            JSON_BODY[1],
-            JSON_BODY[2],
-            JSON_BODY[3],
-            extended(409, &["held", "upgrade_refused"], "AcquireRefusal"),
-            extended(429, &["too_many_waiters"], "AcquireRefusal"),
-            extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
-        ],
+        ["invalid_mode"],
+        ["held", "upgrade_refused"]
     ),
-    route(
-        "campaign",
-        &[
-            group(
-                400,
-                &[
-                    "invalid_resource",
-                    "invalid_owner",
-                    "invalid_value",
-                    "invalid_ttl",
-                    "invalid_wait",
-                    "invalid_idle_timeout",
-                ],
-            ),
-            JSON_BODY[0],
-            JSON_BODY[1],
-            JSON_BODY[2],
-            JSON_BODY[3],
-            extended(409, &["held"], "AcquireRefusal"),
-            extended(429, &["too_many_waiters"], "AcquireRefusal"),
-            extended(503, &["no_quorum", "shutting_down"], "AcquireRefusal"),
-        ],
-    ),
+    acquisition!("campaign", ["invalid_value"], ["held"]),
     route(
         "downgradeLease",
         &[
