@@ -1,8 +1,11 @@
 -- fair_acquire.lua: take a lock for the waiter at the head of its queue on this master.
 -- Waiters whose heartbeat deadline has passed are purged first; the lock is written only when
--- it is free and the waiter is the head (the lowest ticket, then the lowest id), and the
--- waiter then leaves the queue. A waiter that is not queued here (purged, or this master
--- missed its enqueue) is refused: its heartbeat puts it back, or tells it it was purged.
+-- it is free and the waiter is the head (the lowest ticket, then the lowest id). The waiter
+-- stays queued: a grant a quorum does not confirm is given back and the waiter keeps its
+-- place everywhere; it leaves the queue (fair_leave.lua) once it stops waiting, granted or
+-- not, and meanwhile the lock it holds keeps the others out. A waiter that is not queued here
+-- (purged, or this master missed its enqueue) is refused: its heartbeat puts it back, or
+-- tells it it was purged.
 -- KEYS[1]: lock key  (<prefix>lock:<resource>)
 -- KEYS[2]: fence     (<prefix>fence)
 -- KEYS[3]: queue     (<prefix>queue:<resource>)
@@ -33,6 +36,4 @@ end
 if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   return {-1, redis.call('PTTL', KEYS[1])}
 end
-redis.call('ZREM', KEYS[3], waiter)
-redis.call('ZREM', KEYS[4], waiter)
 return {0, redis.call('INCR', KEYS[2])}

@@ -226,8 +226,9 @@ async fn queue_fair_waiters(
             });
             let url = format!("{base}/v1/locks/job/acquire");
             let answer = http.post(url).json(&body).send().await.unwrap();
-            assert_eq!(answer.status(), 200, "waiter {i}");
+            let status = answer.status();
             let lease: serde_json::Value = answer.json().await.unwrap();
+            assert_eq!(status, 200, "waiter {i}: {lease}");
             order.lock().unwrap().push(i);
             tokio::time::sleep(Duration::from_millis(50 + 50 * (i as u64 % 2))).await;
             let url = format!("{base}/v1/leases/{}", lease["lease_id"].as_str().unwrap());

@@ -203,7 +203,7 @@ async fn permits_never_exceed_the_limit_under_faults() {
         &record,
         stop_at,
         [Kind::Permit; 2],
-        ([Kind::Permit; 2], false),
+        ([Kind::Permit; 2], true),
     )
     .await;
     inject_faults(&mut lab.fleet, &lab.proxies, &record).await;

@@ -152,8 +152,13 @@ impl SidecarClient {
                 self.record.set_end(id, released);
             }
             let url = format!("{}/v1/leases/{lease}", self.base);
-            let _ = self.http.delete(url).timeout(WAIT * 4).send().await;
-            if self.kind == Kind::Reentry {
+            let answer = self.http.delete(url).timeout(WAIT * 4).send().await;
+            // Only a release a quorum confirmed is replayed: one still short of a quorum is
+            // told `released: true` by whichever request sees it confirmed, a replay included.
+            let confirmed = ok_json(answer)
+                .await
+                .is_some_and(|view| view["released"].as_bool() == Some(true));
+            if self.kind == Kind::Reentry && confirmed {
                 stale.push(lease);
             }
         }

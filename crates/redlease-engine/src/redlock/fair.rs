@@ -65,10 +65,11 @@ impl Redlock {
         let Some(ticket) = self.draw_ticket(&keys.fence, timeout).await else {
             return Ok(AcquireOutcome::NoQuorum(refusal(Shortfall::TooFewAnswers)));
         };
+        let all: Vec<usize> = (0..self.fleet.len()).collect();
         let queued = self
-            .enqueue(&keys, waiter, ticket, heartbeat, "enqueue")
+            .enqueue(&keys, waiter, (ticket, heartbeat), "enqueue", &all)
             .await;
-        if queued.iter().filter(|&&present| present).count() < self.fleet.quorum() {
+        if queued.iter().filter(|&&here| here == Some(true)).count() < self.fleet.quorum() {
             self.leave(&keys, waiter, timeout).await;
             return Ok(AcquireOutcome::NoQuorum(refusal(Shortfall::TooFewAnswers)));
         }
@@ -154,16 +155,17 @@ impl Redlock {
         (confirmed >= self.fleet.quorum()).then_some(plan.token)
     }
 
-    /// Sends `fair_enqueue.lua` (`enqueue`, or `beat`) for the waiter to every master; answers
-    /// per master whether it is queued there now.
+    /// Sends `fair_enqueue.lua` (`enqueue`, or `beat`) for the waiter to the masters `at`;
+    /// answers per master whether it is queued there now (`None`: no answer within a third of
+    /// the heartbeat TTL, or not asked).
     async fn enqueue(
         &self,
         keys: &Queue,
         waiter: LeaseId,
-        ticket: u64,
-        heartbeat: Duration,
+        (ticket, heartbeat): (u64, Duration),
         what: &str,
-    ) -> Vec<bool> {
+        at: &[usize],
+    ) -> Vec<Option<bool>> {
         let (waiter, ticket, ttl) = (
             waiter.to_string(),
             ticket.to_string(),
@@ -177,23 +179,22 @@ impl Redlock {
             what.as_bytes(),
         ];
         let call = Arc::new(ScriptCall::new(&SCRIPTS.fair_enqueue, &call_keys, &args));
-        let mut queued = vec![false; self.fleet.len()];
+        let mut queued = vec![None; self.fleet.len()];
         let until = Instant::now() + heartbeat / 3;
-        let mut replies = fan_out(
-            &self.tasks,
-            self.fleet.nodes(),
-            until,
-            |node, deadline, reply| eval_on(node, call.clone(), deadline, reply),
-        );
+        let nodes = at.iter().map(|&i| &self.fleet.nodes()[i]);
+        let mut replies = fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
+            eval_on(node, call.clone(), deadline, reply)
+        });
         while let Some((index, answer)) = replies.recv().await {
-            queued[index] = matches!(answer, Ok(1));
+            queued[index] = answer.ok().map(|here| here == 1);
         }
         queued
     }
 
-    /// Beats every third of the heartbeat TTL; puts the waiter back on masters that lost it
-    /// while a majority still queues it (a restarted master); returns once a beat finds it
-    /// queued on fewer than a quorum: purged.
+    /// Beats every third of the heartbeat TTL, on a fixed schedule (a master slow to answer
+    /// does not put the next beat off); puts the waiter back on masters that answered that
+    /// they lost it (a restarted master); returns once so many masters answered that they
+    /// lost it that no majority can queue it any more: purged.
     async fn beat_until_purged(
         &self,
         keys: &Queue,
@@ -201,15 +202,24 @@ impl Redlock {
         ticket: u64,
         heartbeat: Duration,
     ) {
+        let all: Vec<usize> = (0..self.fleet.len()).collect();
+        let mut beats = tokio::time::interval(heartbeat / 3);
+        beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        beats.tick().await;
         loop {
-            tokio::time::sleep(heartbeat / 3).await;
-            let queued = self.enqueue(keys, waiter, ticket, heartbeat, "beat").await;
-            if queued.iter().filter(|&&present| present).count() < self.fleet.quorum() {
+            beats.tick().await;
+            let queued = self
+                .enqueue(keys, waiter, (ticket, heartbeat), "beat", &all)
+                .await;
+            let lost: Vec<usize> = (0..queued.len())
+                .filter(|&i| queued[i] == Some(false))
+                .collect();
+            if lost.len() > self.fleet.len() - self.fleet.quorum() {
                 tracing::info!(waiter = %waiter, "a fair waiter was purged from its queue");
                 return;
             }
-            if queued.contains(&false) {
-                self.enqueue(keys, waiter, ticket, heartbeat, "enqueue")
+            if !lost.is_empty() {
+                self.enqueue(keys, waiter, (ticket, heartbeat), "enqueue", &lost)
                     .await;
             }
         }
