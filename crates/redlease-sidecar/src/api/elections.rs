@@ -20,10 +20,10 @@ use utoipa::ToSchema;
 
 use super::body::{JsonBody, Millis};
 use super::error::ApiError;
-use super::handlers::{acquire_request, answer_acquisition, lease_id, renew_error};
+use super::handlers::{acquire_request, answer_acquisition, lease_id, renew_error, resource_path};
 use super::requests::{AcquireBody, LeaseIdParam};
 use super::AppState;
-use crate::keys::{validate_resource, validate_value};
+use crate::keys::validate_value;
 use crate::lease::{AcquireKind, LeaseView};
 use crate::redlock::election::DEFAULT_OBSERVE_POLL;
 use crate::redlock::Leadership;
@@ -157,9 +157,7 @@ pub(super) async fn campaign(
     resource: Result<Path<String>, PathRejection>,
     body: Result<JsonBody<CampaignBody>, ApiError>,
 ) -> Result<Response, ApiError> {
-    let Path(resource) =
-        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
-    validate_resource(&resource)?;
+    let resource = resource_path(resource)?;
     let JsonBody(body) = body?;
     let value = body.value.unwrap_or_default();
     validate_value(&value)?;
@@ -220,8 +218,7 @@ pub(super) async fn show(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ElectionView>, ApiError> {
-    let Path(resource) =
-        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
+    let resource = resource_path(resource)?;
     let leadership = state.engine.leader(&resource).await?;
     Ok(Json(ElectionView::from(&leadership)))
 }
@@ -252,9 +249,7 @@ pub(super) async fn observe(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let Path(resource) =
-        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
-    validate_resource(&resource)?;
+    let resource = resource_path(resource)?;
     let permit = Arc::clone(&state.streams)
         .try_acquire_owned()
         .map_err(|_| {

@@ -46,9 +46,7 @@ pub(super) async fn acquire(
     resource: Result<Path<String>, PathRejection>,
     body: Result<JsonBody<AcquireBody>, ApiError>,
 ) -> Result<Response, ApiError> {
-    let Path(resource) =
-        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
-    validate_resource(&resource)?;
+    let resource = resource_path(resource)?;
     let JsonBody(body) = body?;
     let kind = if body.fair == Some(true) {
         AcquireKind::FairLock
@@ -426,6 +424,17 @@ pub(super) fn acquire_request(
         kind,
         campaign: None,
     })
+}
+
+/// A route's `{resource}`: percent-decoded, and a valid resource name (else 400
+/// `invalid_resource`).
+pub(super) fn resource_path(
+    resource: Result<Path<String>, PathRejection>,
+) -> Result<String, ApiError> {
+    let Path(resource) =
+        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
+    validate_resource(&resource)?;
+    Ok(resource)
 }
 
 pub(super) fn lease_id(id: Result<Path<String>, PathRejection>) -> Result<LeaseId, ApiError> {

@@ -12,8 +12,9 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::body::JsonBody;
 use super::error::{problem_with, ApiError};
+use super::handlers::resource_path;
 use super::AppState;
-use crate::keys::{lock_name, validate_resource, LockKind, MAX_READERS, MAX_SEMAPHORE_LIMIT};
+use crate::keys::{lock_name, LockKind, MAX_READERS, MAX_SEMAPHORE_LIMIT};
 use crate::redlock::inventory::DEFAULT_LIST_LIMIT;
 use crate::{ForceOptions, ForceVerdict, LeaseId, LockView};
 
@@ -103,9 +104,7 @@ pub(crate) async fn show(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
 ) -> Result<Json<LockJson>, ApiError> {
-    let Path(resource) =
-        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
-    validate_resource(&resource)?;
+    let resource = resource_path(resource)?;
     let view = state.engine.inspect(&resource).await?;
     let token = held_here(&state, &view);
     Ok(Json(lock_json(&view, token)))
@@ -124,8 +123,7 @@ pub(crate) async fn show_semaphore(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SemaphoreJson>, ApiError> {
-    let Path(resource) =
-        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
+    let resource = resource_path(resource)?;
     let views = state.engine.inspect_semaphore(&resource).await?;
     let slots = views
         .iter()
@@ -172,9 +170,7 @@ pub(crate) async fn force_release(
     resource: Result<Path<String>, PathRejection>,
     body: Result<JsonBody<ForceReleaseBody>, ApiError>,
 ) -> Result<Response, ApiError> {
-    let Path(resource) =
-        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
-    validate_resource(&resource)?;
+    let resource = resource_path(resource)?;
     let JsonBody(body) = body?;
     let name = match forced_kind(body.kind.as_deref(), body.slot)? {
         LockKind::Exclusive => resource,

@@ -13,10 +13,9 @@ use utoipa::ToSchema;
 use super::answers::AcquireRefusal;
 use super::body::{JsonBody, Millis};
 use super::error::{problem_with, ApiError};
-use super::handlers::{acquire_request, answer_acquisition, lease_id, renew_error};
+use super::handlers::{acquire_request, answer_acquisition, lease_id, renew_error, resource_path};
 use super::requests::{AcquireBody, LeaseIdParam};
 use super::AppState;
-use crate::keys::validate_resource;
 use crate::lease::read_write::DowngradeError;
 use crate::lease::{AcquireKind, LeaseView};
 
@@ -65,9 +64,7 @@ pub(super) async fn acquire(
     resource: Result<Path<String>, PathRejection>,
     body: Result<JsonBody<RwAcquireBody>, ApiError>,
 ) -> Result<Response, ApiError> {
-    let Path(resource) =
-        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
-    validate_resource(&resource)?;
+    let resource = resource_path(resource)?;
     let JsonBody(body) = body?;
     let kind = match body.mode.as_deref() {
         Some("read") => AcquireKind::Read { beside: None },

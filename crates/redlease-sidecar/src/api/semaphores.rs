@@ -9,10 +9,10 @@ use utoipa::ToSchema;
 
 use super::body::{JsonBody, Millis};
 use super::error::ApiError;
-use super::handlers::{acquire_request, answer_acquisition};
+use super::handlers::{acquire_request, answer_acquisition, resource_path};
 use super::requests::AcquireBody;
 use super::AppState;
-use crate::keys::{validate_resource, MAX_SEMAPHORE_LIMIT};
+use crate::keys::MAX_SEMAPHORE_LIMIT;
 use crate::lease::{AcquireKind, LeaseView};
 
 /// Body of `POST /v1/semaphores/{resource}/acquire`: the acquire body's fields, and the
@@ -65,9 +65,7 @@ pub(super) async fn acquire(
     resource: Result<Path<String>, PathRejection>,
     body: Result<JsonBody<SemaphoreAcquireBody>, ApiError>,
 ) -> Result<Response, ApiError> {
-    let Path(resource) =
-        resource.map_err(|e| ApiError::bad_request("invalid_resource", e.body_text()))?;
-    validate_resource(&resource)?;
+    let resource = resource_path(resource)?;
     let JsonBody(body) = body?;
     let limit = semaphore_limit(body.limit)?;
     if body.permits.is_some_and(|permits| permits != 1) {
