@@ -2,6 +2,7 @@
 //! the app watches, idle release, loss, shutdown, input checks.
 
 mod crowd;
+mod expiry;
 mod frozen;
 mod retention;
 mod waiters;

@@ -1,6 +1,8 @@
 //! The leases this sidecar holds: acquiring them for apps, renewing them automatically while
 //! the app is alive, reporting loss at once, releasing them on request, on idleness and on
-//! shutdown. Each lease has one task (see `renewal`) that owns its timing. The same table
+//! shutdown. Each lease the table renews has one task (see `renewal`) that owns its timing;
+//! the leases it does not renew share one task that reports each expired (see `expiry`),
+//! and their ends retire them. The same table
 //! keeps a lease for a holder in this very process (`lock run` on the masters, see `holder`),
 //! and the re-entry holds of its leases (see `reentry`).
 
@@ -10,6 +12,7 @@ mod retired;
 
 pub(crate) mod election;
 pub(crate) mod escalation;
+mod expiry;
 pub(crate) mod holder;
 pub(crate) mod read_write;
 pub(crate) mod reading;
@@ -115,6 +118,13 @@ pub(crate) struct Tracked {
     holder_acknowledged: AtomicBool,
     /// The table's tally for the log summary.
     activity: Arc<Activity>,
+    /// Whether the lease has a task of its own (the table renews it). Without one, its end
+    /// is armed in the table's `expiry` and its end retires it.
+    has_task: bool,
+    /// The table, to arm the end of a lease without a task and to retire it.
+    table: Weak<LeaseManager>,
+    /// The deadline armed for a lease without a task (see `expiry`).
+    expiry_armed: Mutex<Option<Instant>>,
 }
 
 // === impl Tracked ===
@@ -131,6 +141,26 @@ impl Tracked {
 
     pub(crate) fn view(&self) -> LeaseView {
         self.record().view(Instant::now())
+    }
+
+    /// The lease's validity or schedule moved: its task looks again, or (a lease without a
+    /// task) a sooner end is armed.
+    pub(crate) fn rearm(self: &Arc<Self>) {
+        if self.has_task {
+            self.wake.notify_one();
+            return;
+        }
+        let valid_until = self.record().lease.valid_until;
+        if let Some(table) = self.table.upgrade() {
+            table.expiries.arm(self, valid_until);
+        }
+    }
+
+    fn expiry_armed(&self) -> MutexGuard<'_, Option<Instant>> {
+        // Assignments only: a poisoned deadline is still whole.
+        self.expiry_armed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The lease's future events.
@@ -226,10 +256,16 @@ impl Tracked {
             "released"
         };
         let lease = record.view(now);
+        let id = record.lease.id;
         drop(record);
         self.ending.cancel();
         self.send_event(LeaseEvent { event, lease });
-        self.wake.notify_one();
+        if self.has_task {
+            // Its task ends, and retires it.
+            self.wake.notify_one();
+        } else if let Some(table) = self.table.upgrade() {
+            table.retire(id, Instant::now());
+        }
         true
     }
 }
@@ -275,8 +311,10 @@ pub struct LeaseManager {
     table: Mutex<HashMap<LeaseId, Arc<Tracked>>>,
     /// Each re-entry hold's id → the lease it is a hold of, until that lease is forgotten.
     holds: Mutex<HashMap<LeaseId, LeaseId>>,
-    /// Ended leases in the order their tasks ended, with when each is forgotten.
+    /// Ended leases in the order they were retired, with when each is forgotten.
     retired: Mutex<VecDeque<(Instant, LeaseId)>>,
+    /// The ends of the leases without a task of their own.
+    expiries: Arc<expiry::Expiries>,
     tasks: TaskTracker,
     /// Set at shutdown: no new lease is granted.
     closing: AtomicBool,
@@ -299,11 +337,14 @@ impl LeaseManager {
             table: Mutex::new(HashMap::new()),
             holds: Mutex::new(HashMap::new()),
             retired: Mutex::new(VecDeque::new()),
+            expiries: Arc::default(),
             tasks: TaskTracker::new(),
             closing: AtomicBool::new(false),
             shutdown: CancellationToken::new(),
             activity: Arc::default(),
         });
+        let expiries = Arc::clone(&manager.expiries);
+        tokio::spawn(expiry::expire_leases(Arc::downgrade(&manager), expiries));
         let summaries = logs::log_summaries(Arc::downgrade(&manager), SUMMARY_INTERVAL);
         tokio::spawn(summaries);
         // Ended leases stay readable for the retention, and for at most a second more.
@@ -597,14 +638,22 @@ impl LeaseManager {
             validity: OnceLock::new(),
             holder_acknowledged: AtomicBool::new(false),
             activity: Arc::clone(&self.activity),
+            has_task: request.auto_renew,
+            table: Arc::downgrade(self),
+            expiry_armed: Mutex::new(None),
         });
         self.table().insert(id, Arc::clone(&tracked));
+        let view = tracked.view();
+        if !request.auto_renew {
+            let valid_until = tracked.record().lease.valid_until;
+            self.expiries.arm(&tracked, valid_until);
+            return view;
+        }
         let (renewals, policy, manager) = (
             Arc::clone(&self.renewals),
             self.policy,
             Arc::downgrade(self),
         );
-        let view = tracked.view();
         self.tasks.spawn(async move {
             renewal::drive(&renewals, &policy, &tracked).await;
             drop(tracked);

@@ -1,6 +1,7 @@
-//! The task of one lease: renew it on schedule while the app is alive, report it lost the
-//! moment its validity runs out, release it when the app goes quiet; and the release itself,
-//! which runs as a task of its own so that a caller who goes away cannot stop it half done.
+//! The task of one lease the table renews: renew it on schedule while the app is alive,
+//! report it lost the moment its validity runs out, release it when the app goes quiet; the
+//! renewals a caller asks for; and the release itself, whose follow-up runs as a task of its
+//! own so that a caller who goes away cannot stop it half done.
 //!
 //! Rules kept here (`docs/safety.md` states them):
 //! - after every extension or shadow call that was sent, whatever its outcome, the lease is
@@ -117,9 +118,13 @@ pub(crate) async fn renew(
                     return Ok(Some(view));
                 }
             }
-            let mut record = tracked.record();
-            let left = record.lease.remaining_validity(Instant::now());
-            record.renew_at = Instant::now() + RETRY_NO_QUORUM.min(left / 4);
+            {
+                let mut record = tracked.record();
+                let left = record.lease.remaining_validity(Instant::now());
+                record.renew_at = Instant::now() + RETRY_NO_QUORUM.min(left / 4);
+            }
+            // The validity may have been cut short, and the next try is soon.
+            tracked.rearm();
             Ok(None)
         }
     }
@@ -196,7 +201,7 @@ fn take(
 /// when the lease has ended or its validity has already passed.
 fn settle(
     policy: &LeasePolicy,
-    tracked: &Tracked,
+    tracked: &Arc<Tracked>,
     renewal: &Renewal,
     shadowed: bool,
 ) -> Option<LeaseView> {
@@ -231,7 +236,7 @@ fn settle(
         event,
         lease: view.clone(),
     });
-    tracked.wake.notify_one();
+    tracked.rearm();
     Some(view)
 }
 
