@@ -557,14 +557,17 @@ impl LeaseManager {
         }
     }
 
-    /// Releases the lease on the fleet, in a task of its own (a caller that goes away does not
-    /// stop it), and waits for its first attempt. `None` when this sidecar does not know it.
+    /// Releases the lease on the fleet and waits for its first attempt: sent from this task
+    /// when this call began the release (a caller that goes away does not stop it, see
+    /// [`renewal::release_from_caller`]), or the attempt under way waited for. `None` when
+    /// this sidecar does not know it.
     pub async fn release(&self, id: LeaseId, reason: &'static str) -> Option<ReleaseAnswer> {
         let tracked = self.find(id)?;
         let seen = tracked.release_rounds.load(Ordering::Acquire);
-        let begin = renewal::start_release(&self.engine, &tracked, reason);
-        if begin != Begin::Ended {
-            tracked.release_round_after(seen).await;
+        match tracked.begin_release(reason) {
+            Begin::Started => renewal::release_from_caller(&self.engine, &tracked).await,
+            Begin::Joined => tracked.release_round_after(seen).await,
+            Begin::Ended => {}
         }
         let view = tracked.view();
         let ours = reason == "released" && view.reason == Some("released");

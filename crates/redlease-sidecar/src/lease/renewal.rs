@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::{escalation, LeasePolicy, LeaseState, LeaseView, Revocations, Step, Tracked};
 use crate::batch::Renewals;
 use crate::metrics::{self, METRICS};
-use crate::redlock::{ExtendOutcome, Redlock, Renewal};
+use crate::redlock::{ExtendOutcome, Redlock, Release, Renewal};
 use crate::Error;
 
 /// A renewal that found no quorum is retried this often (or sooner, near the end of validity).
@@ -280,9 +280,9 @@ pub(crate) fn revoke(engine: &Arc<Redlock>, policy: &LeasePolicy, tracked: &Arc<
 /// Whether `start_release` began the release or found it under way or over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Begin {
-    /// The lease was held: it is now `releasing`, and its release task runs.
+    /// The lease was held: it is now `releasing`, and whoever began it sends its release.
     Started,
-    /// Already releasing: its release task runs.
+    /// Already releasing: its release is under way.
     Joined,
     /// Already lost or released.
     Ended,
@@ -304,10 +304,48 @@ pub(crate) fn start_release(
     begin
 }
 
+/// The release of a lease the caller has just marked `releasing` (`Begin::Started`), sent
+/// from the caller's own task: no task and no hand-off for a release a quorum confirms at
+/// once. What is left after its first round (a master to send it again to) follows in a task
+/// of its own; a caller that goes away before the first round is over leaves the whole
+/// release to a task (sent again: a release only deletes this lease's own keys).
+pub(crate) async fn release_from_caller(engine: &Arc<Redlock>, tracked: &Arc<Tracked>) {
+    let mut unfinished = Unfinished(Some((Arc::clone(engine), Arc::clone(tracked))));
+    let follow = first_release_round(engine, tracked).await;
+    unfinished.0 = None;
+    if let Some(release) = follow {
+        let tracked = Arc::clone(tracked);
+        tokio::spawn(async move { follow_release(&tracked, release).await });
+    }
+}
+
+/// A release whose first round its caller did not see to its end: finished by a task.
+struct Unfinished(Option<(Arc<Redlock>, Arc<Tracked>)>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let Some((engine, tracked)) = self.0.take() else {
+            return;
+        };
+        // Outside a runtime (the process is ending) there is nothing left to run it on.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { release_until_confirmed(&engine, &tracked).await });
+        }
+    }
+}
+
 /// Sends the release once, after any renewal or shadow in flight, and follows it: the engine
 /// sends it again to every master that did not answer it with a result, and each of its rounds
 /// is an attempt the lease's `DELETE`s wait for.
 async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked) {
+    if let Some(release) = first_release_round(engine, tracked).await {
+        follow_release(tracked, release).await;
+    }
+}
+
+/// The release's first round; `Some(release)` while it is not over (no quorum confirmed it
+/// yet, and a key it could have left may still stand).
+async fn first_release_round(engine: &Redlock, tracked: &Tracked) -> Option<Release> {
     // After any renewal or shadow in flight (cancelled by `begin_release`): on each master,
     // the release is sent after every write of this lease, and none follows (renewals stop
     // once the lease is releasing), so its retries need not hold the lease's calls.
@@ -315,31 +353,41 @@ async fn release_until_confirmed(engine: &Redlock, tracked: &Tracked) {
     let (resource, id) = tracked.key();
     let started = engine.release_followed(&resource, id).await;
     drop(op);
-    let mut release = match started {
-        Ok(release) => release,
+    match started {
+        Ok(release) => (!release_round_over(tracked, &release)).then_some(release),
         Err(error) => {
             tracing::error!(%error, lease_id = %id, "release refused");
             let reason = tracked.record().reason.unwrap_or("released");
             tracked.finish(LeaseState::Released, reason);
             tracked.release_round_done();
-            return;
+            None
         }
-    };
-    loop {
-        let over = release.is_over(Instant::now());
-        if over {
-            // Given up: no quorum confirmed it, every key the lease could have left has
-            // expired. That is what happened, not a release.
-            let reason = match release.outcome().confirmed() {
-                true => tracked.record().reason.unwrap_or("released"),
-                false => "expired",
-            };
-            tracked.finish(LeaseState::Released, reason);
-        }
-        tracked.release_round_done();
-        if over {
-            return;
-        }
-        release.next_round().await;
     }
+}
+
+/// The release's later rounds, until it is over.
+async fn follow_release(tracked: &Tracked, mut release: Release) {
+    loop {
+        release.next_round().await;
+        if release_round_over(tracked, &release) {
+            return;
+        }
+    }
+}
+
+/// Counts a round of the release (its `DELETE`s wait for one); whether it is over, and then
+/// the lease released.
+fn release_round_over(tracked: &Tracked, release: &Release) -> bool {
+    let over = release.is_over(Instant::now());
+    if over {
+        // Given up: no quorum confirmed it, every key the lease could have left has
+        // expired. That is what happened, not a release.
+        let reason = match release.outcome().confirmed() {
+            true => tracked.record().reason.unwrap_or("released"),
+            false => "expired",
+        };
+        tracked.finish(LeaseState::Released, reason);
+    }
+    tracked.release_round_done();
+    over
 }
