@@ -61,7 +61,10 @@ async fn join_all(waiters: Vec<JoinHandle<Window>>) -> Vec<Window> {
 #[tokio::test]
 async fn permits_follow_the_queue_across_engines() {
     let fleet = TestFleet::start(3);
-    let engines = [Arc::new(fleet.engine().await), Arc::new(fleet.engine().await)];
+    let engines = [
+        Arc::new(fleet.engine().await),
+        Arc::new(fleet.engine().await),
+    ];
     let mut holders = Vec::new();
     for owner in ["h0", "h1"] {
         let permit = engines[0].acquire_permit("pool", owner, TTL, 2).await;
@@ -94,11 +97,17 @@ async fn permits_follow_the_queue_across_engines() {
     }
     for holder in holders {
         holding.fetch_sub(1, Ordering::SeqCst);
-        engines[0].release(&holder.resource, holder.id).await.unwrap();
+        engines[0]
+            .release(&holder.resource, holder.id)
+            .await
+            .unwrap();
     }
     let windows = join_all(waiters).await;
     let tokens: Vec<u64> = windows.iter().map(|w| w.token).collect();
-    assert!(tokens.is_sorted(), "granted out of the queue's order: {tokens:?}");
+    assert!(
+        tokens.is_sorted(),
+        "granted out of the queue's order: {tokens:?}"
+    );
     assert!(most.load(Ordering::SeqCst) <= 2, "more than 2 permits held");
     // Side by side: the second was let in beside the first as soon as it left the queue.
     assert!(windows[1].granted < windows[0].released, "{windows:?}");
@@ -113,7 +122,11 @@ async fn a_queued_writer_goes_before_the_readers_queued_after_it() {
     let engine = Arc::new(fleet.engine().await);
     let r0 = granted(engine.acquire_rw(rw("r0", RwMode::Read)).await.unwrap());
     let mut waiters = Vec::new();
-    for (owner, mode) in [("w", RwMode::Write), ("r1", RwMode::Read), ("r2", RwMode::Read)] {
+    for (owner, mode) in [
+        ("w", RwMode::Write),
+        ("r1", RwMode::Read),
+        ("r2", RwMode::Read),
+    ] {
         let engine = Arc::clone(&engine);
         waiters.push(tokio::spawn(async move {
             let outcome = engine.acquire_rw_fair_with_wait(rw(owner, mode), WAIT);
@@ -135,8 +148,14 @@ async fn a_queued_writer_goes_before_the_readers_queued_after_it() {
     let [w, r1, r2] = join_all(waiters).await[..] else {
         unreachable!("three waiters")
     };
-    assert!(w.token < r1.token && r1.token < r2.token, "{w:?} {r1:?} {r2:?}");
-    assert!(w.released <= r1.granted, "R1 beside the writer: {w:?} {r1:?}");
+    assert!(
+        w.token < r1.token && r1.token < r2.token,
+        "{w:?} {r1:?} {r2:?}"
+    );
+    assert!(
+        w.released <= r1.granted,
+        "R1 beside the writer: {w:?} {r1:?}"
+    );
     assert!(r2.granted < r1.released, "R2 not beside R1: {r1:?} {r2:?}");
 }
 
@@ -148,7 +167,11 @@ async fn a_reader_queued_behind_a_writer_does_not_pass_it() {
     let engine = Arc::new(fleet.engine().await);
     let w0 = granted(engine.acquire_rw(rw("w0", RwMode::Write)).await.unwrap());
     let mut waiters = Vec::new();
-    for (owner, mode) in [("r1", RwMode::Read), ("w2", RwMode::Write), ("r3", RwMode::Read)] {
+    for (owner, mode) in [
+        ("r1", RwMode::Read),
+        ("w2", RwMode::Write),
+        ("r3", RwMode::Read),
+    ] {
         let engine = Arc::clone(&engine);
         waiters.push(tokio::spawn(async move {
             let outcome = engine.acquire_rw_fair_with_wait(rw(owner, mode), WAIT);
@@ -169,7 +192,10 @@ async fn a_reader_queued_behind_a_writer_does_not_pass_it() {
     let [r1, w2, r3] = join_all(waiters).await[..] else {
         unreachable!("three waiters")
     };
-    assert!(r1.token < w2.token && w2.token < r3.token, "{r1:?} {w2:?} {r3:?}");
+    assert!(
+        r1.token < w2.token && w2.token < r3.token,
+        "{r1:?} {w2:?} {r3:?}"
+    );
     assert!(r1.released <= w2.granted && w2.released <= r3.granted);
 }
 
@@ -178,7 +204,10 @@ async fn a_reader_queued_behind_a_writer_does_not_pass_it() {
 #[tokio::test]
 async fn candidates_lead_in_the_order_they_queued() {
     let fleet = TestFleet::start(3);
-    let engines = [Arc::new(fleet.engine().await), Arc::new(fleet.engine().await)];
+    let engines = [
+        Arc::new(fleet.engine().await),
+        Arc::new(fleet.engine().await),
+    ];
     let leader = engines[0].campaign("primary", "l", "10.0.0.1", TTL).await;
     let leader = granted(leader.unwrap());
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -210,6 +239,9 @@ async fn candidates_lead_in_the_order_they_queued() {
     let order = order.lock().unwrap().clone();
     let indices: Vec<usize> = order.iter().map(|&(i, _)| i).collect();
     assert_eq!(indices, [0, 1, 2, 3, 4], "{order:?}");
-    assert!(order.windows(2).all(|pair| pair[0].1 < pair[1].1), "{order:?}");
+    assert!(
+        order.windows(2).all(|pair| pair[0].1 < pair[1].1),
+        "{order:?}"
+    );
     assert!(leader.fencing_token < order[0].1);
 }

@@ -247,7 +247,10 @@ mod tests {
         assert_eq!(held.reason(), Some("held"));
         let dequeued = problem(409, "dequeued", r#","acquired":false"#);
         assert!(matches!(&dequeued, ClientError::Dequeued { detail } if detail == "d"));
-        assert_eq!((dequeued.reason(), dequeued.status()), (Some("dequeued"), Some(409)));
+        assert_eq!(
+            (dequeued.reason(), dequeued.status()),
+            (Some("dequeued"), Some(409))
+        );
         let full = problem(409, "too_many_holds", "");
         assert!(matches!(full, ClientError::TooManyHolds { .. }));
         assert_eq!(

@@ -445,7 +445,9 @@ impl LeaseManager {
             _ => rw(RwMode::Write, None),
         };
         match (request.kind, request.fair) {
-            (AcquireKind::Lock, false) => engine.acquire_with_wait(resource, owner, ttl, wait).await,
+            (AcquireKind::Lock, false) => {
+                engine.acquire_with_wait(resource, owner, ttl, wait).await
+            }
             (AcquireKind::Lock, true) => {
                 engine
                     .acquire_fair_with_wait(resource, owner, ttl, wait)

@@ -58,7 +58,10 @@ async fn each_route_answers_dequeued_to_a_purged_waiter() {
             (status, answer.json::<Value>().await.unwrap())
         });
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let (queue, beats) = (format!("redlease:queue:{queue}"), format!("redlease:beats:{queue}"));
+        let (queue, beats) = (
+            format!("redlease:queue:{queue}"),
+            format!("redlease:beats:{queue}"),
+        );
         for i in 0..2 {
             let deleted = fleet.command(i, &["DEL", &queue, &beats]);
             assert_eq!(format!("{deleted:?}"), "Int(2)", "{path}: master {i}");
@@ -67,7 +70,11 @@ async fn each_route_answers_dequeued_to_a_purged_waiter() {
             .await
             .expect("the purged waiter kept waiting")
             .unwrap();
-        assert_eq!((status, body["reason"].as_str()), (409, Some("dequeued")), "{path}: {body}");
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (409, Some("dequeued")),
+            "{path}: {body}"
+        );
         let id = holder["lease_id"].as_str().unwrap();
         sidecar.delete(&format!("/v1/leases/{id}")).await;
     }
@@ -91,7 +98,9 @@ async fn permits_follow_the_queue_with_masters_frozen_and_restarted() {
     let mut holders = Vec::new();
     for owner in ["h0", "h1"] {
         let hold = json!({"owner": owner, "limit": 2, "ttl_ms": 3000});
-        let (status, holder) = sidecars[0].post_json("/v1/semaphores/pool/acquire", hold).await;
+        let (status, holder) = sidecars[0]
+            .post_json("/v1/semaphores/pool/acquire", hold)
+            .await;
         assert_eq!(status, 200, "{holder}");
         holders.push(holder["lease_id"].as_str().unwrap().to_string());
     }
@@ -137,6 +146,9 @@ async fn permits_follow_the_queue_with_masters_frozen_and_restarted() {
             .unwrap();
     }
     let tokens = tokens.lock().unwrap().clone();
-    assert!(tokens.is_sorted(), "granted out of the queue's order: {tokens:?}");
+    assert!(
+        tokens.is_sorted(),
+        "granted out of the queue's order: {tokens:?}"
+    );
     assert!(most.load(Ordering::SeqCst) <= 2, "more than 2 permits held");
 }
