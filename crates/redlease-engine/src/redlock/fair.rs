@@ -2,15 +2,15 @@
 //! ticket the way a fencing token is drawn (an `INCR` of every master's fence counter, the
 //! largest a majority answered, the laggards raised), so every master orders the waiters
 //! alike; it is queued on a majority of its kind's queue (`fair_enqueue.lua`; one queue per
-//! resource and kind, [`Queue`]), keeps a heartbeat there while it waits, and a master lets
-//! it try only while it is the head of that queue: `fair_acquire.lua` for an exclusive lock
-//! (and an election's lock), or the kind's own acquisition script behind the head check of
-//! `fair_head.lua` (a semaphore's slot, a read-write lock's writer or reader), which alone
-//! decides what is granted. A waiter that stops beating (its process died) is purged by the
-//! next attempt after its heartbeat TTL, so it delays the queue by at most that; a waiter
-//! purged while alive learns it at its next beat (its entry gone on a majority) and stops
-//! with [`Shortfall::Dequeued`]. A granted waiter leaves the queue when it stops waiting, so
-//! the next head is let try at once, beside it if its kind allows.
+//! resource and kind, named after the lock's waiting name), keeps a heartbeat there while it
+//! waits, and a master lets it try only while it is the head of that queue: `fair_acquire.lua`
+//! for an exclusive lock (and an election's lock), or the kind's own acquisition script behind
+//! the head check of `fair_head.lua` (a semaphore's slot, a read-write lock's writer or
+//! reader), which alone decides what is granted. A waiter that stops beating (its process
+//! died) is purged by the next attempt after its heartbeat TTL, so it delays the queue by at
+//! most that; a waiter purged while alive learns it at its next beat (its entry gone on a
+//! majority) and stops with [`Shortfall::Dequeued`]. A granted waiter leaves the queue when it
+//! stops waiting, so the next head is let try at once, beside it if its kind allows.
 //!
 //! Fairness orders the waiters that ask for it; exclusion (or a semaphore's bound) is the
 //! kind's own, written by the same script as without fairness, so a caller that does not ask
