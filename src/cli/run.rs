@@ -43,6 +43,9 @@ const HELD: &str = "is held by another lease";
 const NO_PERMIT: &str = "has no free permit: every slot is held by another lease";
 /// Why a candidate's command was not run: another leader.
 const ANOTHER_LEADER: &str = "has another leader";
+/// Why a fair waiter's command was not run: a majority took it out of its queue.
+const DEQUEUED: &str = "was not taken: this fair waiter's heartbeats came too late and it was \
+     taken out of the queue";
 const NO_QUORUM: &str = "cannot be taken: too few masters answered";
 const TOKEN_REFUSED: &str = "cannot be taken: the sidecar refused the API token (none was \
      sent, or another one); give the file holding its token with --token-file FILE or \
@@ -82,6 +85,10 @@ pub struct RunArgs {
     /// Wait this long for a lock that is held (or a fleet without quorum).
     #[arg(long, default_value_t = 0)]
     wait_ms: u64,
+    /// With --wait-ms: wait in one queue with the fair waiters of every process on the same
+    /// lock (the lock in any mode, the semaphore, the election), first come first served.
+    #[arg(long)]
+    fair: bool,
     /// Who holds the lock; defaults to `cli:<pid>@<host>`.
     #[arg(long)]
     owner: Option<String>,
@@ -245,15 +252,15 @@ async fn on_masters(args: &RunArgs, owner: &str, holding: &Holding) -> Result<u8
         auto_renew: true,
         idle_timeout: None,
         campaign: holding.campaign(),
+        fair: args.fair,
     };
     let code = match manager.acquire(request).await {
         Ok(Acquired::Granted(view)) => match manager.follow(&view) {
             Some(following) => Ok(hold_on_masters(following, args, holding).await),
             None => Ok(not_run(&args.resource, LOST_AT_ONCE, EXIT_LEASE_LOST)),
         },
-        Ok(Acquired::Held | Acquired::Dequeued) => {
-            Ok(not_run(&args.resource, holding.held(), EXIT_HELD))
-        }
+        Ok(Acquired::Held) => Ok(not_run(&args.resource, holding.held(), EXIT_HELD)),
+        Ok(Acquired::Dequeued) => Ok(not_run(&args.resource, DEQUEUED, EXIT_HELD)),
         // `Closing` never comes: this table is not shut down while it acquires.
         Ok(Acquired::NoQuorum | Acquired::Closing) => {
             for master in engine.status_accounts().await {
@@ -359,7 +366,9 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, holding: &Holdi
         Holding::Write => client.rwlock(resource, RwMode::Write),
     };
     let mut request = request.owner(owner);
-    request = request.wait(Duration::from_millis(args.wait_ms));
+    request = request
+        .wait(Duration::from_millis(args.wait_ms))
+        .fair(args.fair);
     if let Some(ttl_ms) = args.ttl_ms {
         request = request.ttl(Duration::from_millis(ttl_ms));
     }
@@ -415,6 +424,7 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, holding: &Holdi
 fn refused(resource: &str, error: &ClientError, holding: &Holding) -> u8 {
     match error {
         ClientError::Held { .. } => not_run(resource, holding.held(), EXIT_HELD),
+        ClientError::Dequeued { .. } => not_run(resource, DEQUEUED, EXIT_HELD),
         ClientError::NoQuorum { .. } => not_run(resource, NO_QUORUM, EXIT_NO_QUORUM),
         ClientError::Unauthorized { .. } => not_run(resource, TOKEN_REFUSED, EXIT_NO_PERMISSION),
         ClientError::Invalid { .. } | ClientError::InvalidUrl { .. } => {

@@ -10,6 +10,7 @@ mod deploy;
 mod election;
 mod engine;
 mod fair;
+mod fair_kinds;
 mod faults;
 mod fencing;
 mod history;

@@ -14,6 +14,7 @@ use redlease_testkit::fleet::test_fleet_options;
 use redlease_testkit::resp::{Resp, RespConn};
 use redlease_testkit::RedisServer;
 
+mod fair;
 mod preparation;
 
 const LOCK: &str = "redlease:lock:r";

@@ -111,3 +111,57 @@ async fn through_a_sidecar_the_command_gets_its_slot() {
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("0 1 "), "{out}");
 }
+
+/// With `--fair`, commands on the masters and through a sidecar run in the order they queued
+/// in the semaphore's queue: the first queued holds the permit first (a lower token).
+#[tokio::test]
+async fn fair_commands_run_in_the_order_they_queued() {
+    let fleet = TestFleet::start(3);
+    let masters = fleet.urls().join(",");
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let engine = fleet.engine().await;
+    let ttl = Duration::from_secs(5);
+    let holder = engine.acquire_permit("pool", "h", ttl, 1).await.unwrap();
+    let holder = holder.lease().unwrap().clone();
+    let fair = ["pool", "--limit", "1", "--wait-ms", "20000", "--fair"];
+    let first = semaphore_run(&masters, &fair, "0.3").spawn().unwrap();
+    queued(&fleet, 1).await;
+    let through_sidecar = [&fair[..], &["--sidecar", sidecar.base.as_str()]].concat();
+    let second = semaphore_run("", &through_sidecar, "0").spawn().unwrap();
+    queued(&fleet, 2).await;
+    engine.release(&holder.resource, holder.id).await.unwrap();
+    let limit = Duration::from_secs(30);
+    let outputs =
+        tokio::task::spawn_blocking(move || [finish(first, limit), finish(second, limit)])
+            .await
+            .unwrap();
+    let mut tokens = Vec::new();
+    for (code, out, err) in outputs {
+        assert_eq!(code, 0, "{err}");
+        tokens.push(
+            out.split_whitespace()
+                .nth(2)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap(),
+        );
+    }
+    assert!(
+        tokens[0] < tokens[1],
+        "run out of the queue's order: {tokens:?}"
+    );
+}
+
+/// Waits (at most 10 s, yielding to the in-process sidecar) until `n` fair waiters are queued
+/// on the semaphore `pool` on master 0.
+async fn queued(fleet: &TestFleet, n: i64) {
+    let start = Instant::now();
+    while fleet
+        .command(0, &["ZCARD", "redlease:queue:pool\u{1f}s"])
+        .int()
+        < n
+    {
+        assert!(start.elapsed() < Duration::from_secs(10), "never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -17,6 +17,13 @@ pub enum ClientError {
         /// The sidecar's `detail`, in words.
         detail: String,
     },
+    /// 409 `dequeued`: a fair waiter's heartbeats came too late and a majority of masters
+    /// took it out of its queue ([`crate::LockRequest::fair`]); it waits no more.
+    #[error("taken out of the fair queue: {detail}")]
+    Dequeued {
+        /// The sidecar's `detail`, in words.
+        detail: String,
+    },
     /// 503 `no_quorum`: too few masters answered. Worth retrying later.
     #[error("no quorum: {detail}")]
     NoQuorum {
@@ -125,6 +132,7 @@ impl ClientError {
     pub fn reason(&self) -> Option<&str> {
         match self {
             Self::Held { .. } => Some("held"),
+            Self::Dequeued { .. } => Some("dequeued"),
             Self::TooManyHolds { .. } => Some("too_many_holds"),
             Self::NoQuorum { .. } | Self::Releasing { .. } => Some("no_quorum"),
             Self::ShuttingDown { .. } => Some("shutting_down"),
@@ -140,7 +148,7 @@ impl ClientError {
     /// The HTTP status of the answer, when there was one.
     pub fn status(&self) -> Option<u16> {
         match self {
-            Self::Held { .. } | Self::TooManyHolds { .. } => Some(409),
+            Self::Held { .. } | Self::Dequeued { .. } | Self::TooManyHolds { .. } => Some(409),
             Self::NoQuorum { .. } | Self::Releasing { .. } | Self::ShuttingDown { .. } => Some(503),
             Self::UnknownLease { .. } => Some(404),
             Self::LeaseLost { .. } => Some(410),
@@ -172,6 +180,7 @@ impl ClientError {
         };
         match (status, reason.as_str()) {
             (409, "held") => Self::Held { detail },
+            (409, "dequeued") => Self::Dequeued { detail },
             (409, "too_many_holds") => Self::TooManyHolds { detail },
             (503, "no_quorum") if problem.state.as_deref() == Some("releasing") => {
                 Self::Releasing { detail }
@@ -236,6 +245,12 @@ mod tests {
         let held = problem(409, "held", r#","acquired":false"#);
         assert!(matches!(&held, ClientError::Held { detail } if detail == "d"));
         assert_eq!(held.reason(), Some("held"));
+        let dequeued = problem(409, "dequeued", r#","acquired":false"#);
+        assert!(matches!(&dequeued, ClientError::Dequeued { detail } if detail == "d"));
+        assert_eq!(
+            (dequeued.reason(), dequeued.status()),
+            (Some("dequeued"), Some(409))
+        );
         let full = problem(409, "too_many_holds", "");
         assert!(matches!(full, ClientError::TooManyHolds { .. }));
         assert_eq!(

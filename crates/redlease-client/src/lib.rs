@@ -90,6 +90,8 @@ pub struct LockRequest<'a> {
     campaign: Option<String>,
     /// `Some(mode)`: the resource's read-write lock in this mode.
     mode: Option<RwMode>,
+    /// Wait in one queue with the fair waiters of every sidecar.
+    fair: bool,
 }
 
 /// A read-write lock's two modes.
@@ -146,6 +148,8 @@ struct AcquireBody<'a> {
     mode: Option<RwMode>,
     #[serde(skip_serializing_if = "Option::is_none")]
     value: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    fair: bool,
 }
 
 // === impl Client ===
@@ -249,6 +253,7 @@ impl Client {
             limit: None,
             campaign: None,
             mode: None,
+            fair: false,
         }
     }
 
@@ -320,6 +325,15 @@ impl LockRequest<'_> {
         self
     }
 
+    /// Whether to wait in one queue with the fair waiters of every sidecar on the same lock
+    /// (the resource's lock, semaphore, read-write lock or election), first come first
+    /// served (default `false`; it matters with [`wait`](Self::wait)). A fair waiter whose
+    /// heartbeats came too late is refused with [`ClientError::Dequeued`].
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
     /// Whether the sidecar renews the lease (default `true`). Without it the lease ends at
     /// its validity unless renewed through the API.
     pub fn auto_renew(mut self, auto_renew: bool) -> Self {
@@ -357,6 +371,7 @@ impl LockRequest<'_> {
             limit: self.limit,
             value: self.campaign.as_deref(),
             mode: self.mode,
+            fair: self.fair,
         };
         let path = match (&self.campaign, self.limit, self.mode) {
             (Some(_), _, _) => client.path(&["v1", "elections", &self.resource, "campaign"]),

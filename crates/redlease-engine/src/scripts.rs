@@ -42,6 +42,12 @@ pub struct Scripts {
     pub rw_acquire: Script,
     /// `rw_release.lua`: a read-write lock's stray claims of one lease, and a writer's intent.
     pub rw_release: Script,
+    /// `fair_head.lua` then `semaphore_acquire.lua`: a free slot for the head of the
+    /// semaphore's queue of fair waiters.
+    pub semaphore_acquire_fair: Script,
+    /// `fair_head.lua` then `rw_acquire.lua`: the writer or a reader slot for the head of the
+    /// read-write lock's queue of fair waiters.
+    pub rw_acquire_fair: Script,
     /// `ticket.lua`: a fair waiter's ticket from a master's fence counter.
     pub ticket: Script,
     /// `fair_enqueue.lua`: a fair waiter queued, or its heartbeat.
@@ -70,6 +76,14 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     semaphore_release: Script::from_lua(include_str!("../../../lua/semaphore_release.lua")),
     rw_acquire: Script::from_lua(include_str!("../../../lua/rw_acquire.lua")),
     rw_release: Script::from_lua(include_str!("../../../lua/rw_release.lua")),
+    semaphore_acquire_fair: Script::from_lua(concat!(
+        include_str!("../../../lua/fair_head.lua"),
+        include_str!("../../../lua/semaphore_acquire.lua")
+    )),
+    rw_acquire_fair: Script::from_lua(concat!(
+        include_str!("../../../lua/fair_head.lua"),
+        include_str!("../../../lua/rw_acquire.lua")
+    )),
     ticket: Script::from_lua(include_str!("../../../lua/ticket.lua")),
     fair_enqueue: Script::from_lua(include_str!("../../../lua/fair_enqueue.lua")),
     fair_acquire: Script::from_lua(include_str!("../../../lua/fair_acquire.lua")),
@@ -81,7 +95,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 
 impl Scripts {
     /// Every script, to load on a master.
-    pub fn all(&self) -> [&Script; 19] {
+    pub fn all(&self) -> [&Script; 21] {
         [
             &self.raise_fence,
             &self.release,
@@ -97,6 +111,8 @@ impl Scripts {
             &self.semaphore_release,
             &self.rw_acquire,
             &self.rw_release,
+            &self.semaphore_acquire_fair,
+            &self.rw_acquire_fair,
             &self.ticket,
             &self.fair_enqueue,
             &self.fair_acquire,

@@ -462,13 +462,18 @@ impl LeaseManager {
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
         let (resource, owner) = (request.resource.as_str(), request.owner.as_str());
-        if let Some(value) = &request.campaign {
-            let engine = &self.engine;
-            return engine
-                .campaign_with_wait(resource, owner, value, ttl, wait)
-                .await;
-        }
         let engine = &self.engine;
+        if let Some(value) = &request.campaign {
+            return if request.fair {
+                engine
+                    .campaign_fair_with_wait(resource, owner, value, ttl, wait)
+                    .await
+            } else {
+                engine
+                    .campaign_with_wait(resource, owner, value, ttl, wait)
+                    .await
+            };
+        }
         let rw = |mode, beside| RwRequest {
             resource,
             owner,
@@ -476,25 +481,34 @@ impl LeaseManager {
             mode,
             beside,
         };
-        match request.kind {
-            AcquireKind::Lock => engine.acquire_with_wait(resource, owner, ttl, wait).await,
-            AcquireKind::FairLock => {
+        let rw_request = match request.kind {
+            AcquireKind::Read { beside } => rw(RwMode::Read, beside),
+            _ => rw(RwMode::Write, None),
+        };
+        match (request.kind, request.fair) {
+            (AcquireKind::Lock, false) => {
+                engine.acquire_with_wait(resource, owner, ttl, wait).await
+            }
+            (AcquireKind::Lock, true) => {
                 engine
                     .acquire_fair_with_wait(resource, owner, ttl, wait)
                     .await
             }
-            AcquireKind::Permit { limit } => {
+            (AcquireKind::Permit { limit }, false) => {
                 engine
                     .acquire_permit_with_wait(resource, owner, ttl, limit, wait)
                     .await
             }
-            AcquireKind::Read { beside } => {
-                let request = rw(RwMode::Read, beside);
-                engine.acquire_rw_with_wait(request, wait).await
+            (AcquireKind::Permit { limit }, true) => {
+                engine
+                    .acquire_permit_fair_with_wait(resource, owner, ttl, limit, wait)
+                    .await
             }
-            AcquireKind::Write => {
-                let request = rw(RwMode::Write, None);
-                engine.acquire_rw_with_wait(request, wait).await
+            (AcquireKind::Read { .. } | AcquireKind::Write, false) => {
+                engine.acquire_rw_with_wait(rw_request, wait).await
+            }
+            (AcquireKind::Read { .. } | AcquireKind::Write, true) => {
+                engine.acquire_rw_fair_with_wait(rw_request, wait).await
             }
         }
     }

@@ -25,6 +25,7 @@ async fn granted(manager: &Arc<LeaseManager>, resource: &str) -> LeaseId {
     let request = AcquireRequest {
         kind: Default::default(),
         campaign: None,
+        fair: false,
         resource: resource.to_string(),
         owner: "a".to_string(),
         ttl: Some(Duration::from_secs(10)),

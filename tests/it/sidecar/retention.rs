@@ -14,6 +14,7 @@ fn request(resource: &str) -> AcquireRequest {
     AcquireRequest {
         kind: Default::default(),
         campaign: None,
+        fair: false,
         resource: resource.to_string(),
         owner: "retention".to_string(),
         ttl: Some(Duration::from_secs(10)),

@@ -9,6 +9,10 @@
 //! Values keep starting with `<lease id>|`, so renewal, shadows, release and force release
 //! are those of any lease.
 //!
+//! A fair campaign ([`Redlock::campaign_fair_with_wait`]) waits in the election's queue of
+//! fair candidates across processes and takes the lock by `fair_acquire.lua`, then writes its
+//! term as any campaign.
+//!
 //! The read ([`leadership`]) and the observer ([`Observer`]) are in their own files.
 
 mod leadership;
@@ -20,6 +24,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::calls::vote_on;
+use super::fair::Queue;
 use super::fanout::fan_out;
 use super::{collect_votes, AcquireOutcome, Lease, NodeVote, Redlock, Refusal, Shortfall};
 use crate::keys::{
@@ -169,6 +174,41 @@ impl Redlock {
         let name = lock_name(resource, LockKind::Election);
         self.wait_for_grant(&name, wait, || self.campaign(resource, owner, value, ttl))
             .await
+    }
+
+    /// Campaigns in the order fair candidates of every process asked, waiting at most `wait`
+    /// ([`super::fair`]): in the election's own queue, each attempt only while this candidate
+    /// is the head of it, the head taking the election lock when it is free
+    /// (`fair_acquire.lua` on the election's key), then writing its term and value as
+    /// [`Redlock::campaign`] does. Contended with [`Shortfall::Dequeued`] when a majority
+    /// purged the candidate.
+    pub async fn campaign_fair_with_wait(
+        &self,
+        resource: &str,
+        owner: &str,
+        value: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<AcquireOutcome, Error> {
+        validate_resource(resource)?;
+        validate_owner(owner)?;
+        validate_value(value)?;
+        self.check_ttl(ttl)?;
+        let name = lock_name(resource, LockKind::Election);
+        let keyspace = self.fleet.keyspace();
+        let (queue, lock) = (Queue::of(keyspace, &name), keyspace.lock(&name));
+        let (keys, lock, name) = (&queue, lock.as_str(), name.as_str());
+        self.wait_fairly(keys, ttl, wait, move |waiter| async move {
+            let start = Instant::now();
+            match self
+                .fair_attempt(keys, lock, waiter, name, owner, ttl)
+                .await?
+            {
+                AcquireOutcome::Acquired(lease) => self.elect(lease, value, start).await,
+                refused => Ok(refused),
+            }
+        })
+        .await
     }
 
     /// The leader `lease` (a campaign's) proclaims `value`: written over its key where the key

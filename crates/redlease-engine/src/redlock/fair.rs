@@ -1,25 +1,33 @@
-//! Fair (FIFO) acquisition of a lock across processes: a waiter draws a ticket the way a
-//! fencing token is drawn (an `INCR` of every master's fence counter, the largest a majority
-//! answered, the laggards raised), so every master orders the waiters alike; it is queued on a
-//! majority (`fair_enqueue.lua`), keeps a heartbeat there while it waits, and
-//! `fair_acquire.lua` writes the lock only for the head of the queue. A waiter that stops
-//! beating (its process died) is purged by the next attempt after its heartbeat TTL, so it
-//! delays the queue by at most that; a waiter purged while alive learns it at its next beat
-//! (its entry gone on a majority) and stops with [`Shortfall::Dequeued`].
+//! Fair (FIFO) acquisition across processes, for every kind of lock: a waiter draws a
+//! ticket the way a fencing token is drawn (an `INCR` of every master's fence counter, the
+//! largest a majority answered, the laggards raised), so every master orders the waiters
+//! alike; it is queued on a majority of its kind's queue (`fair_enqueue.lua`; one queue per
+//! resource and kind, named after the lock's waiting name), keeps a heartbeat there while it
+//! waits, and a master lets it try only while it is the head of that queue: `fair_acquire.lua`
+//! for an exclusive lock (and an election's lock), or the kind's own acquisition script behind
+//! the head check of `fair_head.lua` (a semaphore's slot, a read-write lock's writer or
+//! reader), which alone decides what is granted. A waiter that stops beating (its process
+//! died) is purged by the next attempt after its heartbeat TTL, so it delays the queue by at
+//! most that; a waiter purged while alive learns it at its next beat (its entry gone on a
+//! majority) and stops with [`Shortfall::Dequeued`]. A granted waiter leaves the queue when it
+//! stops waiting, so the next head is let try at once, beside it if its kind allows.
 //!
-//! Fairness orders the waiters that ask for it; exclusion is the lock's own (the same key,
-//! written with `SET NX`), so a caller that does not ask for fairness is not queued and can
-//! take a free lock before them.
+//! Fairness orders the waiters that ask for it; exclusion (or a semaphore's bound) is the
+//! kind's own, written by the same script as without fairness, so a caller that does not ask
+//! for fairness is not queued and can take a free lock before them.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::types::scripts::Script;
 use tokio::time::Instant;
 
 use super::calls::{eval_on, release_call};
 use super::fanout::fan_out;
 use super::slotted::SlottedAttempt;
 use super::{fencing, AcquireOutcome, Redlock, Refusal, Shortfall};
+use crate::keys::{waiting_name, Keyspace};
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
@@ -27,13 +35,71 @@ use crate::{Error, LeaseId};
 /// died delays the queue by at most this.
 pub const DEFAULT_FAIR_HEARTBEAT: Duration = Duration::from_secs(2);
 
-/// The keys and channel of one lock's queue.
-struct Queue {
-    lock: String,
+/// The keys and channel of one queue of fair waiters: a resource has one per kind of lock
+/// (its exclusive lock, its semaphore, its read-write lock, its election), named after the
+/// lock's [`waiting_name`], so waiters of two kinds never share a queue.
+pub(super) struct Queue {
+    /// The waiting name: this process's waiters on it queue under it too.
+    name: String,
     fence: String,
     queue: String,
     beats: String,
+    /// The lock's release channel: a waiter that leaves is announced on it.
     channel: String,
+}
+
+/// A fair waiter's turn: its queue and its id there, which a kind's fair acquisition script
+/// gets before its own arguments (see `lua/fair_head.lua`).
+#[derive(Clone, Copy)]
+pub(super) struct Turn<'a> {
+    pub(super) queue: &'a Queue,
+    pub(super) waiter: LeaseId,
+}
+
+// === impl Queue ===
+
+impl Queue {
+    /// The queue of the fair waiters of lock `name` ([`crate::keys::lock_name`] of any kind; one slot or
+    /// reader stands for its whole semaphore or read-write lock).
+    pub(super) fn of(keyspace: &Keyspace, name: &str) -> Self {
+        let waiting = waiting_name(name).into_owned();
+        let (queue, beats) = keyspace.fair_queue(&waiting);
+        Self {
+            fence: keyspace.fence(),
+            queue,
+            beats,
+            channel: keyspace.released_channel(name),
+            name: waiting,
+        }
+    }
+}
+
+// === impl Turn ===
+
+impl Turn<'_> {
+    /// `script` (a kind's acquisition, which reads `KEYS[1]` as the fence counter) as the fair
+    /// variant `fair_script` for this turn: the queue's keys after the fence, the waiter's id
+    /// before `args`.
+    pub(super) fn call(
+        turn: Option<Self>,
+        (script, fair_script): (&'static Script, &'static Script),
+        fence: &str,
+        args: &[&[u8]],
+    ) -> Arc<ScriptCall> {
+        let Some(turn) = turn else {
+            return Arc::new(ScriptCall::new(script, &[fence.as_bytes()], args));
+        };
+        let keys: [&[u8]; 3] = [
+            fence.as_bytes(),
+            turn.queue.queue.as_bytes(),
+            turn.queue.beats.as_bytes(),
+        ];
+        let waiter = turn.waiter.to_string();
+        let mut fair_args: Vec<&[u8]> = Vec::with_capacity(args.len() + 1);
+        fair_args.push(waiter.as_bytes());
+        fair_args.extend_from_slice(args);
+        Arc::new(ScriptCall::new(fair_script, &keys, &fair_args))
+    }
 }
 
 // === impl Redlock ===
@@ -51,48 +117,64 @@ impl Redlock {
     ) -> Result<AcquireOutcome, Error> {
         self.check_request(resource, owner, ttl)?;
         let keyspace = self.fleet.keyspace();
-        let (queue, beats) = keyspace.fair_queue(resource);
-        let keys = Queue {
-            lock: keyspace.lock(resource),
-            fence: keyspace.fence(),
-            queue,
-            beats,
-            channel: keyspace.released_channel(resource),
-        };
+        let queue = Queue::of(keyspace, resource);
+        let lock = keyspace.lock(resource);
+        self.wait_fairly(&queue, ttl, wait, |waiter| {
+            self.fair_attempt(&queue, &lock, waiter, resource, owner, ttl)
+        })
+        .await
+    }
+
+    /// A fair wait in `queue`, whatever the kind: a ticket drawn, the waiter queued on a
+    /// majority and kept there by its beats, `attempt` (given the waiter's id, which its
+    /// script checks is the head) run until it grants or `wait` has passed, and the waiter
+    /// out of the queue once it stops waiting. Contended with [`Shortfall::Dequeued`] when a
+    /// majority purged it.
+    pub(super) async fn wait_fairly<F, A>(
+        &self,
+        queue: &Queue,
+        ttl: Duration,
+        wait: Duration,
+        attempt: F,
+    ) -> Result<AcquireOutcome, Error>
+    where
+        F: Fn(LeaseId) -> A,
+        A: Future<Output = Result<AcquireOutcome, Error>>,
+    {
         let waiter = LeaseId::random();
         let heartbeat = self.options.fair_heartbeat;
         let timeout = self.node_timeout(ttl, Instant::now());
-        let Some(ticket) = self.draw_ticket(&keys.fence, timeout).await else {
+        let Some(ticket) = self.draw_ticket(&queue.fence, timeout).await else {
             return Ok(AcquireOutcome::NoQuorum(refusal(Shortfall::TooFewAnswers)));
         };
         let all: Vec<usize> = (0..self.fleet.len()).collect();
         let queued = self
-            .enqueue(&keys, waiter, (ticket, heartbeat), "enqueue", &all)
+            .enqueue(queue, waiter, (ticket, heartbeat), "enqueue", &all)
             .await;
         if queued.iter().filter(|&&here| here == Some(true)).count() < self.fleet.quorum() {
-            self.leave(&keys, waiter, timeout).await;
+            self.leave(queue, waiter, timeout).await;
             return Ok(AcquireOutcome::NoQuorum(refusal(Shortfall::TooFewAnswers)));
         }
-        let attempts = self.wait_for_grant(resource, wait, || {
-            self.fair_attempt(&keys, waiter, resource, owner, ttl)
-        });
-        let beating = self.beat_until_purged(&keys, waiter, ticket, heartbeat);
+        let attempts = self.wait_for_grant(&queue.name, wait, || attempt(waiter));
+        let beating = self.beat_until_purged(queue, waiter, ticket, heartbeat);
         let outcome = tokio::select! {
             outcome = attempts => outcome,
             () = beating => Ok(AcquireOutcome::Contended(refusal(Shortfall::Dequeued))),
         };
         // Granted: the masters that did not grant still queue it. Not granted: it waits no
         // more. Either way the next waiter must not wait behind it.
-        self.leave(&keys, waiter, timeout).await;
+        self.leave(queue, waiter, timeout).await;
         outcome
     }
 
-    /// One attempt of waiter `waiter` (a slotted acquisition of the lock key alone).
-    async fn fair_attempt(
+    /// One attempt of waiter `waiter` on the exclusive lock `name` (key `lock`): a slotted
+    /// acquisition of the lock key alone by `fair_acquire.lua`.
+    pub(super) async fn fair_attempt(
         &self,
         keys: &Queue,
+        lock: &str,
         waiter: LeaseId,
-        resource: &str,
+        name: &str,
         owner: &str,
         ttl: Duration,
     ) -> Result<AcquireOutcome, Error> {
@@ -103,15 +185,15 @@ impl Redlock {
             waiter.to_string(),
         );
         let call_keys: [&[u8]; 4] = [
-            keys.lock.as_bytes(),
+            lock.as_bytes(),
             keys.fence.as_bytes(),
             keys.queue.as_bytes(),
             keys.beats.as_bytes(),
         ];
         let args: [&[u8]; 3] = [value.as_bytes(), ttl_ms.as_bytes(), waiter.as_bytes()];
         let acquire = Arc::new(ScriptCall::new(&SCRIPTS.fair_acquire, &call_keys, &args));
-        let release_claims = |_keep: Option<u32>| release_call(&keys.lock, &keys.channel, id);
-        let name_of = |_slot| resource.to_string();
+        let release_claims = |_keep: Option<u32>| release_call(lock, &keys.channel, id);
+        let name_of = |_slot| name.to_string();
         let attempt = SlottedAttempt {
             id,
             owner,

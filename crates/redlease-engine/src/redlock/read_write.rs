@@ -10,10 +10,14 @@
 //! Write-preferring: a blocking writer refused because readers stand leaves an intent
 //! (`…:wi`, the id of its wait, for its TTL) that keeps new readers out, so a stream of
 //! readers cannot starve it; the intent goes when it is granted or stops waiting.
+//!
+//! Fair waiting ([`Redlock::acquire_rw_fair_with_wait`]) queues readers and writers in one
+//! queue per lock across processes; `rw_acquire.lua` behind the head check decides as here.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::fair::{Queue, Turn};
 use super::slotted::{slot_order, SlottedAttempt};
 use super::{AcquireOutcome, Redlock};
 use crate::keys::{lock_name, validate_resource, waiting_name, LockKind, MAX_READERS};
@@ -61,7 +65,7 @@ impl Redlock {
     /// lease's resource is the lock name of its writer key or reader slot; extend, release and
     /// inspect it as any lease.
     pub async fn acquire_rw(&self, request: RwRequest<'_>) -> Result<AcquireOutcome, Error> {
-        self.acquire_rw_intending(request, None).await
+        self.acquire_rw_intending(request, None, None).await
     }
 
     /// Tries to take the read-write lock until granted or `wait` has passed, queued in this
@@ -77,9 +81,52 @@ impl Redlock {
         let queue = waiting_name(&writer).into_owned();
         let intent = (request.mode == RwMode::Write && !wait.is_zero()).then(LeaseId::random);
         let outcome = self
-            .wait_for_grant(&queue, wait, || self.acquire_rw_intending(request, intent))
+            .wait_for_grant(&queue, wait, || {
+                self.acquire_rw_intending(request, intent, None)
+            })
             .await;
-        if let (Some(intent), Ok(outcome)) = (intent, &outcome) {
+        self.withdraw_intent(request, intent, &outcome).await;
+        outcome
+    }
+
+    /// Takes the read-write lock in the order fair waiters of every process asked for it,
+    /// readers and writers in one queue, waiting at most `wait` ([`super::fair`]): each
+    /// attempt only while this waiter is the head of the lock's queue, and the head then
+    /// taken as [`Redlock::acquire_rw`] would (a writer waiting as the head leaves its
+    /// intent, as in [`Redlock::acquire_rw_with_wait`]). A writer at the head holds back the
+    /// readers queued after it, even where they could share the lock with its readers; a
+    /// granted reader leaves the queue, and the reader after it is let in beside it.
+    /// Contended with [`super::Shortfall::Dequeued`] when a majority purged the waiter.
+    pub async fn acquire_rw_fair_with_wait(
+        &self,
+        request: RwRequest<'_>,
+        wait: Duration,
+    ) -> Result<AcquireOutcome, Error> {
+        self.check_request(request.resource, request.owner, request.ttl)?;
+        let writer = lock_name(request.resource, LockKind::Writer);
+        let queue = Queue::of(self.fleet.keyspace(), &writer);
+        let intent = (request.mode == RwMode::Write && !wait.is_zero()).then(LeaseId::random);
+        let outcome = self
+            .wait_fairly(&queue, request.ttl, wait, |waiter| {
+                let turn = Turn {
+                    queue: &queue,
+                    waiter,
+                };
+                self.acquire_rw_intending(request, intent, Some(turn))
+            })
+            .await;
+        self.withdraw_intent(request, intent, &outcome).await;
+        outcome
+    }
+
+    /// A writer that stopped waiting ungranted takes its intent back on every master.
+    async fn withdraw_intent(
+        &self,
+        request: RwRequest<'_>,
+        intent: Option<LeaseId>,
+        outcome: &Result<AcquireOutcome, Error>,
+    ) {
+        if let (Some(intent), Ok(outcome)) = (intent, outcome) {
             if outcome.lease().is_none() {
                 let all: Vec<usize> = (0..self.fleet.len()).collect();
                 let call = self.rw_release_call(request.resource, intent, None);
@@ -87,13 +134,15 @@ impl Redlock {
                 self.release_claims(call, &all, timeout).await;
             }
         }
-        outcome
     }
 
+    /// One attempt; with a fair waiter's `turn`, by the fair variant of the script, which
+    /// lets only the head of the lock's queue try.
     async fn acquire_rw_intending(
         &self,
         request: RwRequest<'_>,
         intent: Option<LeaseId>,
+        turn: Option<Turn<'_>>,
     ) -> Result<AcquireOutcome, Error> {
         let RwRequest {
             resource,
@@ -128,11 +177,8 @@ impl Redlock {
         ];
         args.extend(order.iter().map(|slot| slot.as_bytes()));
         let fence = keyspace.fence();
-        let acquire = Arc::new(ScriptCall::new(
-            &SCRIPTS.rw_acquire,
-            &[fence.as_bytes()],
-            &args,
-        ));
+        let scripts = (&SCRIPTS.rw_acquire, &SCRIPTS.rw_acquire_fair);
+        let acquire = Turn::call(turn, scripts, &fence, &args);
         let kind_of = |slot| match mode {
             RwMode::Read => LockKind::Reader(slot),
             RwMode::Write => LockKind::Writer,

@@ -6,10 +6,14 @@
 //!
 //! The slot a lease holds is part of its lock name ([`crate::keys::lock_name`]), so renewing,
 //! shadowing, releasing, force-releasing and inspecting a permit are those of any lease.
+//!
+//! Fair waiting ([`Redlock::acquire_permit_fair_with_wait`]) queues waiters across processes
+//! in one queue per semaphore; `semaphore_acquire.lua` behind the head check decides as here.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::fair::{Queue, Turn};
 use super::slotted::{slot_order, SlotReply, SlottedAttempt};
 use super::{AcquireOutcome, Redlock};
 use crate::keys::{lock_name, validate_resource, waiting_name, LockKind, MAX_SEMAPHORE_LIMIT};
@@ -33,6 +37,19 @@ impl Redlock {
         ttl: Duration,
         limit: u32,
     ) -> Result<AcquireOutcome, Error> {
+        self.attempt_permit(resource, owner, ttl, limit, None).await
+    }
+
+    /// One attempt at a permit; with a fair waiter's `turn`, by the fair variant of the
+    /// script, which lets only the head of the semaphore's queue try.
+    async fn attempt_permit(
+        &self,
+        resource: &str,
+        owner: &str,
+        ttl: Duration,
+        limit: u32,
+        turn: Option<Turn<'_>>,
+    ) -> Result<AcquireOutcome, Error> {
         self.check_request(resource, owner, ttl)?;
         check_limit(limit)?;
         let id = LeaseId::random();
@@ -45,7 +62,7 @@ impl Redlock {
             id,
             owner,
             ttl,
-            acquire: acquire_call(&keyspace.fence(), &base, id, owner, ttl, limit),
+            acquire: acquire_call(&keyspace.fence(), &base, (id, owner, ttl, limit), turn),
             release_claims: &release_claims,
             name_of: &name_of,
         };
@@ -84,6 +101,35 @@ impl Redlock {
         .await
     }
 
+    /// Takes a permit in the order fair waiters of every process asked for one, waiting at
+    /// most `wait` ([`super::fair`]): in the semaphore's own queue, and each attempt only
+    /// while this waiter is the head of it; the head takes a free slot as
+    /// [`Redlock::acquire_permit`] would. Contended with [`super::Shortfall::Dequeued`] when
+    /// a majority purged the waiter.
+    pub async fn acquire_permit_fair_with_wait(
+        &self,
+        resource: &str,
+        owner: &str,
+        ttl: Duration,
+        limit: u32,
+        wait: Duration,
+    ) -> Result<AcquireOutcome, Error> {
+        self.check_request(resource, owner, ttl)?;
+        check_limit(limit)?;
+        let queue = Queue::of(
+            self.fleet.keyspace(),
+            &lock_name(resource, LockKind::Slot(0)),
+        );
+        self.wait_fairly(&queue, ttl, wait, |waiter| {
+            let turn = Turn {
+                queue: &queue,
+                waiter,
+            };
+            self.attempt_permit(resource, owner, ttl, limit, Some(turn))
+        })
+        .await
+    }
+
     /// What every master holds in each slot of the semaphore `resource` that any master holds
     /// a value in, slot order (the inventory of a semaphore: a [`super::LockView`] per slot).
     pub async fn inspect_semaphore(&self, resource: &str) -> Result<Vec<super::LockView>, Error> {
@@ -111,14 +157,13 @@ fn check_limit(limit: u32) -> Result<(), Error> {
     Ok(())
 }
 
-/// KEYS fence; ARGV slot base, value, ttl, limit, most slots, then the slots in order.
+/// KEYS fence; ARGV slot base, value, ttl, limit, most slots, then the slots in order (with a
+/// fair waiter's turn, the fair variant's queue keys and waiter id too).
 fn acquire_call(
     fence: &str,
     base: &str,
-    id: LeaseId,
-    owner: &str,
-    ttl: Duration,
-    limit: u32,
+    (id, owner, ttl, limit): (LeaseId, &str, Duration, u32),
+    turn: Option<Turn<'_>>,
 ) -> Arc<ScriptCall> {
     let value = id.value_for(owner);
     let ttl = ttl.as_millis().to_string();
@@ -132,11 +177,8 @@ fn acquire_call(
         most.as_bytes(),
     ];
     args.extend(order.iter().map(|slot| slot.as_bytes()));
-    Arc::new(ScriptCall::new(
-        &SCRIPTS.semaphore_acquire,
-        &[fence.as_bytes()],
-        &args,
-    ))
+    let scripts = (&SCRIPTS.semaphore_acquire, &SCRIPTS.semaphore_acquire_fair);
+    Turn::call(turn, scripts, fence, &args)
 }
 
 /// ARGV slot base, lease id, most slots, slot to keep (-1: none), channel.

@@ -60,6 +60,9 @@ pub(super) struct CampaignBody {
     #[serde(default)]
     #[schema(value_type = Option<u64>, minimum = 1)]
     idle_timeout_ms: Millis,
+    /// Wait in one queue with the fair candidates of every sidecar in this election, first
+    /// come first served (with `wait_ms`); default `false`.
+    fair: Option<bool>,
 }
 
 /// Body of `POST /v1/leases/{id}/proclaim`.
@@ -167,7 +170,7 @@ pub(super) async fn campaign(
         wait_ms: body.wait_ms,
         auto_renew: body.auto_renew,
         idle_timeout_ms: body.idle_timeout_ms,
-        fair: None,
+        fair: body.fair,
     };
     let mut request = acquire_request(&state, resource, common, AcquireKind::Lock)?;
     request.campaign = Some(value);

@@ -48,12 +48,7 @@ pub(super) async fn acquire(
 ) -> Result<Response, ApiError> {
     let resource = resource_path(resource)?;
     let JsonBody(body) = body?;
-    let kind = if body.fair == Some(true) {
-        AcquireKind::FairLock
-    } else {
-        AcquireKind::Lock
-    };
-    let request = acquire_request(&state, resource, body, kind)?;
+    let request = acquire_request(&state, resource, body, AcquireKind::Lock)?;
     answer_acquisition(&state, request).await
 }
 
@@ -64,7 +59,7 @@ pub(super) async fn answer_acquisition(
 ) -> Result<Response, ApiError> {
     let held = match (request.kind, &request.campaign) {
         (_, Some(_)) => "another leader holds the election",
-        (AcquireKind::Lock | AcquireKind::FairLock, None) => "the lock is held by another lease",
+        (AcquireKind::Lock, None) => "the lock is held by another lease",
         (AcquireKind::Permit { .. }, None) => {
             "every slot of the semaphore is held by another lease"
         }
@@ -423,6 +418,7 @@ pub(super) fn acquire_request(
         idle_timeout: idle,
         kind,
         campaign: None,
+        fair: body.fair.unwrap_or(false),
     })
 }
 

@@ -45,6 +45,9 @@ pub(super) struct RwAcquireBody {
     #[serde(default)]
     #[schema(value_type = Option<u64>, minimum = 1)]
     idle_timeout_ms: Millis,
+    /// Wait in one queue with the fair readers and writers of every sidecar on this lock,
+    /// first come first served (with `wait_ms`); default `false`.
+    fair: Option<bool>,
 }
 
 /// Take a resource's read-write lock: readers share it, a writer holds it alone, and a waiting
@@ -80,7 +83,7 @@ pub(super) async fn acquire(
         wait_ms: body.wait_ms,
         auto_renew: body.auto_renew,
         idle_timeout_ms: body.idle_timeout_ms,
-        fair: None,
+        fair: body.fair,
     };
     let request = acquire_request(&state, resource, common, kind)?;
     if kind == AcquireKind::Write && state.manager.holds_read(&request.resource, &request.owner) {

@@ -45,6 +45,9 @@ pub(super) struct SemaphoreAcquireBody {
     #[serde(default)]
     #[schema(value_type = Option<u64>, minimum = 1)]
     idle_timeout_ms: Millis,
+    /// Wait in one queue with the fair waiters of every sidecar on this semaphore, first come
+    /// first served (with `wait_ms`); default `false`.
+    fair: Option<bool>,
 }
 
 /// Take a permit of a counting semaphore: one of its `limit` slots, each an exclusive lock of
@@ -78,7 +81,7 @@ pub(super) async fn acquire(
         wait_ms: body.wait_ms,
         auto_renew: body.auto_renew,
         idle_timeout_ms: body.idle_timeout_ms,
-        fair: None,
+        fair: body.fair,
     };
     let request = acquire_request(&state, resource, common, AcquireKind::Permit { limit })?;
     answer_acquisition(&state, request).await

@@ -81,6 +81,7 @@ impl LeaseManager {
                 idle_timeout: Some(record.idle_timeout),
                 kind: AcquireKind::Read { beside: Some(id) },
                 campaign: None,
+                fair: false,
             }
         };
         let read = match self.acquire(request).await? {

@@ -27,6 +27,9 @@ pub struct AcquireRequest {
     /// `Some(value)`: a campaign for the leadership of the resource's election, the leader
     /// proclaiming `value` (`kind` is then `Lock`); `None`: not an election.
     pub campaign: Option<String>,
+    /// Wait in one queue with the fair waiters of every sidecar on the same lock of the
+    /// resource (its lock, semaphore, read-write lock or election; see `redlock::fair`).
+    pub fair: bool,
 }
 
 /// Which of a resource's locks an acquisition takes.
@@ -35,9 +38,6 @@ pub enum AcquireKind {
     /// The resource's exclusive lock.
     #[default]
     Lock,
-    /// The resource's exclusive lock, waiting in one queue with the fair waiters of every
-    /// sidecar (see `redlock::fair`).
-    FairLock,
     /// A permit of the resource's counting semaphore of `limit` slots.
     Permit {
         /// The semaphore's limit, the same for every holder.

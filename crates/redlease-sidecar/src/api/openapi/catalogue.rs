@@ -105,14 +105,14 @@ pub(super) const ROUTES: &[Route] = &[
     acquisition!(
         "acquirePermit",
         ["invalid_limit", "invalid_permits"],
-        ["held", "limit_mismatch"]
+        ["held", "dequeued", "limit_mismatch"]
     ),
     acquisition!(
         "acquireRwLock",
         ["invalid_mode"],
-        ["held", "upgrade_refused"]
+        ["held", "dequeued", "upgrade_refused"]
     ),
-    acquisition!("campaign", ["invalid_value"], ["held"]),
+    acquisition!("campaign", ["invalid_value"], ["held", "dequeued"]),
     route(
         "downgradeLease",
         &[
