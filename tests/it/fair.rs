@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlease::{AcquireOutcome, EngineOptions, Shortfall};
+use redlease::{AcquireOutcome, EngineOptions, Fleet, FleetOptions, Redlock, Shortfall, Wakeups};
 use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
 use serde_json::json;
@@ -237,4 +237,74 @@ async fn queue_fair_waiters(
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     (order, waiters)
+}
+
+/// Two fair waiters of one engine whose tickets are in the other order than the one they
+/// began waiting in: the masters' head (the later waiter, its ticket lowered by hand) is
+/// granted as soon as the lock is free, not once the other waiter of its process gives up.
+#[tokio::test]
+async fn the_masters_head_is_not_held_up_by_another_waiter_of_its_process() {
+    let fleet = TestFleet::start(3);
+    // With the release listener, as a sidecar's engine: one line of waiters per resource.
+    let connected = Fleet::connect(&fleet.urls(), &FleetOptions::default())
+        .await
+        .unwrap();
+    let wakeups = Wakeups::connect(&connected).unwrap();
+    let engine = Redlock::new(connected, options(2000)).with_wakeups(wakeups);
+    let engine = Arc::new(engine);
+    let holder = engine.acquire("job", "holder", TTL).await.unwrap();
+    let holder = holder.lease().unwrap().clone();
+    let wait = Duration::from_secs(6);
+    let first = {
+        let engine = Arc::clone(&engine);
+        tokio::spawn(async move {
+            engine
+                .acquire_fair_with_wait("job", "first", TTL, wait)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = {
+        let engine = Arc::clone(&engine);
+        tokio::spawn(async move {
+            let outcome = engine
+                .acquire_fair_with_wait("job", "second", TTL, wait)
+                .await;
+            (outcome, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Put the second waiter first on every master: ticket 0.
+    for i in 0..3 {
+        let queued = fleet
+            .command(i, &["ZRANGE", "redlease:queue:job", "0", "-1"])
+            .strings();
+        assert_eq!(queued.len(), 2, "master {i}: {queued:?}");
+        fleet.command(i, &["ZADD", "redlease:queue:job", "0", &queued[1]]);
+    }
+    let freed = Instant::now();
+    engine.release("job", holder.id).await.unwrap();
+    let (outcome, granted_at) = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .unwrap()
+        .unwrap();
+    let AcquireOutcome::Acquired(lease) = outcome.unwrap() else {
+        panic!("the masters' head was not granted");
+    };
+    assert_eq!(lease.owner, "second");
+    assert!(
+        granted_at - freed < Duration::from_millis(1500),
+        "the masters' head waited {:?} for another waiter of its process",
+        granted_at - freed
+    );
+    engine.release("job", lease.id).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        outcome.lease().is_some(),
+        "the first waiter was not granted after: {outcome:?}"
+    );
 }

@@ -155,7 +155,7 @@ impl Redlock {
             self.leave(queue, waiter, timeout).await;
             return Ok(AcquireOutcome::NoQuorum(refusal(Shortfall::TooFewAnswers)));
         }
-        let attempts = self.wait_for_grant(&queue.name, wait, || attempt(waiter));
+        let attempts = self.wait_for_grant_in_masters_order(&queue.name, wait, || attempt(waiter));
         let beating = self.beat_until_purged(queue, waiter, ticket, heartbeat);
         let outcome = tokio::select! {
             outcome = attempts => outcome,

@@ -1,7 +1,8 @@
 //! Blocking acquisition: attempts until granted or the wait is over. With wake-ups, the
 //! waiters of this process queue first come first served per resource; only the head retries,
 //! at once on a release message, or when the holder's lease would have expired. Without them,
-//! attempts come at random intervals.
+//! attempts come at random intervals. Fair waiters are lined up by the masters' queue instead,
+//! and each retries on every release message.
 
 use std::future::Future;
 use std::time::Duration;
@@ -37,6 +38,38 @@ impl Redlock {
         &self,
         queue: &str,
         wait: Duration,
+        attempt: F,
+    ) -> Result<AcquireOutcome, Error>
+    where
+        F: FnMut() -> A,
+        A: Future<Output = Result<AcquireOutcome, Error>>,
+    {
+        self.wait_in(queue, wait, Line::ThisProcess, attempt).await
+    }
+
+    /// Runs `attempt` until it grants or `wait` has passed, lined up by the masters alone: a
+    /// fair waiter's, whose attempts the masters grant only at the head of their queue. This
+    /// process lines none of them up behind another (a line here could hold the masters' head
+    /// behind a waiter they rank after it); each retries at every release message under
+    /// `queue`, and at the engine's jittered pace.
+    pub(crate) async fn wait_for_grant_in_masters_order<F, A>(
+        &self,
+        queue: &str,
+        wait: Duration,
+        attempt: F,
+    ) -> Result<AcquireOutcome, Error>
+    where
+        F: FnMut() -> A,
+        A: Future<Output = Result<AcquireOutcome, Error>>,
+    {
+        self.wait_in(queue, wait, Line::Masters, attempt).await
+    }
+
+    async fn wait_in<F, A>(
+        &self,
+        queue: &str,
+        wait: Duration,
+        line: Line,
         mut attempt: F,
     ) -> Result<AcquireOutcome, Error>
     where
@@ -45,10 +78,11 @@ impl Redlock {
     {
         let resource = queue;
         let deadline = Instant::now() + wait;
-        let queued = self
-            .wakeups
-            .as_ref()
-            .is_some_and(|w| w.has_waiters(resource));
+        let queued = line == Line::ThisProcess
+            && self
+                .wakeups
+                .as_ref()
+                .is_some_and(|w| w.has_waiters(resource));
         // An attempt already answered, to wait after before the next one.
         let mut refused = None;
         if wait.is_zero() || !queued {
@@ -58,10 +92,17 @@ impl Redlock {
             }
             refused = Some(outcome);
         }
-        let waiting = self.wakeups.as_ref().map(|wakeups| wakeups.join(resource));
+        let waiting = self.wakeups.as_ref().map(|wakeups| match line {
+            Line::ThisProcess => wakeups.join(resource),
+            Line::Masters => wakeups.watch(resource),
+        });
         let mut listening = false;
         let _turn = match &waiting {
             None => None,
+            Some(waiting) if line == Line::Masters => {
+                listening = waiting.listening(deadline).await;
+                None
+            }
             Some(waiting) => {
                 // Queue first (the fair mutex serves in the order of this call), then, as the
                 // head, make sure the release channel is subscribed and retry at once.
@@ -106,6 +147,16 @@ impl Redlock {
             }
         }
     }
+}
+
+/// Who lines up a blocking acquisition's attempts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Line {
+    /// The waiters of this process, first come first served per resource: only the head
+    /// retries.
+    ThisProcess,
+    /// The masters' queue (fair waiting): every waiter retries.
+    Masters,
 }
 
 /// A random delay in `[retry_delay_min, retry_delay_max]` (`jitter` in 0..1 picks where),
