@@ -7,8 +7,9 @@ a loopback round-trip probe (`redis-benchmark -t ping -c 1` against one master),
 sequential, 16-client parallel and 16x4 contended workloads of `redlease load`, taking turns
 between the engine (`--masters`) and the sidecar (`--sidecar`, over TCP and over a Unix
 socket). The sidecar's CPU time per acquire+release cycle comes from /proc/PID/stat around
-each of its workloads. Prints the medians of the rounds as markdown and the criteria of the
-hop (sequential p50 gap, 16-client and contended ratios).
+each of its workloads. Prints the medians of the rounds as markdown, a placement probe (a
+trivial round trip to a sidecar and to a master, from the server's CPU and from the other
+one), and the criteria of the hop (sequential p50 gap, 16-client and contended ratios).
 """
 import json
 import os
@@ -27,6 +28,13 @@ DURATION = os.environ.get("DURATION", "4s")
 SEQ_OPS = os.environ.get("SEQ_OPS", "4000")
 # Threads of `redlease load`'s runtime (its --worker-threads: 1, or 0 for one per CPU).
 LOAD_THREADS = os.environ.get("LOAD_THREADS", "1")
+# The sidecars' nice value (e.g. -10: the larger CPU share a container's own CPU request gives a
+# sidecar beside its app; needs root). Empty: the same priority as everything else.
+SIDECAR_NICE = os.environ.get("SIDECAR_NICE", "")
+# One CPU for the load generator and the sidecars (e.g. 0: `taskset -c 0`), the masters left
+# where the kernel puts them: the hop without a wake-up across CPUs. Empty: no pinning.
+PIN_CPU = os.environ.get("PIN_CPU", "")
+PIN = ["taskset", "-c", PIN_CPU] if PIN_CPU else []
 WARMUP = 20
 CLIENTS = 16
 TICK = os.sysconf("SC_CLK_TCK")
@@ -66,8 +74,72 @@ def ping_p50_us(url):
     return float(values[-1]) * 1000
 
 
+def round_trip_us(address, message, end, cpu, n=3000):
+    """p50 of `n` request/answer round trips on one keep-alive socket (the answer complete once
+    it holds `end`), from this process pinned to `cpu`."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        conn = socket.create_connection(address)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        times = []
+        for _ in range(n):
+            start = time.perf_counter_ns()
+            conn.sendall(message)
+            answer = conn.recv(65536)
+            while end not in answer:
+                answer += conn.recv(65536)
+            times.append(time.perf_counter_ns() - start)
+        conn.close()
+    finally:
+        os.sched_setaffinity(0, before)
+    return statistics.median(times) / 1000
+
+
+def listener_pid(port):
+    out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True,
+                         text=True).stdout
+    return int(re.search(r"pid=(\d+)", out).group(1))
+
+
+def placement_probe(masters):
+    """A trivial HTTP round trip to a sidecar pinned to CPU 0 (`GET /livez`), and a Redis PING
+    to a master pinned there, each from CPU 0 and from CPU 1: what a hop costs with and without
+    a wake-up across CPUs on this machine, apart from what the sidecar does per request."""
+    port = free_port()
+    sidecar = subprocess.Popen(["taskset", "-c", "0", BIN, "serve", "--listen",
+                                f"127.0.0.1:{port}"], stderr=subprocess.DEVNULL)
+    host, master_port = re.match(r"redis://([^:/]+):(\d+)", masters.split(",")[0]).groups()
+    master = listener_pid(master_port)
+    master_cpus = os.sched_getaffinity(master)
+    os.sched_setaffinity(master, {0})
+    try:
+        wait_for_port(port)
+        http = (("127.0.0.1", port), b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"}")
+        ping = ((host, int(master_port)), b"*1\r\n$4\r\nPING\r\n", b"PONG\r\n")
+        return {(what, cpu): round_trip_us(*probe, cpu)
+                for what, probe in (("http", http), ("ping", ping)) for cpu in (0, 1)}
+    finally:
+        os.sched_setaffinity(master, master_cpus)
+        sidecar.terminate()
+        sidecar.wait()
+
+
+def wait_for_port(port, sock=None):
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            if sock is None or os.path.exists(sock):
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    time.sleep(0.5)
+
+
 def load(target, workload):
-    args = [BIN, "load", *target, "--workload", workload, "--json", "--warmup", str(WARMUP),
+    args = [*PIN, BIN, "load", *target, "--workload", workload, "--json", "--warmup", str(WARMUP),
             "--worker-threads", LOAD_THREADS]
     if workload == "sequential":
         args += ["--ops", SEQ_OPS]
@@ -90,11 +162,13 @@ def main():
     port = free_port()
     sock = os.path.join(tempfile.mkdtemp(prefix="redlease-hop."), "api.sock")
     env = dict(os.environ)
+    nice = ["nice", "-n", SIDECAR_NICE] if SIDECAR_NICE else []
+    nice = PIN + nice
     sidecars = {
-        "sidecar": subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{port}"], env=env,
-                                    stderr=subprocess.DEVNULL),
-        "sidecar-unix": subprocess.Popen([BIN, "serve", "--listen", f"unix:{sock}"], env=env,
-                                         stderr=subprocess.DEVNULL),
+        "sidecar": subprocess.Popen([*nice, BIN, "serve", "--listen", f"127.0.0.1:{port}"],
+                                    env=env, stderr=subprocess.DEVNULL),
+        "sidecar-unix": subprocess.Popen([*nice, BIN, "serve", "--listen", f"unix:{sock}"],
+                                         env=env, stderr=subprocess.DEVNULL),
     }
     targets = {
         "engine": ["--masters", masters],
@@ -102,16 +176,7 @@ def main():
         "sidecar-unix": ["--sidecar", f"unix:{sock}"],
     }
     try:
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                if os.path.exists(sock):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        time.sleep(0.5)
+        wait_for_port(port, sock)
         runs = {}  # (target, workload) -> [report]
         pings = []
         for _ in range(ROUNDS):
@@ -132,10 +197,13 @@ def main():
             proc.terminate()
             proc.wait()
 
+    placement = placement_probe(masters) if os.cpu_count() >= 2 else None
     med = lambda xs: statistics.median(xs)
     ping = med(pings)
     print(f"Loopback round trip (`redis-benchmark -t ping -c 1`, p50, median of {ROUNDS}): "
-          f"{ping:.0f} µs; `redlease load --worker-threads {LOAD_THREADS}`")
+          f"{ping:.0f} µs; `redlease load --worker-threads {LOAD_THREADS}`"
+          + (f"; sidecars at nice {SIDECAR_NICE}" if SIDECAR_NICE else "")
+          + (f"; load generator and sidecars on CPU {PIN_CPU}" if PIN_CPU else ""))
     print()
     print("| workload | target | ops/s | p50 µs | p99 µs | p99.9 µs | errors "
           "| load process CPU µs/cycle | sidecar CPU µs/cycle "
@@ -152,6 +220,12 @@ def main():
               f"| {sum(r['errors'] for r in reports)} "
               f"| {med([r['load_cpu_us'] for r in reports]):.0f} | {sidecar} |")
     print()
+    if placement:
+        print(f"Placement probe (p50 of 3000 round trips on one socket, the server on CPU 0): "
+              f"`GET /livez` to a sidecar {placement[('http', 0)]:.1f} µs from CPU 0, "
+              f"{placement[('http', 1)]:.1f} µs from CPU 1; Redis PING {placement[('ping', 0)]:.1f} µs "
+              f"from CPU 0, {placement[('ping', 1)]:.1f} µs from CPU 1")
+        print()
     get = lambda name, workload, key: med([r[key] for r in runs[(name, workload)]])
     for name in ("sidecar", "sidecar-unix"):
         gap = get(name, "sequential", "p50_us") - get("engine", "sequential", "p50_us")

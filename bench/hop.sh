@@ -5,6 +5,7 @@
 #   bench/hop.sh
 #   ROUNDS=5 DURATION=5s bench/hop.sh
 #   LOAD_THREADS=0 bench/hop.sh   # the load generator on one thread per CPU (default: one)
+#   SIDECAR_NICE=-10 bench/hop.sh # the sidecars at nice -10 (a container's own CPU share; root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MASTERS=5 scripts/fleet.sh python3 bench/hop.py
