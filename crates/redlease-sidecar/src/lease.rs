@@ -573,7 +573,7 @@ impl LeaseManager {
 
     /// Releases the lease on the fleet and waits for its first attempt: sent from this task
     /// when this call began the release (a caller that goes away does not stop it, see
-    /// [`renewal::release_from_caller`]), or the attempt under way waited for. `None` when
+    /// `renewal::release_from_caller`), or the attempt under way waited for. `None` when
     /// this sidecar does not know it.
     pub async fn release(&self, id: LeaseId, reason: &'static str) -> Option<ReleaseAnswer> {
         let tracked = self.find(id)?;
