@@ -10,15 +10,14 @@ use clap::{Args, Subcommand};
 use redlease_client::{Election, ElectionState};
 use tokio::time::Instant;
 
-use super::access::AccessArgs;
-use super::fleet_args::{fleet_options, print_json, DEFAULT_CLI_CONNECT_TIMEOUT_MS};
-use super::run::{masters_from_env, run_leader, RunArgs};
+use super::fleet_args::print_json;
+use super::run::{run_leader, RunArgs, TargetArgs};
 use super::{EXIT_NO_PERMISSION, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::client::ClientError;
 use crate::keys::validate_value;
 use crate::redlock::election::DEFAULT_OBSERVE_POLL;
 use crate::redlock::{EngineOptions, Leadership, Redlock};
-use crate::{Error, Fleet, ProbeGuard, Wakeups, DEFAULT_PROBE_PERIOD};
+use crate::{Error, ProbeGuard, Wakeups, DEFAULT_PROBE_PERIOD};
 
 /// `elect`'s arguments: a command to run as the leader, or `observe`.
 #[derive(Debug, Args)]
@@ -35,7 +34,7 @@ pub struct ElectArgs {
 }
 
 /// `lock run`'s arguments, present when its RESOURCE is. clap's derive leaves the group of a
-/// struct that flattens another (as [`RunArgs`] flattens the TLS arguments) without members,
+/// struct that flattens another (as [`RunArgs`] flattens [`TargetArgs`]) without members,
 /// so an `Option` of it would always be `None`: this names the one member that tells.
 /// Boxed: the command line's other variants are smaller.
 #[derive(Debug)]
@@ -86,25 +85,8 @@ enum ElectCommand {
 #[derive(Debug, Args)]
 struct ObserveArgs {
     resource: String,
-    /// Comma-separated redis:// URLs of the masters; without it (and without --sidecar),
-    /// those of $REDLEASE__MASTERS.
-    #[arg(long, value_delimiter = ',')]
-    masters: Option<Vec<String>>,
-    /// Observe through the sidecar at this URL (http://127.0.0.1:7600, or unix:/path).
-    #[arg(long, conflicts_with = "masters")]
-    sidecar: Option<String>,
-    /// With --sidecar: the file holding the sidecar's API token (its `auth.token_file`).
-    #[arg(long, env = "REDLEASE__AUTH__TOKEN_FILE", value_name = "FILE")]
-    token_file: Option<std::path::PathBuf>,
-    /// Prefix of every key redlease writes (masters only).
-    #[arg(long, env = "REDLEASE__KEY_PREFIX", default_value = crate::keys::DEFAULT_PREFIX)]
-    key_prefix: String,
-    /// How long to wait for the masters at start-up (masters only).
-    #[arg(long, default_value_t = DEFAULT_CLI_CONNECT_TIMEOUT_MS)]
-    connect_timeout_ms: u64,
-    /// TLS and credentials for the masters (masters only).
     #[command(flatten)]
-    access: AccessArgs,
+    target: TargetArgs,
     /// Stop after printing this many lines.
     #[arg(long)]
     count: Option<u64>,
@@ -143,7 +125,7 @@ async fn observe(args: ObserveArgs) -> u8 {
         count: args.count,
     };
     let watched = async {
-        match &args.sidecar {
+        match &args.target.sidecar {
             Some(url) => through_sidecar(url, &args, &limits).await,
             None => on_masters(&args, &limits).await,
         }
@@ -189,9 +171,7 @@ async fn on_masters(args: &ObserveArgs, limits: &Limits) -> u8 {
 /// An engine with wake-ups on the masters `args` name, and the probe that keeps their
 /// breakers current (and lets restarted masters rejoin) while it observes.
 async fn connect(args: &ObserveArgs) -> Result<(Arc<Redlock>, ProbeGuard), Error> {
-    let masters = args.masters.clone().unwrap_or_else(masters_from_env);
-    let options = fleet_options(&args.key_prefix, args.connect_timeout_ms);
-    let fleet = Fleet::connect(&masters, &args.access.apply(options)?).await?;
+    let fleet = args.target.connect_masters().await?;
     let probe = fleet.spawn_probe(DEFAULT_PROBE_PERIOD);
     let wakeups = Wakeups::connect(&fleet)?;
     let engine = Redlock::new(fleet, EngineOptions::default()).with_wakeups(wakeups);
@@ -200,7 +180,7 @@ async fn connect(args: &ObserveArgs) -> Result<(Arc<Redlock>, ProbeGuard), Error
 
 /// Follows the election through a sidecar's observe stream.
 async fn through_sidecar(url: &str, args: &ObserveArgs, limits: &Limits) -> u8 {
-    let client = match super::sidecar_client(url, args.token_file.as_deref()) {
+    let client = match args.target.sidecar_client(url) {
         Ok(client) => client,
         Err(error) => {
             eprintln!("redlease: {error}");

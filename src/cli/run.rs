@@ -55,20 +55,20 @@ const LOST_AT_ONCE: &str = "was taken, but its lease ended before it could be fo
 /// The id of `lock run`'s RESOURCE argument.
 pub(super) const RESOURCE_ARG: &str = "resource";
 
-/// `lock run`'s arguments.
+/// Where a one-shot command works (`lock run`, `semaphore run`, `elect`, `elect observe`): on
+/// the masters, or through a sidecar.
 #[derive(Debug, Args)]
-pub struct RunArgs {
-    resource: String,
+pub struct TargetArgs {
     /// Comma-separated redis:// URLs of the independent masters; without it (and without
     /// --sidecar), those of $REDLEASE__MASTERS.
     // Not `env = …`: clap would then count the variable as a --masters flag given together
     // with --sidecar.
     #[arg(long, value_delimiter = ',')]
     masters: Option<Vec<String>>,
-    /// Take the lock through the sidecar at this URL (http://127.0.0.1:7600, or
-    /// unix:/path/to/api.sock), which renews it.
+    /// Go through the sidecar at this URL (http://127.0.0.1:7600, or unix:/path/to/api.sock)
+    /// rather than the masters; a lease taken there is renewed by the sidecar.
     #[arg(long, conflicts_with = "masters")]
-    sidecar: Option<String>,
+    pub(super) sidecar: Option<String>,
     /// With --sidecar: the file holding the sidecar's API token (its `auth.token_file`).
     #[arg(long, env = "REDLEASE__AUTH__TOKEN_FILE", value_name = "FILE")]
     token_file: Option<std::path::PathBuf>,
@@ -78,6 +78,31 @@ pub struct RunArgs {
     /// How long to wait for the masters at start-up (masters only).
     #[arg(long, default_value_t = DEFAULT_CLI_CONNECT_TIMEOUT_MS)]
     connect_timeout_ms: u64,
+    /// TLS and credentials for the masters (masters only).
+    #[command(flatten)]
+    access: AccessArgs,
+}
+
+impl TargetArgs {
+    /// Connects to the masters these arguments name.
+    pub(super) async fn connect_masters(&self) -> Result<Arc<Fleet>, Error> {
+        let masters = self.masters.clone().unwrap_or_else(masters_from_env);
+        let options = fleet_options(&self.key_prefix, self.connect_timeout_ms);
+        Fleet::connect(&masters, &self.access.apply(options)?).await
+    }
+
+    /// A client of the sidecar at `url`, with the token these arguments name.
+    pub(super) fn sidecar_client(&self, url: &str) -> Result<crate::client::Client, String> {
+        super::sidecar_client(url, self.token_file.as_deref())
+    }
+}
+
+/// `lock run`'s arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    resource: String,
+    #[command(flatten)]
+    pub(super) target: TargetArgs,
     /// Lease time-to-live in ms; renewed while the command runs. Default: 10000 on the
     /// masters, the sidecar's adaptive TTL through a sidecar.
     #[arg(long)]
@@ -92,9 +117,6 @@ pub struct RunArgs {
     /// Who holds the lock; defaults to `cli:<pid>@<host>`.
     #[arg(long)]
     owner: Option<String>,
-    /// TLS and credentials for the masters (masters only).
-    #[command(flatten)]
-    access: AccessArgs,
     /// How long the command has between SIGTERM and SIGKILL when it must stop, counted back
     /// from the end of the lease's validity so that it has exited 100 ms before the lease can
     /// pass to another holder. At most a quarter of the TTL less 100 ms (refused otherwise,
@@ -196,7 +218,7 @@ pub async fn run_rw(args: RunArgs, write: bool) -> u8 {
 async fn run_holding(args: RunArgs, holding: Holding) -> u8 {
     // The grace is checked before anything is taken, unless the TTL is a sidecar's adaptive
     // one (known once granted).
-    let ttl = match &args.sidecar {
+    let ttl = match &args.target.sidecar {
         Some(_) => args.ttl_ms,
         None => Some(args.ttl_ms.unwrap_or(DEFAULT_CLI_TTL_MS)),
     };
@@ -205,7 +227,7 @@ async fn run_holding(args: RunArgs, holding: Holding) -> u8 {
         return EXIT_USAGE;
     }
     let owner = args.owner.clone().unwrap_or_else(default_owner);
-    match &args.sidecar {
+    match &args.target.sidecar {
         Some(url) => through_sidecar(url, &args, &owner, &holding).await,
         None => match on_masters(&args, &owner, &holding).await {
             Ok(code) => code,
@@ -220,11 +242,7 @@ async fn run_holding(args: RunArgs, holding: Holding) -> u8 {
 // === the masters, through the lease table ===
 
 async fn on_masters(args: &RunArgs, owner: &str, holding: &Holding) -> Result<u8, Error> {
-    let masters = args.masters.clone().unwrap_or_else(masters_from_env);
-    let options = args
-        .access
-        .apply(fleet_options(&args.key_prefix, args.connect_timeout_ms))?;
-    let fleet = Fleet::connect(&masters, &options).await?;
+    let fleet = args.target.connect_masters().await?;
     // Renewals may go on for hours: breakers must close and restarted masters rejoin.
     let _probe = fleet.spawn_probe(DEFAULT_PROBE_PERIOD);
     let wakeups = Wakeups::connect(&fleet)?;
@@ -350,7 +368,7 @@ fn ending(state: LeaseState, reason: &str) -> String {
 // === a sidecar, through the client ===
 
 async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, holding: &Holding) -> u8 {
-    let client = match super::sidecar_client(url, args.token_file.as_deref()) {
+    let client = match args.target.sidecar_client(url) {
         Ok(client) => client,
         Err(error) => {
             eprintln!("redlease: {error}");
