@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use redlease::redlock::read_write::{RwMode, RwRequest};
 use redlease::{AcquireOutcome, Lease};
+use redlease_testkit::fleet::TestEngine;
 use redlease_testkit::TestFleet;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -51,6 +52,33 @@ async fn join_all(waiters: Vec<JoinHandle<Window>>) -> Vec<Window> {
         windows.push(window.await.unwrap().unwrap());
     }
     windows
+}
+
+/// Queues fair waiters of the read-write lock, 200 ms apart in the order given; each holds
+/// what it is granted for 400 ms, then releases it.
+async fn queue_rw(
+    engine: &Arc<TestEngine>,
+    waiters: [(&'static str, RwMode); 3],
+) -> Vec<JoinHandle<Window>> {
+    let mut queued = Vec::new();
+    for (owner, mode) in waiters {
+        let engine = Arc::clone(engine);
+        queued.push(tokio::spawn(async move {
+            let outcome = engine.acquire_rw_fair_with_wait(rw(owner, mode), WAIT);
+            let lease = granted(outcome.await.unwrap());
+            let granted = Instant::now();
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let released = Instant::now();
+            engine.release(&lease.resource, lease.id).await.unwrap();
+            Window {
+                token: lease.fencing_token,
+                granted,
+                released,
+            }
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    queued
 }
 
 /// Waiters of a semaphore of limit 2 on two engines, queued 150 ms apart behind two holders,
@@ -121,28 +149,15 @@ async fn a_queued_writer_goes_before_the_readers_queued_after_it() {
     let fleet = TestFleet::start(3);
     let engine = Arc::new(fleet.engine().await);
     let r0 = granted(engine.acquire_rw(rw("r0", RwMode::Read)).await.unwrap());
-    let mut waiters = Vec::new();
-    for (owner, mode) in [
-        ("w", RwMode::Write),
-        ("r1", RwMode::Read),
-        ("r2", RwMode::Read),
-    ] {
-        let engine = Arc::clone(&engine);
-        waiters.push(tokio::spawn(async move {
-            let outcome = engine.acquire_rw_fair_with_wait(rw(owner, mode), WAIT);
-            let lease = granted(outcome.await.unwrap());
-            let granted = Instant::now();
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            let released = Instant::now();
-            engine.release(&lease.resource, lease.id).await.unwrap();
-            Window {
-                token: lease.fencing_token,
-                granted,
-                released,
-            }
-        }));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let waiters = queue_rw(
+        &engine,
+        [
+            ("w", RwMode::Write),
+            ("r1", RwMode::Read),
+            ("r2", RwMode::Read),
+        ],
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     engine.release(&r0.resource, r0.id).await.unwrap();
     let [w, r1, r2] = join_all(waiters).await[..] else {
@@ -166,28 +181,15 @@ async fn a_reader_queued_behind_a_writer_does_not_pass_it() {
     let fleet = TestFleet::start(3);
     let engine = Arc::new(fleet.engine().await);
     let w0 = granted(engine.acquire_rw(rw("w0", RwMode::Write)).await.unwrap());
-    let mut waiters = Vec::new();
-    for (owner, mode) in [
-        ("r1", RwMode::Read),
-        ("w2", RwMode::Write),
-        ("r3", RwMode::Read),
-    ] {
-        let engine = Arc::clone(&engine);
-        waiters.push(tokio::spawn(async move {
-            let outcome = engine.acquire_rw_fair_with_wait(rw(owner, mode), WAIT);
-            let lease = granted(outcome.await.unwrap());
-            let granted = Instant::now();
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            let released = Instant::now();
-            engine.release(&lease.resource, lease.id).await.unwrap();
-            Window {
-                token: lease.fencing_token,
-                granted,
-                released,
-            }
-        }));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let waiters = queue_rw(
+        &engine,
+        [
+            ("r1", RwMode::Read),
+            ("w2", RwMode::Write),
+            ("r3", RwMode::Read),
+        ],
+    )
+    .await;
     engine.release(&w0.resource, w0.id).await.unwrap();
     let [r1, w2, r3] = join_all(waiters).await[..] else {
         unreachable!("three waiters")
