@@ -1,10 +1,9 @@
 //! The leases this sidecar holds: acquiring them for apps, renewing them automatically while
 //! the app is alive, reporting loss at once, releasing them on request, on idleness and on
 //! shutdown. Each lease the table renews has one task (see `renewal`) that owns its timing;
-//! the leases it does not renew share one task that reports each expired (see `expiry`),
-//! and their ends retire them. The same table
-//! keeps a lease for a holder in this very process (`lock run` on the masters, see `holder`),
-//! and the re-entry holds of its leases (see `reentry`).
+//! the leases it does not renew share one task that reports each expired at its end (see
+//! `expiry`). The same table keeps a lease for a holder in this very process (`lock run` on
+//! the masters, see `holder`), and the re-entry holds of its leases (see `reentry`).
 
 #[macro_use]
 mod logs;
