@@ -188,6 +188,43 @@ async fn a_release_whose_caller_went_away_still_completes() {
     assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
 }
 
+/// A renewal to a shorter TTL whose client goes away before its outcome still shortens the
+/// lease: the masters run it (two of three only once their writes resume, after the renewal
+/// gave up on them), their keys then expire 2 s later, and the lease must not be reported
+/// held past that — another owner can take the resource then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_renewal_whose_caller_went_away_still_shortens_the_lease() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let body = json!({"owner": "a", "ttl_ms": 10_000, "auto_renew": false});
+    let lease = held(&sidecar, "job", body).await;
+    let path = format!("/v1/leases/{}", id_of(&lease));
+    for i in 0..2 {
+        fleet.command(i, &["CLIENT", "PAUSE", "1000", "WRITE"]);
+    }
+    let abandoned = sidecar
+        .http
+        .post(format!("{}{path}/renew", sidecar.base))
+        .json(&json!({"ttl_ms": 2000}))
+        .timeout(Duration::from_millis(50))
+        .send()
+        .await;
+    assert!(abandoned.is_err(), "the renewal was not abandoned");
+    let (_, view) = sidecar.get(&path).await;
+    let validity = view["validity_ms"].as_u64().unwrap();
+    assert!(
+        validity <= 2000,
+        "still {validity} ms valid after a renewal for 2000 ms: {view}"
+    );
+    // Every master has run the renewal (the last two at about 1 s) and its 2 s have passed.
+    tokio::time::sleep(Duration::from_millis(3300)).await;
+    assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
+    let (status, other) = sidecar.acquire("job", json!({"owner": "b"})).await;
+    assert_eq!(status, 200, "{other}");
+    let (_, view) = sidecar.get(&path).await;
+    assert_eq!(view["state"], "lost", "two holders: {view}");
+}
+
 /// A lease lost after its escalation reached only a minority leaves no key behind: the
 /// shadows the live minority took are released as soon as the lease is lost, and the late
 /// writes the frozen masters run when they wake are released after them.

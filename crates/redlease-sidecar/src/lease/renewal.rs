@@ -6,7 +6,8 @@
 //! Rules kept here (`docs/safety.md` states them):
 //! - after every extension or shadow call that was sent, whatever its outcome, the lease is
 //!   valid no longer than `call start + ttl − drift` (a master that ran it may have shortened
-//!   the key), see [`crate::redlock::Lease::apply_extension`];
+//!   the key), see [`crate::redlock::Lease::apply_extension`]; an extension caps the lease so
+//!   before it is sent, which holds even when its caller goes away before the outcome;
 //! - an outcome is taken only while the lease is still valid: once its validity has passed it
 //!   has been reported lost, and nothing brings it back;
 //! - shadows are sent only while `now + timeout < valid_until`;
@@ -74,6 +75,7 @@ pub(crate) async fn renew(
     };
     METRICS.renewal_attempts.add(1, &[]);
     let started = Instant::now();
+    cap_before_sending(renewals.engine(), tracked, started, ttl);
     let extend = renewals.extend(&resource, id, ttl, valid_until);
     let outcome = tokio::select! {
         outcome = extend => outcome?,
@@ -109,6 +111,9 @@ pub(crate) async fn renew(
                 );
                 record.lease.is_valid(Instant::now())
             };
+            // Armed before anything else is awaited: a caller gone during the escalation
+            // must not leave the lease armed at an end the cap took away.
+            tracked.rearm();
             if !still_valid {
                 lose(renewals.engine(), tracked, "expired");
                 return Ok(None);
@@ -127,6 +132,27 @@ pub(crate) async fn renew(
             tracked.rearm();
             Ok(None)
         }
+    }
+}
+
+/// Before an extension to `ttl` is sent at `start`: a master that runs it sets the key's TTL
+/// to `ttl` from then (sooner than the lease's end, for a renewal asking a shorter TTL), so the
+/// lease is valid no longer than `start + ttl − drift` whatever becomes of the call — even if
+/// its caller goes away before the outcome (which caps it again) arrives.
+fn cap_before_sending(engine: &Redlock, tracked: &Arc<Tracked>, start: Instant, ttl: Duration) {
+    let cap = engine
+        .options()
+        .drift
+        .valid_until(start, ttl)
+        .unwrap_or(start);
+    let shortened = {
+        let mut record = tracked.record();
+        let before = record.lease.valid_until;
+        record.lease.cap(Some(cap));
+        record.lease.valid_until < before
+    };
+    if shortened {
+        tracked.rearm();
     }
 }
 
