@@ -8,7 +8,7 @@
 -- ARGV[3]: most reader slots
 -- ARGV[4]: key to keep       ('w', 'r<n>', or '' for none)
 -- ARGV[5]: channel           (<prefix>released:<resource>\31rw), published to when a lock key
---                            was deleted
+--                            or the intent was deleted (readers it kept out may try again)
 -- Returns: how many lock keys were deleted (the intent is not counted).
 local base, lease_id, most, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 if #lease_id ~= 32 or not most then
@@ -29,10 +29,12 @@ drop('w')
 for slot = 0, most - 1 do
   drop('r' .. slot)
 end
+local withdrawn = false
 if redis.call('GET', base .. 'wi') == lease_id then
   redis.call('DEL', base .. 'wi')
+  withdrawn = true
 end
-if deleted > 0 then
+if deleted > 0 or withdrawn then
   redis.call('PUBLISH', ARGV[5], lease_id)
 end
 return deleted

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redlease::keys::{parse_lock_name, LockKind};
 use redlease::redlock::read_write::{RwMode, RwRequest};
-use redlease::{AcquireOutcome, Lease};
+use redlease::{AcquireOutcome, Fleet, FleetOptions, Lease, Redlock, Wakeups};
 use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
 use serde_json::json;
@@ -182,6 +182,52 @@ async fn a_writer_that_gives_up_lets_readers_in() {
     assert!(
         r2.lease().is_some(),
         "the intent outlived its writer's wait: {r2:?}"
+    );
+}
+
+/// A reader of another process, kept out by a waiting writer's intent (which would stand for
+/// the writer's 20 s TTL), is let in as soon as the writer gives up: withdrawing the intent
+/// announces it, as a release does.
+#[tokio::test]
+async fn a_reader_kept_out_by_an_intent_hears_it_withdrawn() {
+    let fleet = TestFleet::start(3);
+    let with_wakeups = || async {
+        let (urls, options) = (fleet.urls(), FleetOptions::default());
+        let connected = Fleet::connect(&urls, &options).await.unwrap();
+        let wakeups = Wakeups::connect(&connected).unwrap();
+        Redlock::new(connected, Default::default()).with_wakeups(wakeups)
+    };
+    let (writers, readers) = (with_wakeups().await, with_wakeups().await);
+    let _r1 = granted(
+        readers
+            .acquire_rw(request("r1", RwMode::Read))
+            .await
+            .unwrap(),
+    );
+    let long = RwRequest {
+        ttl: Duration::from_secs(20),
+        ..request("w", RwMode::Write)
+    };
+    let writer = writers.acquire_rw_with_wait(long, Duration::from_millis(600));
+    let reader = async {
+        // Once the writer's intent stands.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let outcome = readers
+            .acquire_rw_with_wait(request("r2", RwMode::Read), Duration::from_secs(5))
+            .await
+            .unwrap();
+        (outcome, started.elapsed())
+    };
+    let (gave_up, (outcome, waited)) = tokio::join!(writer, reader);
+    assert!(gave_up.unwrap().lease().is_none());
+    assert!(
+        outcome.lease().is_some(),
+        "the reader was not let in: {outcome:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(1500),
+        "the reader waited {waited:?} for an intent withdrawn after 600 ms"
     );
 }
 

@@ -100,7 +100,10 @@ impl Redlock {
         let _turn = match &waiting {
             None => None,
             Some(waiting) if line == Line::Masters => {
+                // Retry once listening, as the head of this process's line does: a release
+                // announced before the subscription was confirmed reached nobody here.
                 listening = waiting.listening(deadline).await;
+                refused = None;
                 None
             }
             Some(waiting) => {
