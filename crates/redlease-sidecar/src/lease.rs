@@ -262,8 +262,12 @@ impl Tracked {
         if self.has_task {
             // Its task ends, and retires it.
             self.wake.notify_one();
-        } else if let Some(table) = self.table.upgrade() {
-            table.retire(id, Instant::now());
+        } else {
+            // Nothing is due for it any more: its queued deadline no longer counts.
+            *self.expiry_armed() = None;
+            if let Some(table) = self.table.upgrade() {
+                table.retire(id, Instant::now());
+            }
         }
         true
     }
@@ -510,6 +514,12 @@ impl LeaseManager {
                 engine.acquire_rw_fair_with_wait(rw_request, wait).await
             }
         }
+    }
+
+    /// Deadlines queued for the leases without auto-renewal (see `expiry`): at most about
+    /// twice the table's leases, or a few thousand.
+    pub fn queued_expiries(&self) -> usize {
+        self.expiries.len()
     }
 
     /// Whether shutdown began: no new lease is granted.

@@ -104,3 +104,31 @@ async fn no_more_ended_leases_than_retained_max_stay_readable_oldest_forgotten_f
     );
     assert!(manager.get(held).is_some(), "a held lease was forgotten");
 }
+
+/// Leases without auto-renewal released long before their end leave no deadline queued for
+/// them once the queue reaches 4,096: it stays within that, or twice the table's leases (here
+/// at most 100 ended ones kept), rather than one per lease granted within a TTL (4,320 here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlines_of_leases_released_early_do_not_pile_up() {
+    let fleet = TestFleet::start(3);
+    let manager = manager(&fleet, |policy| policy.retained_max = 100).await;
+    let cycles = (0..16).map(|worker| {
+        let manager = Arc::clone(&manager);
+        tokio::spawn(async move {
+            for n in 0..270 {
+                let resource = format!("churn-{worker}-{n}");
+                let id = granted(manager.acquire(request(&resource)).await.unwrap());
+                manager.release(id, "released").await.unwrap();
+            }
+        })
+    });
+    for cycle in cycles.collect::<Vec<_>>() {
+        cycle.await.unwrap();
+    }
+    assert_eventually!(
+        manager.queued_expiries() < 4096,
+        3,
+        "{} deadlines queued after 4,320 leases released early",
+        manager.queued_expiries()
+    );
+}
