@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::scripts::Script;
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use super::calls::{eval_on, release_call};
@@ -162,8 +163,12 @@ impl Redlock {
             () = beating => Ok(AcquireOutcome::Contended(refusal(Shortfall::Dequeued))),
         };
         // Granted: the masters that did not grant still queue it. Not granted: it waits no
-        // more. Either way the next waiter must not wait behind it.
-        self.leave(queue, waiter, timeout).await;
+        // more. Either way the next waiter must not wait behind it. Sent, not waited for: a
+        // grant goes back to its caller at once, with no await between it and the caller (which
+        // could go away there and leave the grant untracked until its TTL); the first poll
+        // puts the call on every master's connection, and a master that misses it purges the
+        // waiter once its heartbeat deadline has passed.
+        let _sent = self.leave(queue, waiter, timeout).now_or_never();
         outcome
     }
 
