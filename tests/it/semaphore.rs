@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlease::keys::{lock_name, parse_lock_name, LockKind};
-use redlease::{AcquireOutcome, Error, LeaseId};
+use redlease::{AcquireOutcome, Error, Fleet, FleetOptions, LeaseId, Redlock};
+use redlease_testkit::proxy::{Fault, FaultProxy};
 use redlease_testkit::TestFleet;
 use tokio::time::Instant;
 
@@ -340,4 +341,40 @@ async fn the_inventory_shows_and_clears_every_kind() {
         (status, refused["reason"].as_str()),
         (400, Some("invalid_slot"))
     );
+}
+
+/// A permit's acquisition whose caller goes away before it answered (every master 300 ms
+/// away) leaves no claim for nobody: its release follows its writes on every master, and the
+/// slot is free long before the 10 s TTL it asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_whose_caller_went_away_leaves_no_claim() {
+    let fleet = TestFleet::start(3);
+    let starts = fleet.servers.iter().map(|s| FaultProxy::start(s.port()));
+    let proxies = futures_util::future::join_all(starts).await;
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let options = FleetOptions::default();
+    let engine = Redlock::new(
+        Fleet::connect(&urls, &options).await.unwrap(),
+        Default::default(),
+    );
+    // The masters prepared (their scripts loaded, a first write done) before they slow down.
+    let first = engine.acquire_permit("warm", "first", Duration::from_secs(10), 2);
+    assert!(first.await.unwrap().lease().is_some());
+    for proxy in &proxies {
+        proxy.set_both(Fault::Delay(Duration::from_millis(150)));
+    }
+    let acquisition = engine.acquire_permit("pool", "gone", Duration::from_secs(10), 2);
+    // Gone well before the acquisition gives up on the masters (its node timeout).
+    let abandoned = tokio::time::timeout(Duration::from_millis(5), acquisition).await;
+    assert!(
+        abandoned.is_err(),
+        "the acquisition answered: {abandoned:?}"
+    );
+    let claims = || {
+        (0..3)
+            .flat_map(|i| fleet.command(i, &["KEYS", "redlease:sem:pool:*"]).strings())
+            .collect::<Vec<_>>()
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(claims(), Vec::<String>::new(), "claims kept for nobody");
 }

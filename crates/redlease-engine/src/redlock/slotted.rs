@@ -6,6 +6,10 @@
 //! slot than the quorum's, or did not answer, is sent the release of the lease's other claims
 //! (on the same connection, after its claim). The slot a quorum gave is then fenced and
 //! judged as an exclusive grant is ([`super::fencing`], [`super::quorum::validity`]).
+//!
+//! An attempt dropped before it answered (its caller went away) sends the release of every
+//! claim of its lease to every master, in tasks of their own, behind its writes on the same
+//! connections: a slot is not kept for nobody until its TTL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,6 +114,12 @@ impl Redlock {
     ) -> (AcquireOutcome, Vec<Option<SlotReply>>) {
         let start = Instant::now();
         let timeout = self.node_timeout(attempt.ttl, start);
+        let mut unanswered = Unanswered {
+            engine: self,
+            release_claims: attempt.release_claims,
+            timeout,
+            armed: true,
+        };
         let call = &attempt.acquire;
         let mut replies = fan_out(
             &self.tasks,
@@ -173,6 +183,7 @@ impl Redlock {
                 }
             }
         };
+        unanswered.armed = false;
         METRICS.record_acquisition(outcome.label(), start.elapsed());
         (outcome, slots)
     }
@@ -225,6 +236,39 @@ impl Redlock {
             release_claims_on(node, call.clone(), deadline, reply)
         });
         while replies.recv().await.is_some() {}
+    }
+}
+
+/// A slotted attempt not answered yet: dropped so, it releases every claim of its lease.
+struct Unanswered<'a> {
+    engine: &'a Redlock,
+    release_claims: &'a (dyn Fn(Option<u32>) -> Arc<ScriptCall> + Sync),
+    timeout: Duration,
+    armed: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Outside a runtime (the process is ending) there is nothing left to send them on;
+        // the claims then expire with their TTL.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let call = (self.release_claims)(None);
+        for node in self.engine.fleet.nodes() {
+            let (node, call, timeout) = (Arc::clone(node), call.clone(), self.timeout);
+            let release = async move {
+                let deadline = Deadline::After(timeout);
+                let released = node.eval::<i64>(&call, &deadline, Admission::Always).await;
+                if let Err(error) = released {
+                    tracing::debug!(node = node.index(), %error, "an abandoned claim was not released");
+                }
+            };
+            runtime.spawn(self.engine.tasks.track_future(release));
+        }
     }
 }
 
