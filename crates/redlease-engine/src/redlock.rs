@@ -293,7 +293,8 @@ impl Redlock {
         self.check_ttl(ttl)
     }
 
-    fn check_ttl(&self, ttl: Duration) -> Result<(), Error> {
+    /// Whether `ttl` is one this engine grants and extends (`min_ttl` to `max_ttl`).
+    pub fn check_ttl(&self, ttl: Duration) -> Result<(), Error> {
         let (min, max) = (self.options.min_ttl, self.options.max_ttl);
         if ttl < min || ttl > max {
             return Err(Error::InvalidTtl(format!(

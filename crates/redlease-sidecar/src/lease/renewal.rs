@@ -73,6 +73,8 @@ pub(crate) async fn renew(
         let lease = &record.lease;
         (lease.resource.clone(), lease.id, lease.valid_until)
     };
+    // A TTL the engine refuses is never sent: it must not cap the lease either.
+    renewals.engine().check_ttl(ttl)?;
     METRICS.renewal_attempts.add(1, &[]);
     let started = Instant::now();
     cap_before_sending(renewals.engine(), tracked, started, ttl);
