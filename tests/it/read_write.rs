@@ -231,6 +231,39 @@ async fn a_reader_kept_out_by_an_intent_hears_it_withdrawn() {
     );
 }
 
+/// A waiting writer whose caller goes away (its wait dropped) withdraws its intent from every
+/// master at once: a reader comes in right after, not once the intent's 20 s have passed.
+#[tokio::test]
+async fn a_waiting_writer_whose_caller_went_away_withdraws_its_intent() {
+    let fleet = TestFleet::start(3);
+    let engine = fleet.engine().await;
+    let _r1 = granted(
+        engine
+            .acquire_rw(request("r1", RwMode::Read))
+            .await
+            .unwrap(),
+    );
+    let long = RwRequest {
+        ttl: Duration::from_secs(20),
+        ..request("w", RwMode::Write)
+    };
+    let waiting = engine.acquire_rw_with_wait(long, Duration::from_secs(5));
+    let abandoned = tokio::time::timeout(Duration::from_millis(300), waiting).await;
+    assert!(
+        abandoned.is_err(),
+        "the writer's wait answered: {abandoned:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r2 = engine
+        .acquire_rw(request("r2", RwMode::Read))
+        .await
+        .unwrap();
+    assert!(
+        r2.lease().is_some(),
+        "the intent outlived its writer's caller: {r2:?}"
+    );
+}
+
 /// Through the sidecar: a write lease downgrades to a read (another reader joins, a writer
 /// does not), the write lease ends released; an owner holding a read cannot upgrade.
 #[tokio::test]

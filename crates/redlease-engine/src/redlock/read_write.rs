@@ -80,11 +80,13 @@ impl Redlock {
         let writer = lock_name(request.resource, LockKind::Writer);
         let queue = waiting_name(&writer).into_owned();
         let intent = (request.mode == RwMode::Write && !wait.is_zero()).then(LeaseId::random);
+        let mut standing = StandingIntent::new(self, request, intent);
         let outcome = self
             .wait_for_grant(&queue, wait, || {
                 self.acquire_rw_intending(request, intent, None)
             })
             .await;
+        standing.armed = false;
         self.withdraw_intent(request, intent, &outcome).await;
         outcome
     }
@@ -106,6 +108,7 @@ impl Redlock {
         let writer = lock_name(request.resource, LockKind::Writer);
         let queue = Queue::of(self.fleet.keyspace(), &writer);
         let intent = (request.mode == RwMode::Write && !wait.is_zero()).then(LeaseId::random);
+        let mut standing = StandingIntent::new(self, request, intent);
         let outcome = self
             .wait_fairly(&queue, request.ttl, wait, |waiter| {
                 let turn = Turn {
@@ -115,6 +118,7 @@ impl Redlock {
                 self.acquire_rw_intending(request, intent, Some(turn))
             })
             .await;
+        standing.armed = false;
         self.withdraw_intent(request, intent, &outcome).await;
         outcome
     }
@@ -225,5 +229,45 @@ impl Redlock {
             channel.as_bytes(),
         ];
         Arc::new(ScriptCall::new(&SCRIPTS.rw_release, &[], &args))
+    }
+}
+
+/// A waiting writer's intent while its wait is under way: dropped so (the caller went away),
+/// it is withdrawn from every master in tasks of its own, rather than keeping readers out for
+/// its TTL.
+struct StandingIntent<'a> {
+    engine: &'a Redlock,
+    resource: &'a str,
+    ttl: Duration,
+    intent: Option<LeaseId>,
+    armed: bool,
+}
+
+impl<'a> StandingIntent<'a> {
+    fn new(engine: &'a Redlock, request: RwRequest<'a>, intent: Option<LeaseId>) -> Self {
+        Self {
+            engine,
+            resource: request.resource,
+            ttl: request.ttl,
+            intent,
+            armed: true,
+        }
+    }
+}
+
+impl Drop for StandingIntent<'_> {
+    fn drop(&mut self) {
+        let Some(intent) = self.intent.filter(|_| self.armed) else {
+            return;
+        };
+        // Outside a runtime (the process is ending) nothing can be sent: the intent expires.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let call = self.engine.rw_release_call(self.resource, intent, None);
+        let timeout = self
+            .engine
+            .node_timeout(self.ttl, tokio::time::Instant::now());
+        self.engine.release_claims_detached(&runtime, call, timeout);
     }
 }

@@ -258,8 +258,24 @@ impl Drop for Unanswered<'_> {
             return;
         };
         let call = (self.release_claims)(None);
-        for node in self.engine.fleet.nodes() {
-            let (node, call, timeout) = (Arc::clone(node), call.clone(), self.timeout);
+        self.engine
+            .release_claims_detached(&runtime, call, self.timeout);
+    }
+}
+
+// === impl Redlock ===
+
+impl Redlock {
+    /// Sends `call` (a release of claims) to every master in tasks of its own on `runtime`,
+    /// for a caller that cannot wait: one that is being dropped.
+    pub(super) fn release_claims_detached(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        call: Arc<ScriptCall>,
+        timeout: Duration,
+    ) {
+        for node in self.fleet.nodes() {
+            let (node, call) = (Arc::clone(node), call.clone());
             let release = async move {
                 let deadline = Deadline::After(timeout);
                 let released = node.eval::<i64>(&call, &deadline, Admission::Always).await;
@@ -267,7 +283,7 @@ impl Drop for Unanswered<'_> {
                     tracing::debug!(node = node.index(), %error, "an abandoned claim was not released");
                 }
             };
-            runtime.spawn(self.engine.tasks.track_future(release));
+            runtime.spawn(self.tasks.track_future(release));
         }
     }
 }

@@ -65,6 +65,7 @@ impl Redlock {
         self.wait_in(queue, wait, Line::Masters, attempt).await
     }
 
+    /// The attempts of either line, until one grants or `wait` has passed.
     async fn wait_in<F, A>(
         &self,
         queue: &str,
