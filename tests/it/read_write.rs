@@ -264,6 +264,27 @@ async fn a_waiting_writer_whose_caller_went_away_withdraws_its_intent() {
     );
 }
 
+/// A waiting writer granted by a quorum while one master still held a reader (there alone, a
+/// minority's leftover) leaves no intent on that master: it would keep every reader out there
+/// for the writer's 20 s once the write is released.
+#[tokio::test]
+async fn a_granted_writer_leaves_no_intent_on_a_master_that_refused_it() {
+    let fleet = TestFleet::start(3);
+    let engine = fleet.engine().await;
+    let ghost = "0123456789abcdef0123456789abcdef|ghost";
+    fleet.command(2, &["SET", "redlease:rw:doc:r0", ghost, "PX", "20000"]);
+    let long = RwRequest {
+        ttl: Duration::from_secs(20),
+        ..request("w", RwMode::Write)
+    };
+    let write = engine.acquire_rw_with_wait(long, Duration::from_secs(2));
+    let write = granted(write.await.unwrap());
+    engine.settle(Duration::from_secs(2)).await;
+    let intent = fleet.command(2, &["EXISTS", "redlease:rw:doc:wi"]);
+    assert_eq!(format!("{intent:?}"), "Int(0)", "the intent stayed");
+    engine.release(&write.resource, write.id).await.unwrap();
+}
+
 /// Through the sidecar: a write lease downgrades to a read (another reader joins, a writer
 /// does not), the write lease ends released; an owner holding a read cannot upgrade.
 #[tokio::test]

@@ -225,6 +225,34 @@ async fn a_shorter_renewal_whose_caller_went_away_still_shortens_the_lease() {
     assert_eq!(view["state"], "lost", "two holders: {view}");
 }
 
+/// The same with auto-renewal: the shortened lease is renewed again in time (its next renewal
+/// brought forward to fit the shorter end), not lost when the 2 s run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_renewed_lease_shortened_by_an_abandoned_renewal_is_renewed_in_time() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let body = json!({"owner": "a", "ttl_ms": 10_000});
+    let lease = held(&sidecar, "job", body).await;
+    let path = format!("/v1/leases/{}", id_of(&lease));
+    for i in 0..2 {
+        fleet.command(i, &["CLIENT", "PAUSE", "500", "WRITE"]);
+    }
+    let abandoned = sidecar
+        .http
+        .post(format!("{}{path}/renew", sidecar.base))
+        .json(&json!({"ttl_ms": 2000}))
+        .timeout(Duration::from_millis(50))
+        .send()
+        .await;
+    assert!(abandoned.is_err(), "the renewal was not abandoned");
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let (_, view) = sidecar.get(&path).await;
+    assert_eq!(
+        view["state"], "held",
+        "lost after an abandoned shorter renewal: {view}"
+    );
+}
+
 /// A lease lost after its escalation reached only a minority leaves no key behind: the
 /// shadows the live minority took are released as soon as the lease is lost, and the late
 /// writes the frozen masters run when they wake are released after them.

@@ -517,7 +517,7 @@ impl LeaseManager {
     }
 
     /// Deadlines queued for the leases without auto-renewal (see `expiry`): at most about
-    /// twice the table's leases, or a few thousand.
+    /// four times the table's leases, or a few thousand.
     pub fn queued_expiries(&self) -> usize {
         self.expiries.len()
     }

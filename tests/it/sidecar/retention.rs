@@ -106,7 +106,7 @@ async fn no_more_ended_leases_than_retained_max_stay_readable_oldest_forgotten_f
 }
 
 /// Leases without auto-renewal released long before their end leave no deadline queued for
-/// them once the queue reaches 4,096: it stays within that, or twice the table's leases (here
+/// them once the queue reaches 4,096: it stays within that, or a few times the table's leases (here
 /// at most 100 ended ones kept), rather than one per lease granted within a TTL (4,320 here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlines_of_leases_released_early_do_not_pile_up() {

@@ -17,6 +17,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
+
 use super::fair::{Queue, Turn};
 use super::slotted::{slot_order, SlottedAttempt};
 use super::{AcquireOutcome, Redlock};
@@ -123,20 +125,29 @@ impl Redlock {
         outcome
     }
 
-    /// A writer that stopped waiting ungranted takes its intent back on every master.
+    /// A writer that stopped waiting takes its intent back on every master: one granted too,
+    /// since a master that refused its last attempt (readers still there) set the intent and
+    /// keeps it (a master that granted it deleted it). Ungranted, the withdrawal is waited for;
+    /// granted, it is sent and not waited for, so the grant goes back to its caller with no
+    /// await in between. The withdrawal deletes only the intent (keyed on the wait's id, which
+    /// no lease carries).
     async fn withdraw_intent(
         &self,
         request: RwRequest<'_>,
         intent: Option<LeaseId>,
         outcome: &Result<AcquireOutcome, Error>,
     ) {
-        if let (Some(intent), Ok(outcome)) = (intent, outcome) {
-            if outcome.lease().is_none() {
-                let all: Vec<usize> = (0..self.fleet.len()).collect();
-                let call = self.rw_release_call(request.resource, intent, None);
-                let timeout = self.node_timeout(request.ttl, tokio::time::Instant::now());
-                self.release_claims(call, &all, timeout).await;
-            }
+        let (Some(intent), Ok(outcome)) = (intent, outcome) else {
+            return;
+        };
+        let all: Vec<usize> = (0..self.fleet.len()).collect();
+        let call = self.rw_release_call(request.resource, intent, None);
+        let timeout = self.node_timeout(request.ttl, tokio::time::Instant::now());
+        let withdrawal = self.release_claims(call, &all, timeout);
+        match outcome.lease() {
+            None => withdrawal.await,
+            // The first poll puts the call on every master's connection.
+            Some(_) => drop(withdrawal.now_or_never()),
         }
     }
 

@@ -77,7 +77,7 @@ pub(crate) async fn renew(
     renewals.engine().check_ttl(ttl)?;
     METRICS.renewal_attempts.add(1, &[]);
     let started = Instant::now();
-    cap_before_sending(renewals.engine(), tracked, started, ttl);
+    cap_before_sending(renewals.engine(), policy, tracked, (started, ttl));
     let extend = renewals.extend(&resource, id, ttl, valid_until);
     let outcome = tokio::select! {
         outcome = extend => outcome?,
@@ -140,18 +140,27 @@ pub(crate) async fn renew(
 /// Before an extension to `ttl` is sent at `start`: a master that runs it sets the key's TTL
 /// to `ttl` from then (sooner than the lease's end, for a renewal asking a shorter TTL), so the
 /// lease is valid no longer than `start + ttl − drift` whatever becomes of the call — even if
-/// its caller goes away before the outcome (which caps it again) arrives.
-fn cap_before_sending(engine: &Redlock, tracked: &Arc<Tracked>, start: Instant, ttl: Duration) {
-    let cap = engine
-        .options()
-        .drift
-        .valid_until(start, ttl)
-        .unwrap_or(start);
+/// its caller goes away before the outcome (which caps it again) arrives. A lease the table
+/// renews then has its next renewal brought forward to fit the shorter end, as the outcome
+/// would have scheduled it.
+fn cap_before_sending(
+    engine: &Redlock,
+    policy: &LeasePolicy,
+    tracked: &Arc<Tracked>,
+    (start, ttl): (Instant, Duration),
+) {
+    let drift = &engine.options().drift;
+    let cap = drift.valid_until(start, ttl).unwrap_or(start);
     let shortened = {
         let mut record = tracked.record();
         let before = record.lease.valid_until;
         record.lease.cap(Some(cap));
-        record.lease.valid_until < before
+        let shortened = record.lease.valid_until < before;
+        if shortened {
+            let due = policy.schedule.renew_at(start, ttl, rand::random());
+            record.renew_at = record.renew_at.min(due);
+        }
+        shortened
     };
     if shortened {
         tracked.rearm();
