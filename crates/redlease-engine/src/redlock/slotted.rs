@@ -267,7 +267,8 @@ impl Drop for Unanswered<'_> {
 
 impl Redlock {
     /// Sends `call` (a release of claims) to every master in tasks of its own on `runtime`,
-    /// for a caller that cannot wait: one that is being dropped.
+    /// for a caller that cannot wait: one that is being dropped. A master that does not answer
+    /// it with a result is sent it again, as a release is ([`super::retry`]).
     pub(super) fn release_claims_detached(
         &self,
         runtime: &tokio::runtime::Handle,
@@ -276,11 +277,13 @@ impl Redlock {
     ) {
         for node in self.fleet.nodes() {
             let (node, call) = (Arc::clone(node), call.clone());
+            let retries = Arc::clone(&self.retries);
             let release = async move {
                 let deadline = Deadline::After(timeout);
                 let released = node.eval::<i64>(&call, &deadline, Admission::Always).await;
                 if let Err(error) = released {
-                    tracing::debug!(node = node.index(), %error, "an abandoned claim was not released");
+                    tracing::debug!(node = node.index(), %error, "an abandoned claim is sent again");
+                    retries.push(node, call, None);
                 }
             };
             runtime.spawn(self.tasks.track_future(release));
