@@ -24,6 +24,24 @@ fn request(owner: &str, mode: RwMode) -> RwRequest<'_> {
     }
 }
 
+/// Reader `owner`'s lease, granted at once.
+async fn reading(engine: &Redlock, owner: &str) -> Lease {
+    granted(
+        engine
+            .acquire_rw(request(owner, RwMode::Read))
+            .await
+            .unwrap(),
+    )
+}
+
+/// Writer `w` with a 20 s TTL: an intent it leaves stands that long unless withdrawn.
+fn long_write() -> RwRequest<'static> {
+    RwRequest {
+        ttl: Duration::from_secs(20),
+        ..request("w", RwMode::Write)
+    }
+}
+
 fn granted(outcome: AcquireOutcome) -> Lease {
     match outcome {
         AcquireOutcome::Acquired(lease) => lease,
@@ -37,18 +55,8 @@ fn granted(outcome: AcquireOutcome) -> Lease {
 async fn readers_share_and_a_writer_excludes_them() {
     let fleet = TestFleet::start(3);
     let engine = fleet.engine().await;
-    let r1 = granted(
-        engine
-            .acquire_rw(request("r1", RwMode::Read))
-            .await
-            .unwrap(),
-    );
-    let r2 = granted(
-        engine
-            .acquire_rw(request("r2", RwMode::Read))
-            .await
-            .unwrap(),
-    );
+    let r1 = reading(&engine, "r1").await;
+    let r2 = reading(&engine, "r2").await;
     for reader in [&r1, &r2] {
         let kind = parse_lock_name(&reader.resource).unwrap().kind;
         assert!(matches!(kind, LockKind::Reader(_)), "{kind:?}");
@@ -114,12 +122,7 @@ async fn readers_share_and_a_writer_excludes_them() {
 async fn a_waiting_writer_is_not_starved_by_new_readers() {
     let fleet = TestFleet::start(3);
     let engine = std::sync::Arc::new(fleet.engine().await);
-    let r1 = granted(
-        engine
-            .acquire_rw(request("r1", RwMode::Read))
-            .await
-            .unwrap(),
-    );
+    let r1 = reading(&engine, "r1").await;
     let waiting = {
         let engine = std::sync::Arc::clone(&engine);
         tokio::spawn(async move {
@@ -163,12 +166,7 @@ async fn a_waiting_writer_is_not_starved_by_new_readers() {
 async fn a_writer_that_gives_up_lets_readers_in() {
     let fleet = TestFleet::start(3);
     let engine = fleet.engine().await;
-    let _r1 = granted(
-        engine
-            .acquire_rw(request("r1", RwMode::Read))
-            .await
-            .unwrap(),
-    );
+    let _r1 = reading(&engine, "r1").await;
     let wait = Duration::from_millis(300);
     let gave_up = engine
         .acquire_rw_with_wait(request("w", RwMode::Write), wait)
@@ -198,16 +196,8 @@ async fn a_reader_kept_out_by_an_intent_hears_it_withdrawn() {
         Redlock::new(connected, Default::default()).with_wakeups(wakeups)
     };
     let (writers, readers) = (with_wakeups().await, with_wakeups().await);
-    let _r1 = granted(
-        readers
-            .acquire_rw(request("r1", RwMode::Read))
-            .await
-            .unwrap(),
-    );
-    let long = RwRequest {
-        ttl: Duration::from_secs(20),
-        ..request("w", RwMode::Write)
-    };
+    let _r1 = reading(&readers, "r1").await;
+    let long = long_write();
     let writer = writers.acquire_rw_with_wait(long, Duration::from_millis(600));
     let reader = async {
         // Once the writer's intent stands.
@@ -237,16 +227,8 @@ async fn a_reader_kept_out_by_an_intent_hears_it_withdrawn() {
 async fn a_waiting_writer_whose_caller_went_away_withdraws_its_intent() {
     let fleet = TestFleet::start(3);
     let engine = fleet.engine().await;
-    let _r1 = granted(
-        engine
-            .acquire_rw(request("r1", RwMode::Read))
-            .await
-            .unwrap(),
-    );
-    let long = RwRequest {
-        ttl: Duration::from_secs(20),
-        ..request("w", RwMode::Write)
-    };
+    let _r1 = reading(&engine, "r1").await;
+    let long = long_write();
     let waiting = engine.acquire_rw_with_wait(long, Duration::from_secs(5));
     let abandoned = tokio::time::timeout(Duration::from_millis(300), waiting).await;
     assert!(
@@ -273,10 +255,7 @@ async fn a_granted_writer_leaves_no_intent_on_a_master_that_refused_it() {
     let engine = fleet.engine().await;
     let ghost = "0123456789abcdef0123456789abcdef|ghost";
     fleet.command(2, &["SET", "redlease:rw:doc:r0", ghost, "PX", "20000"]);
-    let long = RwRequest {
-        ttl: Duration::from_secs(20),
-        ..request("w", RwMode::Write)
-    };
+    let long = long_write();
     let write = engine.acquire_rw_with_wait(long, Duration::from_secs(2));
     let write = granted(write.await.unwrap());
     engine.settle(Duration::from_secs(2)).await;

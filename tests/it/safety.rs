@@ -188,6 +188,27 @@ async fn a_release_whose_caller_went_away_still_completes() {
     assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
 }
 
+/// Holds writes on two of three masters for `pause_ms`, then asks `path` (a lease) to renew
+/// for 2 s and goes away after 50 ms, before the renewal can have an outcome.
+async fn abandon_a_renewal_for_2_s(
+    fleet: &TestFleet,
+    sidecar: &TestSidecar,
+    path: &str,
+    pause_ms: &str,
+) {
+    for i in 0..2 {
+        fleet.command(i, &["CLIENT", "PAUSE", pause_ms, "WRITE"]);
+    }
+    let abandoned = sidecar
+        .http
+        .post(format!("{}{path}/renew", sidecar.base))
+        .json(&json!({"ttl_ms": 2000}))
+        .timeout(Duration::from_millis(50))
+        .send()
+        .await;
+    assert!(abandoned.is_err(), "the renewal was not abandoned");
+}
+
 /// A renewal to a shorter TTL whose client goes away before its outcome still shortens the
 /// lease: the masters run it (two of three only once their writes resume, after the renewal
 /// gave up on them), their keys then expire 2 s later, and the lease must not be reported
@@ -199,17 +220,7 @@ async fn a_shorter_renewal_whose_caller_went_away_still_shortens_the_lease() {
     let body = json!({"owner": "a", "ttl_ms": 10_000, "auto_renew": false});
     let lease = held(&sidecar, "job", body).await;
     let path = format!("/v1/leases/{}", id_of(&lease));
-    for i in 0..2 {
-        fleet.command(i, &["CLIENT", "PAUSE", "1000", "WRITE"]);
-    }
-    let abandoned = sidecar
-        .http
-        .post(format!("{}{path}/renew", sidecar.base))
-        .json(&json!({"ttl_ms": 2000}))
-        .timeout(Duration::from_millis(50))
-        .send()
-        .await;
-    assert!(abandoned.is_err(), "the renewal was not abandoned");
+    abandon_a_renewal_for_2_s(&fleet, &sidecar, &path, "1000").await;
     let (_, view) = sidecar.get(&path).await;
     let validity = view["validity_ms"].as_u64().unwrap();
     assert!(
@@ -234,17 +245,7 @@ async fn an_auto_renewed_lease_shortened_by_an_abandoned_renewal_is_renewed_in_t
     let body = json!({"owner": "a", "ttl_ms": 10_000});
     let lease = held(&sidecar, "job", body).await;
     let path = format!("/v1/leases/{}", id_of(&lease));
-    for i in 0..2 {
-        fleet.command(i, &["CLIENT", "PAUSE", "500", "WRITE"]);
-    }
-    let abandoned = sidecar
-        .http
-        .post(format!("{}{path}/renew", sidecar.base))
-        .json(&json!({"ttl_ms": 2000}))
-        .timeout(Duration::from_millis(50))
-        .send()
-        .await;
-    assert!(abandoned.is_err(), "the renewal was not abandoned");
+    abandon_a_renewal_for_2_s(&fleet, &sidecar, &path, "500").await;
     tokio::time::sleep(Duration::from_millis(3000)).await;
     let (_, view) = sidecar.get(&path).await;
     assert_eq!(
