@@ -32,7 +32,7 @@ use super::{
 };
 use crate::client::{ClientError, RwMode};
 use crate::config::in_process_lease_policy;
-use crate::redlock::{EngineOptions, Redlock};
+use crate::redlock::{EngineOptions, Permits, Redlock};
 use crate::{Error, Fleet, Wakeups, DEFAULT_PROBE_PERIOD};
 
 /// Where the masters are when `--masters` is not given.
@@ -133,8 +133,8 @@ pub struct RunArgs {
 enum Holding {
     /// The resource's lock.
     Lock,
-    /// A permit of the resource's semaphore of this many slots.
-    Permit(u32),
+    /// Permits of the resource's semaphore: how many, of how many slots.
+    Permit(Permits),
     /// The leadership of the resource's election, proclaiming this value.
     Leader(String),
     /// The resource's read-write lock, shared with other readers.
@@ -147,7 +147,7 @@ impl Holding {
     /// A semaphore's limit, when it is a permit.
     fn limit(&self) -> Option<u32> {
         match self {
-            Self::Permit(limit) => Some(*limit),
+            Self::Permit(permits) => Some(permits.limit),
             _ => None,
         }
     }
@@ -174,7 +174,7 @@ impl Holding {
     fn kind(&self) -> AcquireKind {
         match self {
             Self::Lock | Self::Leader(_) => AcquireKind::Lock,
-            Self::Permit(limit) => AcquireKind::Permit { limit: *limit },
+            Self::Permit(permits) => AcquireKind::Permit(*permits),
             Self::Read => AcquireKind::Read { beside: None },
             Self::Write => AcquireKind::Write,
         }
@@ -196,10 +196,11 @@ pub async fn run(args: RunArgs) -> u8 {
     run_holding(args, Holding::Lock).await
 }
 
-/// `semaphore run`: [`run`] under a permit of the semaphore of `limit` slots instead of the
-/// lock; the slot is in the command's environment (`REDLEASE_SLOT`, `REDLEASE_LIMIT`).
-pub async fn run_permit(args: RunArgs, limit: u32) -> u8 {
-    run_holding(args, Holding::Permit(limit)).await
+/// `semaphore run`: [`run`] under `permits.count` permits of the semaphore of
+/// `permits.limit` slots instead of the lock; the slots are in the command's environment
+/// (`REDLEASE_SLOT`, `REDLEASE_SLOTS`, `REDLEASE_LIMIT`).
+pub async fn run_permit(args: RunArgs, permits: Permits) -> u8 {
+    run_holding(args, Holding::Permit(permits)).await
 }
 
 /// `elect`: [`run`] as the leader of the resource's election, proclaiming `value`; the term
@@ -296,16 +297,16 @@ async fn on_masters(args: &RunArgs, owner: &str, holding: &Holding) -> Result<u8
 /// lease go: released, or its revocation acknowledged once the command has stopped.
 async fn hold_on_masters(mut following: Following, args: &RunArgs, holding: &Holding) -> u8 {
     let lease = following.lease.clone();
-    let slot = match crate::keys::parse_lock_name(&lease.resource).map(|name| name.kind) {
-        Some(crate::keys::LockKind::Slot(slot)) => Some(slot),
-        _ => None,
+    let slots: Vec<u32> = match crate::keys::parse_lock_name(&lease.resource) {
+        Some(name) => name.kind.slots().iter().collect(),
+        None => Vec::new(),
     };
     let id = lease.id.to_string();
     let mut env = child::lease_env(
         lease.fencing_token,
         &id,
         &args.resource,
-        slot.zip(holding.limit()),
+        holding.limit().map(|limit| (slots.as_slice(), limit)),
     );
     if let Some(value) = holding.campaign() {
         env.extend(child::leader_env(lease.fencing_token, &value));
@@ -378,7 +379,9 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, holding: &Holdi
     let resource = args.resource.as_str();
     let request = match holding {
         Holding::Lock => client.lock(resource),
-        Holding::Permit(limit) => client.semaphore(resource, *limit),
+        Holding::Permit(permits) => client
+            .semaphore(resource, permits.limit)
+            .permits(permits.count),
         Holding::Leader(value) => client.campaign(resource, value.as_str()),
         Holding::Read => client.rwlock(resource, RwMode::Read),
         Holding::Write => client.rwlock(resource, RwMode::Write),
@@ -394,7 +397,13 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, holding: &Holdi
         Ok(guard) => guard,
         Err(error) => return refused(&args.resource, &error, holding),
     };
-    let permit = guard.slot().zip(guard.info().limit);
+    // A sidecar that does not list `slots` holds one permit, its `slot`.
+    let one: Vec<u32> = guard.slot().into_iter().collect();
+    let slots = match guard.slots() {
+        [] => one.as_slice(),
+        slots => slots,
+    };
+    let permit = guard.info().limit.map(|limit| (slots, limit));
     let mut env = child::lease_env(
         guard.fencing_token(),
         guard.lease_id(),

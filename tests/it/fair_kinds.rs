@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlease::redlock::read_write::{RwMode, RwRequest};
+use redlease::redlock::Permits;
 use redlease::{AcquireOutcome, Lease};
 use redlease_testkit::fleet::TestEngine;
 use redlease_testkit::TestFleet;
@@ -106,7 +107,8 @@ async fn permits_follow_the_queue_across_engines() {
         let (holding, most) = (Arc::clone(&holding), Arc::clone(&most));
         waiters.push(tokio::spawn(async move {
             let owner = format!("w{i}");
-            let outcome = engine.acquire_permit_fair_with_wait("pool", &owner, TTL, 2, WAIT);
+            let outcome =
+                engine.acquire_permit_fair_with_wait("pool", &owner, TTL, Permits::one(2), WAIT);
             let lease = granted(outcome.await.unwrap());
             let granted = Instant::now();
             let now_holding = holding.fetch_add(1, Ordering::SeqCst) + 1;

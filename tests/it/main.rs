@@ -24,6 +24,7 @@ mod lock_run_containment;
 mod membership;
 mod metrics;
 mod monitoring;
+mod permits;
 mod prometheus;
 mod proxy;
 mod python;

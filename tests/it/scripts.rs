@@ -15,6 +15,7 @@ use redlease_testkit::resp::{Resp, RespConn};
 use redlease_testkit::RedisServer;
 
 mod fair;
+mod permits;
 mod preparation;
 
 const LOCK: &str = "redlease:lock:r";

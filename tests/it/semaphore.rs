@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlease::keys::{lock_name, parse_lock_name, LockKind};
+use redlease::redlock::Permits;
 use redlease::{AcquireOutcome, Error, Fleet, FleetOptions, LeaseId, Redlock};
 use redlease_testkit::proxy::{Fault, FaultProxy};
 use redlease_testkit::TestFleet;
@@ -191,7 +192,7 @@ async fn at_most_limit_permits_are_valid_at_every_instant_under_faults() {
                 let ttl = Duration::from_millis(400);
                 let wait = Duration::from_millis(300);
                 let Ok(outcome) = engine
-                    .acquire_permit_with_wait("pool", &owner, ttl, 2, wait)
+                    .acquire_permit_with_wait("pool", &owner, ttl, Permits::one(2), wait)
                     .await
                 else {
                     continue;

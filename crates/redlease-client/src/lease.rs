@@ -32,9 +32,13 @@ pub struct LeaseInfo {
     /// `revoked`, `invalid`); absent while it is held or degraded.
     #[serde(default)]
     pub reason: Option<String>,
-    /// A semaphore permit's slot (0 to `limit` − 1): fence per slot. `None` for a lock.
+    /// A semaphore permit's slot (0 to `limit` − 1): fence per slot. `None` for a lock. A
+    /// lease of several permits names its lowest slot here, and each one in `slots`.
     #[serde(default)]
     pub slot: Option<u32>,
+    /// Every slot a semaphore lease holds, ascending (one per permit); empty for a lock.
+    #[serde(default)]
+    pub slots: Vec<u32>,
     /// A semaphore permit's limit; `None` for a lock.
     #[serde(default)]
     pub limit: Option<u32>,

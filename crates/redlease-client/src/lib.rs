@@ -86,6 +86,8 @@ pub struct LockRequest<'a> {
     events: bool,
     /// `Some(n)`: a permit of the semaphore of `n` slots on the resource.
     limit: Option<u32>,
+    /// How many permits of the semaphore, all or none (the sidecar's default, 1, when `None`).
+    permits: Option<u32>,
     /// `Some(value)`: a campaign for the leadership of the resource's election.
     campaign: Option<String>,
     /// `Some(mode)`: the resource's read-write lock in this mode.
@@ -144,6 +146,8 @@ struct AcquireBody<'a> {
     idle_timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permits: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mode: Option<RwMode>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -251,6 +255,7 @@ impl Client {
             idle_timeout: None,
             events: true,
             limit: None,
+            permits: None,
             campaign: None,
             mode: None,
             fair: false,
@@ -271,7 +276,8 @@ impl Client {
 
     /// A request for a permit of the counting semaphore `resource` of `limit` slots (1–64,
     /// the same for every holder), to adjust and [`send`](LockRequest::send): the guard's
-    /// lease holds one slot ([`LockGuard::slot`]); fence per slot.
+    /// lease holds one slot ([`LockGuard::slot`]), or several with
+    /// [`permits`](LockRequest::permits) ([`LockGuard::slots`]); fence per slot.
     pub fn semaphore(&self, resource: impl Into<String>, limit: u32) -> LockRequest<'_> {
         LockRequest {
             limit: Some(limit),
@@ -334,6 +340,14 @@ impl LockRequest<'_> {
         self
     }
 
+    /// How many permits of a [`semaphore`](Client::semaphore) the lease takes, all or none
+    /// (1 to its limit; default 1): that many slots, held by one lease with one fencing token.
+    /// Ignored by other requests.
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
+        self
+    }
+
     /// Whether the sidecar renews the lease (default `true`). Without it the lease ends at
     /// its validity unless renewed through the API.
     pub fn auto_renew(mut self, auto_renew: bool) -> Self {
@@ -369,6 +383,7 @@ impl LockRequest<'_> {
             auto_renew: self.auto_renew,
             idle_timeout_ms: self.idle_timeout.map(|idle| idle.as_millis() as u64),
             limit: self.limit,
+            permits: self.limit.and(self.permits),
             value: self.campaign.as_deref(),
             mode: self.mode,
             fair: self.fair,
@@ -485,9 +500,16 @@ impl LockGuard {
         self.lease.mode.as_deref()
     }
 
-    /// A semaphore permit's slot; `None` for a lock. Fence on the slot and the token.
+    /// A semaphore permit's slot (the lowest of a lease of several permits); `None` for a
+    /// lock. Fence on the slot and the token.
     pub fn slot(&self) -> Option<u32> {
         self.lease.slot
+    }
+
+    /// Every slot a semaphore lease holds, ascending (one per permit); empty for a lock. The
+    /// fencing token is valid for each of them.
+    pub fn slots(&self) -> &[u32] {
+        &self.lease.slots
     }
 
     /// The fencing token: strictly greater than every earlier holder's. Pass it to what the

@@ -28,6 +28,9 @@ pub enum Error {
     /// A listing's or the audit's limit outside its range.
     #[error("invalid limit: {0}")]
     InvalidLimit(String),
+    /// A semaphore acquisition's permits outside 1 to its limit.
+    #[error("invalid permits: {0}")]
+    InvalidPermits(String),
     /// The sidecar's API token file cannot be read or holds no usable token.
     #[error("invalid API token: {0}")]
     InvalidToken(String),

@@ -32,6 +32,10 @@ pub enum LockKind {
     Exclusive,
     /// Slot `n` of the resource's counting semaphore, `<prefix>sem:<resource>:<n>`.
     Slot(u32),
+    /// Two or more slots of the resource's counting semaphore held by one lease (a lease of
+    /// `permits: k`): each slot's own key, every one holding the lease. A set of one slot is
+    /// [`LockKind::Slot`].
+    Slots(SlotSet),
     /// The writer of the resource's read-write lock, `<prefix>rw:<resource>:w`.
     Writer,
     /// Reader slot `n` of the resource's read-write lock, `<prefix>rw:<resource>:r<n>`.
@@ -39,6 +43,79 @@ pub enum LockKind {
     /// The resource's election, `<prefix>elect:<resource>`: an exclusive lock whose value also
     /// carries the leader's term and proclaimed value.
     Election,
+}
+
+/// A set of semaphore slots (each below [`MAX_SEMAPHORE_LIMIT`]), as a bit mask.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SlotSet(u64);
+
+// === impl SlotSet ===
+
+impl SlotSet {
+    /// The set of `slot` alone; empty for a slot at or above [`MAX_SEMAPHORE_LIMIT`].
+    pub fn single(slot: u32) -> Self {
+        Self::default().with(slot)
+    }
+
+    /// This set and `slot` (unchanged for a slot at or above [`MAX_SEMAPHORE_LIMIT`]).
+    pub fn with(self, slot: u32) -> Self {
+        match slot < MAX_SEMAPHORE_LIMIT {
+            true => Self(self.0 | 1 << slot),
+            false => self,
+        }
+    }
+
+    /// How many slots it holds.
+    pub fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    /// Whether it holds no slot.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Whether it holds `slot`.
+    pub fn contains(self, slot: u32) -> bool {
+        slot < MAX_SEMAPHORE_LIMIT && self.0 & 1 << slot != 0
+    }
+
+    /// Its lowest slot, `None` when empty.
+    pub fn lowest(self) -> Option<u32> {
+        (!self.is_empty()).then(|| self.0.trailing_zeros())
+    }
+
+    /// Its slots, ascending.
+    pub fn iter(self) -> impl Iterator<Item = u32> {
+        (0..MAX_SEMAPHORE_LIMIT).filter(move |&slot| self.contains(slot))
+    }
+
+    /// The lock kind of a lease holding these slots: [`LockKind::Slot`] for one slot,
+    /// [`LockKind::Slots`] for more; `None` when empty.
+    pub fn kind(self) -> Option<LockKind> {
+        match self.len() {
+            0 => None,
+            1 => self.lowest().map(LockKind::Slot),
+            _ => Some(LockKind::Slots(self)),
+        }
+    }
+}
+
+impl FromIterator<u32> for SlotSet {
+    fn from_iter<I: IntoIterator<Item = u32>>(slots: I) -> Self {
+        slots.into_iter().fold(Self::default(), Self::with)
+    }
+}
+
+impl LockKind {
+    /// The semaphore slots a lease of this kind holds (empty for other kinds).
+    pub fn slots(self) -> SlotSet {
+        match self {
+            Self::Slot(slot) => SlotSet::single(slot),
+            Self::Slots(set) => set,
+            _ => SlotSet::default(),
+        }
+    }
 }
 
 /// A lock name split into its resource and kind (see [`lock_name`]).
@@ -51,12 +128,23 @@ pub struct LockName<'a> {
 }
 
 /// The lock name of `kind` on `resource`: the resource itself for its exclusive lock,
-/// `<resource>\u{1f}s<n>` for semaphore slot `n`, `<resource>\u{1f}e` for its election. The
-/// engine takes a lock name wherever it takes a lease's resource.
+/// `<resource>\u{1f}s<n>` for semaphore slot `n` (`s<n>,<m>,…` for several, ascending),
+/// `<resource>\u{1f}e` for its election. The engine takes a lock name wherever it takes a
+/// lease's resource.
 pub fn lock_name(resource: &str, kind: LockKind) -> String {
     match kind {
         LockKind::Exclusive => resource.to_string(),
         LockKind::Slot(slot) => format!("{resource}{KIND_SEPARATOR}s{slot}"),
+        LockKind::Slots(set) => {
+            let mut name = format!("{resource}{KIND_SEPARATOR}s");
+            for (n, slot) in set.iter().enumerate() {
+                if n > 0 {
+                    name.push(',');
+                }
+                name.push_str(itoa::Buffer::new().format(slot));
+            }
+            name
+        }
         LockKind::Writer => format!("{resource}{KIND_SEPARATOR}w"),
         LockKind::Reader(slot) => format!("{resource}{KIND_SEPARATOR}r{slot}"),
         LockKind::Election => format!("{resource}{KIND_SEPARATOR}{ELECTION_KIND}"),
@@ -86,6 +174,20 @@ pub fn parse_lock_name(name: &str) -> Option<LockName<'_>> {
     };
     let kind = match kind.split_at_checked(1)? {
         ("w", "") => LockKind::Writer,
+        ("s", slots) if slots.contains(',') => {
+            // Only the form `lock_name` writes: two or more slots, strictly ascending.
+            let mut set = SlotSet::default();
+            let mut last = None;
+            for slot in slots.split(',') {
+                let slot = number(slot).filter(|&n| n < MAX_SEMAPHORE_LIMIT)?;
+                if last.is_some_and(|last| slot <= last) {
+                    return None;
+                }
+                last = Some(slot);
+                set = set.with(slot);
+            }
+            LockKind::Slots(set)
+        }
         ("s", slot) => LockKind::Slot(number(slot).filter(|&n| n < MAX_SEMAPHORE_LIMIT)?),
         ("r", slot) => LockKind::Reader(number(slot).filter(|&n| n < MAX_READERS)?),
         _ => return None,
@@ -141,9 +243,26 @@ impl Keyspace {
         }
     }
 
+    /// The lock keys of a lock name ([`lock_name`]): its one key ([`Keyspace::lock`]), or each
+    /// slot's key for a lease holding several slots of a semaphore ([`LockKind::Slots`]).
+    pub fn locks(&self, name: &str) -> Vec<String> {
+        match parse_lock_name(name) {
+            Some(LockName {
+                resource,
+                kind: LockKind::Slots(set),
+            }) => {
+                let base = self.semaphore_slots(resource);
+                let key = |slot| format!("{base}{slot}");
+                set.iter().map(key).collect()
+            }
+            _ => vec![self.lock(name)],
+        }
+    }
+
     /// The lock key of a lock name ([`lock_name`]): `<prefix>lock:<resource>` for an exclusive
     /// lock (renewals need no other key), `<prefix>sem:<resource>:<n>` for a semaphore slot,
-    /// `<prefix>elect:<resource>` for an election.
+    /// `<prefix>elect:<resource>` for an election. A name of several slots has one key per
+    /// slot ([`Keyspace::locks`]); this is its lowest slot's.
     pub fn lock(&self, name: &str) -> String {
         let Some(LockName { resource, kind }) = parse_lock_name(name) else {
             return self.join("lock:", name);
@@ -151,6 +270,7 @@ impl Keyspace {
         let (mut key, slot) = match kind {
             LockKind::Exclusive => return self.join("lock:", name),
             LockKind::Slot(slot) => (self.semaphore_slots(resource), slot),
+            LockKind::Slots(set) => (self.semaphore_slots(resource), set.lowest().unwrap_or(0)),
             LockKind::Writer => {
                 let mut key = self.read_write(resource);
                 key.push('w');
@@ -292,7 +412,7 @@ pub fn waiting_name(name: &str) -> std::borrow::Cow<'_, str> {
     match parse_lock_name(name) {
         Some(LockName {
             resource,
-            kind: LockKind::Slot(_),
+            kind: LockKind::Slot(_) | LockKind::Slots(_),
         }) => name[..resource.len() + KIND_SEPARATOR.len_utf8() + 1].into(),
         Some(LockName {
             resource,
@@ -474,6 +594,45 @@ mod tests {
             keyspace.released_channel(&reader)
         );
         assert!(validate_lock_name("doc\u{1f}w1").is_err());
+    }
+
+    /// A lease's set of slots has one name, `s<n>,<m>,…` ascending, and one key per slot; a
+    /// set of one is a slot; names in any other form are refused.
+    #[test]
+    fn slot_sets_name_each_slot_key() {
+        let keyspace = Keyspace::new("p:");
+        let set: SlotSet = [9, 2, 40].into_iter().collect();
+        assert_eq!(set.iter().collect::<Vec<_>>(), [2, 9, 40]);
+        let name = lock_name("pool", LockKind::Slots(set));
+        assert_eq!(name, "pool\u{1f}s2,9,40");
+        assert_eq!(
+            parse_lock_name(&name),
+            Some(LockName {
+                resource: "pool",
+                kind: LockKind::Slots(set)
+            })
+        );
+        assert_eq!(
+            keyspace.locks(&name),
+            ["p:sem:pool:2", "p:sem:pool:9", "p:sem:pool:40"]
+        );
+        assert_eq!(keyspace.lock(&name), "p:sem:pool:2");
+        assert_eq!(keyspace.locks("pool"), ["p:lock:pool"]);
+        assert_eq!(
+            keyspace.released_channel(&name),
+            keyspace.released_channel(&lock_name("pool", LockKind::Slot(0)))
+        );
+        assert_eq!(SlotSet::single(5).kind(), Some(LockKind::Slot(5)));
+        assert_eq!(SlotSet::default().kind(), None);
+        assert_eq!(SlotSet::single(64), SlotSet::default());
+        assert_eq!(LockKind::Slots(set).slots(), set);
+        assert_eq!(LockKind::Slot(3).slots(), SlotSet::single(3));
+        for bad in ["s9,2", "s2,2", "s2,", "s,2", "s2,64", "s2,x"] {
+            assert!(
+                validate_lock_name(&format!("pool\u{1f}{bad}")).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     /// An election's lock name maps to its own key and back; its release channel is its own,

@@ -50,6 +50,7 @@ pub use outcome::{
     AcquireOutcome, ExtendOutcome, Lease, NodeVote, Refusal, ReleaseOutcome, Renewal, Shortfall,
 };
 pub use release::Release;
+pub use semaphore::Permits;
 
 /// Shortest TTL accepted.
 pub const DEFAULT_MIN_TTL: Duration = Duration::from_millis(10);

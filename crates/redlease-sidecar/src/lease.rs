@@ -497,14 +497,14 @@ impl LeaseManager {
                     .acquire_fair_with_wait(resource, owner, ttl, wait)
                     .await
             }
-            (AcquireKind::Permit { limit }, false) => {
+            (AcquireKind::Permit(permits), false) => {
                 engine
-                    .acquire_permit_with_wait(resource, owner, ttl, limit, wait)
+                    .acquire_permit_with_wait(resource, owner, ttl, permits, wait)
                     .await
             }
-            (AcquireKind::Permit { limit }, true) => {
+            (AcquireKind::Permit(permits), true) => {
                 engine
-                    .acquire_permit_fair_with_wait(resource, owner, ttl, limit, wait)
+                    .acquire_permit_fair_with_wait(resource, owner, ttl, permits, wait)
                     .await
             }
             (AcquireKind::Read { .. } | AcquireKind::Write, false) => {

@@ -29,20 +29,23 @@ pub const EXIT_NOT_FOUND: u8 = 127;
 /// How often the group is checked for processes left, while it is being stopped.
 const GROUP_POLL: Duration = Duration::from_millis(10);
 
-/// The variables that tell the command about its lease (and a permit's slot and limit).
+/// The variables that tell the command about its lease (and a permit's slots and limit:
+/// `REDLEASE_SLOT`, the lowest; `REDLEASE_SLOTS`, each one, comma-separated).
 pub fn lease_env(
     fencing_token: u64,
     lease_id: &str,
     resource: &str,
-    permit: Option<(u32, u32)>,
+    permit: Option<(&[u32], u32)>,
 ) -> Vec<(&'static str, String)> {
     let mut env = vec![
         ("REDLEASE_FENCING_TOKEN", fencing_token.to_string()),
         ("REDLEASE_LEASE_ID", lease_id.to_string()),
         ("REDLEASE_RESOURCE", resource.to_string()),
     ];
-    if let Some((slot, limit)) = permit {
-        env.push(("REDLEASE_SLOT", slot.to_string()));
+    if let Some((slots @ [lowest, ..], limit)) = permit {
+        let listed: Vec<String> = slots.iter().map(u32::to_string).collect();
+        env.push(("REDLEASE_SLOT", lowest.to_string()));
+        env.push(("REDLEASE_SLOTS", listed.join(",")));
         env.push(("REDLEASE_LIMIT", limit.to_string()));
     }
     env

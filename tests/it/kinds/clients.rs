@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlease::keys::{parse_lock_name, LockKind};
+use redlease::redlock::Permits;
 use redlease::{AcquireOutcome, Lease};
 use redlease_testkit::history::{instant_of_wall_ms, Window};
 use serde_json::{json, Value};
@@ -21,7 +22,8 @@ use redlease::redlock::read_write::{RwMode, RwRequest};
 /// read-write lock in a mode (window resource `doc/read` or `doc/write`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    Permit,
+    /// This many permits of the semaphore at once.
+    Permit(u32),
     Leadership,
     Rw(RwMode),
     /// The lock of [`REENTERED`], re-entered while held (sidecar clients); the library's
@@ -60,9 +62,11 @@ fn hold_for(kind: Kind) -> Duration {
     }
 }
 
-/// The window resource of a slot: `pool#<slot>`.
-fn slot_resource(slot: u64) -> String {
-    format!("{SEMAPHORE}#{slot}")
+/// The window resource of a lease's slots: `pool#<slot>`, `pool#<slot>,<slot>` for several
+/// (see `record::per_slot`).
+fn slot_resource(slots: impl IntoIterator<Item = u64>) -> String {
+    let slots: Vec<String> = slots.into_iter().map(|slot| slot.to_string()).collect();
+    format!("{SEMAPHORE}#{}", slots.join(","))
 }
 
 /// The end of the validity a lease view tells, counted from `sent` (when the request that
@@ -97,8 +101,9 @@ impl SidecarClient {
                 "wait_ms": WAIT.as_millis() as u64, "auto_renew": self.auto_renew,
             });
             let url = match self.kind {
-                Kind::Permit => {
+                Kind::Permit(count) => {
                     body["limit"] = json!(LIMIT);
+                    body["permits"] = json!(count);
                     format!("{}/v1/semaphores/{SEMAPHORE}/acquire", self.base)
                 }
                 Kind::Leadership => {
@@ -188,10 +193,17 @@ impl SidecarClient {
     fn held(&self, view: &Value) -> (String, u64) {
         let token = view["fencing_token"].as_u64().unwrap();
         match self.kind {
-            Kind::Permit => match view["slot"].as_u64() {
-                Some(slot) => (slot_resource(slot), token),
-                None => panic!("a permit without a slot: {view}"),
-            },
+            Kind::Permit(count) => {
+                let slots: Vec<u64> = view["slots"].as_array().map_or(Vec::new(), |slots| {
+                    slots.iter().filter_map(Value::as_u64).collect()
+                });
+                assert_eq!(slots.len(), count as usize, "permits granted: {view}");
+                assert_eq!(view["slot"].as_u64(), slots.first().copied(), "{view}");
+                if count > 1 {
+                    self.record.count("sidecar grants of several permits");
+                }
+                (slot_resource(slots), token)
+            }
             Kind::Leadership => {
                 assert_eq!(view["term"].as_u64(), Some(token), "{view}");
                 (ELECTION.to_string(), token)
@@ -293,8 +305,13 @@ impl LibraryClient {
         while Instant::now() < self.stop_at {
             let name = self.name.as_str();
             let outcome = match self.kind {
-                Kind::Permit => {
-                    let permit = engine.acquire_permit_with_wait(SEMAPHORE, name, TTL, LIMIT, WAIT);
+                Kind::Permit(count) => {
+                    let permits = Permits {
+                        limit: LIMIT,
+                        count,
+                    };
+                    let permit =
+                        engine.acquire_permit_with_wait(SEMAPHORE, name, TTL, permits, WAIT);
                     permit.await
                 }
                 Kind::Leadership => {
@@ -332,7 +349,12 @@ impl LibraryClient {
     /// the client stops holding.
     async fn hold(&self, mut lease: Lease) -> Lease {
         let resource = match parse_lock_name(&lease.resource).map(|n| n.kind) {
-            Some(LockKind::Slot(slot)) => slot_resource(u64::from(slot)),
+            Some(kind @ (LockKind::Slot(_) | LockKind::Slots(_))) => {
+                if kind.slots().len() > 1 {
+                    self.record.count("library grants of several permits");
+                }
+                slot_resource(kind.slots().iter().map(u64::from))
+            }
             Some(LockKind::Election) => ELECTION.to_string(),
             Some(LockKind::Writer) => rw_resource(RwMode::Write),
             Some(LockKind::Exclusive) => REENTERED.to_string(),

@@ -65,6 +65,26 @@ impl Record {
     }
 }
 
+/// The windows of a semaphore's leases one per slot: a lease of several permits
+/// (`pool#1,4`) holds each of its slots (`pool#1`, `pool#4`) with its one token, for its one
+/// window.
+pub fn per_slot(windows: &[Window]) -> Vec<Window> {
+    let mut each = Vec::new();
+    for window in windows {
+        let Some((semaphore, slots)) = window.resource.split_once('#') else {
+            each.push(window.clone());
+            continue;
+        };
+        for slot in slots.split(',') {
+            each.push(Window {
+                resource: format!("{semaphore}#{slot}"),
+                ..window.clone()
+            });
+        }
+    }
+    each
+}
+
 /// The most windows holding at one instant (an end and a start at one instant do not meet).
 pub fn most_at_once(windows: &[Window]) -> usize {
     let mut edges: Vec<(Instant, i32)> = windows

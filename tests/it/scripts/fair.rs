@@ -23,10 +23,20 @@ async fn enqueue(master: &Master, waiter: &str, ticket: u64, ttl_ms: u64) {
     assert_eq!(queued, Ok(1));
 }
 
-/// A permit of `pool` (limit 2, slots 0 then 1) for `waiter` by the fair variant.
+/// A permit of `pool` (limit 2, one permit, slots 0 then 1) for `waiter` by the fair variant.
 async fn permit(master: &Master, waiter: &str) -> Result<Vec<i64>, String> {
     let value = LeaseId::random().value_for("o");
-    let args = [waiter, SLOTS, value.as_str(), "5000", "2", "64", "0", "1"];
+    let args = [
+        waiter,
+        SLOTS,
+        value.as_str(),
+        "5000",
+        "2",
+        "64",
+        "1",
+        "0",
+        "1",
+    ];
     let keys = [FENCE, QUEUE, BEATS];
     master
         .eval_as(&SCRIPTS.semaphore_acquire_fair, &keys, &args)

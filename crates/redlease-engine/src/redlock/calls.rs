@@ -159,10 +159,10 @@ pub(super) fn acquire_commands(
     ))
 }
 
-/// `lock` is the lease's lock key, `<prefix>lock:<resource>`; `revoked_prefix` is
+/// `locks` are the lease's lock keys ([`crate::keys::Keyspace::locks`]); `revoked_prefix` is
 /// `<prefix>revoked:`.
 pub(super) fn shadow_call(
-    lock: String,
+    locks: &[String],
     revoked_prefix: &str,
     id: LeaseId,
     owner: &str,
@@ -174,19 +174,29 @@ pub(super) fn shadow_call(
     let (id, value) = (id.hex(), id.value_for(owner));
     let args: [&[u8]; 3] = [id.as_str().as_bytes(), value.as_bytes(), ttl.as_bytes()];
     let revoked = format!("{revoked_prefix}{}", id.as_str());
-    let keys: [&[u8]; 2] = [lock.as_bytes(), revoked.as_bytes()];
+    let keys: Vec<&[u8]> = locks
+        .iter()
+        .map(|lock| lock.as_bytes())
+        .chain([revoked.as_bytes()])
+        .collect();
     Arc::new(ScriptCall::new(&SCRIPTS.shadow, &keys, &args))
 }
 
 /// `lock` and `channel` are the resource's lock key and release channel.
 pub(super) fn release_call(lock: &str, channel: &str, id: LeaseId) -> Arc<ScriptCall> {
-    Arc::new(release_script_call(lock, channel, id))
+    Arc::new(release_script_call(&[lock.as_bytes()], channel, id))
 }
 
-fn release_script_call(lock: &str, channel: &str, id: LeaseId) -> ScriptCall {
+/// The release of a lease whose lock name has several keys ([`crate::keys::Keyspace::locks`]).
+pub(super) fn release_keys_call(locks: &[String], channel: &str, id: LeaseId) -> Arc<ScriptCall> {
+    let keys: Vec<&[u8]> = locks.iter().map(|lock| lock.as_bytes()).collect();
+    Arc::new(release_script_call(&keys, channel, id))
+}
+
+fn release_script_call(locks: &[&[u8]], channel: &str, id: LeaseId) -> ScriptCall {
     let id = id.hex();
     let args: [&[u8]; 2] = [id.as_str().as_bytes(), channel.as_bytes()];
-    ScriptCall::new(&SCRIPTS.release, &[lock.as_bytes()], &args)
+    ScriptCall::new(&SCRIPTS.release, locks, &args)
 }
 
 /// The release an acquisition chains after its write on each master, for when the grant is
@@ -222,7 +232,7 @@ impl ChainedRelease {
     fn call(&self) -> Arc<ScriptCall> {
         let call = self
             .call
-            .get_or_init(|| Arc::new(release_script_call(&self.lock, &self.channel, self.id)));
+            .get_or_init(|| release_call(&self.lock, &self.channel, self.id));
         Arc::clone(call)
     }
 }

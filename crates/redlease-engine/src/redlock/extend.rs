@@ -2,6 +2,7 @@
 //! judged by its own quorum. `extend` is a batch of one; [`super::batch`] gathers the
 //! renewals that fall due together.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use super::fanout::fan_out;
 use super::quorum::{Tally, Verdict};
 use super::{count_vote, ExtendOutcome, NodeVote, Redlock};
 use crate::fleet::CallError;
-use crate::keys::validate_lock_name;
+use crate::keys::{parse_lock_name, validate_lock_name, LockKind};
 use crate::scripts::{ExtendReply, ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
@@ -104,7 +105,8 @@ impl Redlock {
         timeout: Duration,
     ) -> Vec<EntryVotes> {
         let n = self.fleet.len();
-        let call = batch_call(self, batch, sent);
+        let (call, spans) = batch_call(self, batch, sent);
+        let keys = spans.last().map_or(0, |span| span.end);
         let until = Instant::now() + timeout;
         let nodes = self.fleet.nodes();
         let mut replies = fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
@@ -123,8 +125,8 @@ impl Redlock {
             let Some((index, answer)) = replies.recv().await else {
                 break;
             };
-            for (j, count) in counts.iter_mut().enumerate() {
-                let vote = entry_vote(&answer, j, sent.len());
+            for (span, count) in spans.iter().zip(counts.iter_mut()) {
+                let vote = entry_vote(&answer, span.clone(), keys);
                 count_vote(&mut count.tally, &vote);
                 count.votes[index] = vote;
             }
@@ -133,32 +135,59 @@ impl Redlock {
     }
 }
 
-/// KEYS lock₁, lock₂, …; ARGV id₁, ttl₁, id₂, ttl₂, …
-fn batch_call(engine: &Redlock, batch: &[Extension], sent: &[usize]) -> Arc<ScriptCall> {
+/// KEYS lock₁, lock₂, …; ARGV id₁, ttl₁, id₂, ttl₂, …; and for each entry sent, the range of
+/// its keys (one, or one per slot for a lease of several semaphore slots).
+fn batch_call(
+    engine: &Redlock,
+    batch: &[Extension],
+    sent: &[usize],
+) -> (Arc<ScriptCall>, Vec<Range<usize>>) {
     let keyspace = engine.fleet().keyspace();
     let mut locks = Vec::with_capacity(sent.len());
     let mut args = Vec::with_capacity(sent.len() * 2);
+    let mut spans = Vec::with_capacity(sent.len());
     for &i in sent {
         let extension = &batch[i];
-        locks.push(keyspace.lock(&extension.resource));
-        args.push(extension.id.to_string());
-        args.push(
+        let first = locks.len();
+        match parse_lock_name(&extension.resource).map(|name| name.kind) {
+            Some(LockKind::Slots(_)) => locks.extend(keyspace.locks(&extension.resource)),
+            _ => locks.push(keyspace.lock(&extension.resource)),
+        }
+        let (id, ttl) = (
+            extension.id.to_string(),
             itoa::Buffer::new()
                 .format(extension.ttl.as_millis())
                 .to_string(),
         );
+        // One (id, ttl) per key, cloned only for a lease of several keys.
+        args.extend(std::iter::repeat_n([id, ttl], locks.len() - first).flatten());
+        spans.push(first..locks.len());
     }
     let keys: Vec<&[u8]> = locks.iter().map(|lock| lock.as_bytes()).collect();
     let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_bytes()).collect();
-    Arc::new(ScriptCall::new(&SCRIPTS.extend, &keys, &args))
+    let call = Arc::new(ScriptCall::new(&SCRIPTS.extend, &keys, &args));
+    (call, spans)
 }
 
-/// The vote for entry `j` of a batch of `len` in one master's answer.
-fn entry_vote(answer: &Result<Vec<i64>, CallError>, j: usize, len: usize) -> NodeVote {
+/// The vote for the entry whose keys are `span` in one master's answer to a call of `keys`
+/// keys: the code of its one key; for a lease of several keys, extended only where every one
+/// was, else the worst of their codes (revoked, then held by another, then absent).
+fn entry_vote(answer: &Result<Vec<i64>, CallError>, span: Range<usize>, keys: usize) -> NodeVote {
     match answer {
-        Ok(codes) if codes.len() == len => NodeVote::Extend(ExtendReply::from_script(codes[j])),
+        Ok(codes) if codes.len() == keys => {
+            let codes = &codes[span];
+            let code = match codes {
+                [one] => *one,
+                _ if codes.iter().all(|&code| code == 1) => 1,
+                _ => [-2, -1, 0]
+                    .into_iter()
+                    .find(|worst| codes.contains(worst))
+                    .unwrap_or(0),
+            };
+            NodeVote::Extend(ExtendReply::from_script(code))
+        }
         Ok(codes) => NodeVote::Failed(CallError::Reply(format!(
-            "extend.lua answered {} codes for {len} leases",
+            "extend.lua answered {} codes for {keys} keys",
             codes.len()
         ))),
         Err(error) => NodeVote::Failed(error.clone()),

@@ -28,7 +28,7 @@ use super::calls::{eval_on, release_call};
 use super::fanout::fan_out;
 use super::slotted::SlottedAttempt;
 use super::{fencing, AcquireOutcome, Redlock, Refusal, Shortfall};
-use crate::keys::{waiting_name, Keyspace};
+use crate::keys::{waiting_name, Keyspace, SlotSet};
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
@@ -197,7 +197,7 @@ impl Redlock {
         ];
         let args: [&[u8]; 3] = [value.as_bytes(), ttl_ms.as_bytes(), waiter.as_bytes()];
         let acquire = Arc::new(ScriptCall::new(&SCRIPTS.fair_acquire, &call_keys, &args));
-        let release_claims = |_keep: Option<u32>| release_call(lock, &keys.channel, id);
+        let release_claims = |_keep: Option<SlotSet>| release_call(lock, &keys.channel, id);
         let name_of = |_slot| name.to_string();
         let attempt = SlottedAttempt {
             id,

@@ -19,7 +19,7 @@ use super::inventory::{text, INSPECT_TIMEOUT};
 use super::Redlock;
 use crate::backoff::Backoff;
 use crate::fleet::{Admission, Deadline};
-use crate::keys::{validate_actor, validate_lock_name, validate_reason};
+use crate::keys::{parse_lock_name, validate_actor, validate_lock_name, validate_reason};
 use crate::lease_id::parse_value;
 use crate::metrics::METRICS;
 use crate::resp::Commands;
@@ -119,6 +119,10 @@ impl Redlock {
         options: &ForceOptions,
     ) -> Result<ForceRelease, Error> {
         validate_lock_name(resource)?;
+        if matches!(parse_lock_name(resource), Some(name) if name.kind.slots().len() > 1) {
+            // An operator forces one lock: a slot of a semaphore, whatever lease holds it.
+            return Err(Error::InvalidResource("a force release names one slot"));
+        }
         validate_actor(actor)?;
         validate_reason(reason)?;
         self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
@@ -327,15 +331,17 @@ impl Redlock {
     }
 
     /// The holder of revoked lease `id` was told: deletes its tombstone on every master (one
-    /// try each) and publishes the release, so waiters wake. Returns how many masters held it.
+    /// try each; on each of its keys, for a lease of several slots) and publishes the
+    /// release, so waiters wake. Returns how many masters held one.
     pub async fn acknowledge_revocation(&self, resource: &str, id: LeaseId) -> usize {
         let keyspace = self.fleet.keyspace();
-        let lock = keyspace.lock(resource);
+        let locks = keyspace.locks(resource);
         let released = keyspace.released_channel(resource);
         let id_text = id.to_string();
+        let keys: Vec<&[u8]> = locks.iter().map(|lock| lock.as_bytes()).collect();
         let call = ScriptCall::new(
             &SCRIPTS.acknowledge,
-            &[lock.as_bytes()],
+            &keys,
             &[id_text.as_bytes(), released.as_bytes()],
         );
         let deadline = Deadline::After(INSPECT_TIMEOUT);

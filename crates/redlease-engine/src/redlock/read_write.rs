@@ -22,7 +22,7 @@ use futures_util::FutureExt;
 use super::fair::{Queue, Turn};
 use super::slotted::{slot_order, SlottedAttempt};
 use super::{AcquireOutcome, Redlock};
-use crate::keys::{lock_name, validate_resource, waiting_name, LockKind, MAX_READERS};
+use crate::keys::{lock_name, validate_resource, waiting_name, LockKind, SlotSet, MAX_READERS};
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
@@ -198,14 +198,16 @@ impl Redlock {
             RwMode::Read => LockKind::Reader(slot),
             RwMode::Write => LockKind::Writer,
         };
-        let release_claims = |keep: Option<u32>| {
+        // A read-write lock's script grants one slot at a time: a set granted holds one.
+        let slot_of = |slots: SlotSet| slots.lowest().unwrap_or(0);
+        let release_claims = |keep: Option<SlotSet>| {
             self.rw_release_call(
                 resource,
                 id,
-                keep.map(|slot| lock_name(resource, kind_of(slot))),
+                keep.map(|slots| lock_name(resource, kind_of(slot_of(slots)))),
             )
         };
-        let name_of = |slot| lock_name(resource, kind_of(slot));
+        let name_of = |slots| lock_name(resource, kind_of(slot_of(slots)));
         let attempt = SlottedAttempt {
             id,
             owner,

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::calls::{release_call, release_on};
+use super::calls::{release_call, release_keys_call, release_on};
 use super::fanout::fan_out;
 use super::{Redlock, ReleaseOutcome};
-use crate::keys::validate_lock_name;
+use crate::keys::{parse_lock_name, validate_lock_name, LockKind};
 use crate::metrics::METRICS;
 use crate::{Error, LeaseId};
 
@@ -148,8 +148,11 @@ impl Redlock {
         let keyspace = self.fleet.keyspace();
         let now = Instant::now();
         let timeout = self.node_timeout(self.options.max_ttl, now);
-        let (lock, channel) = (keyspace.lock(resource), keyspace.released_channel(resource));
-        let call = release_call(&lock, &channel, id);
+        let channel = keyspace.released_channel(resource);
+        let call = match parse_lock_name(resource).map(|name| name.kind) {
+            Some(LockKind::Slots(_)) => release_keys_call(&keyspace.locks(resource), &channel, id),
+            _ => release_call(&keyspace.lock(resource), &channel, id),
+        };
         let nodes = self.fleet.nodes();
         let tally = ReleaseTally::new(nodes.len(), self.fleet.quorum());
         let mut progress = tally.progress.subscribe();

@@ -39,8 +39,8 @@ impl Redlock {
             )));
         }
         let keyspace = self.fleet.keyspace();
-        let lock = keyspace.lock(resource);
-        let call = shadow_call(lock, &keyspace.revoked_prefix(), id, owner, shadow_ttl);
+        let locks = keyspace.locks(resource);
+        let call = shadow_call(&locks, &keyspace.revoked_prefix(), id, owner, shadow_ttl);
         let start = Instant::now();
         let nodes = self.fleet.nodes();
         let mut replies = fan_out(

@@ -1,11 +1,13 @@
-//! Slotted acquisitions: a script takes one of several keys (slots) on every master at once,
-//! and the lease keeps the slot a quorum gave it. Counting semaphores (their permits) and
-//! read-write locks (their readers, and their writer as a single slot) are built on it.
+//! Slotted acquisitions: a script takes one or several of a set of keys (slots) on every
+//! master at once, and the lease keeps the slots a quorum gave it. Counting semaphores (their
+//! permits) and read-write locks (their readers, and their writer as a single slot) are built
+//! on it.
 //!
-//! Every master is asked and waited for (up to the node timeout): a master that gave another
-//! slot than the quorum's, or did not answer, is sent the release of the lease's other claims
-//! (on the same connection, after its claim). The slot a quorum gave is then fenced and
-//! judged as an exclusive grant is ([`super::fencing`], [`super::quorum::validity`]).
+//! Every master is asked and waited for (up to the node timeout): a master that gave other
+//! slots than the quorum's, or did not answer, is sent the release of the lease's other claims
+//! (on the same connection, after its claim). The slots a quorum gave (the same set on each
+//! master of the quorum) are then fenced and judged as an exclusive grant is
+//! ([`super::fencing`], [`super::quorum::validity`]).
 //!
 //! An attempt dropped before it answered (its caller went away) sends the release of every
 //! claim of its lease to every master, in tasks of their own, behind its writes on the same
@@ -20,17 +22,22 @@ use super::calls::eval_values_on;
 use super::fanout::{fan_out, Reply};
 use super::{AcquireOutcome, Lease, NodeVote, Redlock, Refusal, Shortfall};
 use crate::fleet::{Admission, CallError, Deadline, Node};
+use crate::keys::{SlotSet, MAX_READERS, MAX_SEMAPHORE_LIMIT};
 use crate::metrics::METRICS;
 use crate::scripts::ScriptCall;
 use crate::LeaseId;
 
+/// Slots are numbered below this (a semaphore's most slots, a read-write lock's readers).
+const MAX_SLOTS: u32 = MAX_SEMAPHORE_LIMIT;
+const _: () = assert!(MAX_READERS <= MAX_SLOTS, "a reader slot fits a slot set");
+
 /// What a slotted acquisition's script answered on one master.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotReply {
-    /// This slot is ours here; the fence counter after the script's `INCR`.
+    /// These slots are ours here; the fence counter after the script's `INCR`.
     Granted {
-        /// The slot taken.
-        slot: u32,
+        /// The slots taken (one or more).
+        slots: SlotSet,
         /// The master's fence counter after the `INCR`.
         counter: u64,
     },
@@ -47,7 +54,7 @@ pub enum SlotReply {
 }
 
 impl SlotReply {
-    /// From the script's `{code, value}`; `None` for a reply it never gives.
+    /// From the script's `{code, value, more slots…}`; `None` for a reply it never gives.
     pub fn from_script(reply: &[i64]) -> Option<Self> {
         let (&code, &value) = (reply.first()?, reply.get(1)?);
         Some(match code {
@@ -57,21 +64,28 @@ impl SlotReply {
             -2 => Self::OtherLimit {
                 in_force: u32::try_from(value).ok()?,
             },
-            slot => Self::Granted {
-                slot: u32::try_from(slot).ok()?,
-                counter: u64::try_from(value).ok()?,
-            },
+            first => {
+                let slot = |code: i64| u32::try_from(code).ok().filter(|&slot| slot < MAX_SLOTS);
+                let mut slots = SlotSet::single(slot(first)?);
+                for &more in &reply[2..] {
+                    slots = slots.with(slot(more)?);
+                }
+                Self::Granted {
+                    slots,
+                    counter: u64::try_from(value).ok()?,
+                }
+            }
         })
     }
 }
 
-/// The slot a quorum of masters gave the lease, if any: each master gives at most one, so
-/// at most one slot can have a quorum.
-pub fn quorum_slot(replies: &[Option<SlotReply>], quorum: usize) -> Option<u32> {
-    let mut granted: Vec<u32> = replies
+/// The slots a quorum of masters gave the lease, if any: the same set on each master of the
+/// quorum. Each master gives at most one set, so at most one set can have a quorum.
+pub fn quorum_slots(replies: &[Option<SlotReply>], quorum: usize) -> Option<SlotSet> {
+    let mut granted: Vec<SlotSet> = replies
         .iter()
         .filter_map(|reply| match reply {
-            Some(SlotReply::Granted { slot, .. }) => Some(*slot),
+            Some(SlotReply::Granted { slots, .. }) => Some(*slots),
             _ => None,
         })
         .collect();
@@ -97,10 +111,10 @@ pub(super) struct SlottedAttempt<'a> {
     pub ttl: Duration,
     /// Takes a slot on one master (answers as [`SlotReply::from_script`] reads).
     pub acquire: Arc<ScriptCall>,
-    /// Deletes the lease's claims on one master except the slot given (`None`: every one).
-    pub release_claims: &'a (dyn Fn(Option<u32>) -> Arc<ScriptCall> + Sync),
-    /// The lock name of a slot.
-    pub name_of: &'a (dyn Fn(u32) -> String + Sync),
+    /// Deletes the lease's claims on one master except the slots given (`None`: every one).
+    pub release_claims: &'a (dyn Fn(Option<SlotSet>) -> Arc<ScriptCall> + Sync),
+    /// The lock name of the slots a lease holds.
+    pub name_of: &'a (dyn Fn(SlotSet) -> String + Sync),
 }
 
 // === impl Redlock ===
@@ -140,7 +154,7 @@ impl Redlock {
             .map(|answer| answer.as_ref().ok().copied().flatten())
             .collect();
         let quorum = self.fleet.quorum();
-        let chosen = quorum_slot(&slots, quorum);
+        let chosen = quorum_slots(&slots, quorum);
         let votes: Vec<NodeVote> = answers
             .iter()
             .zip(&answered)
@@ -151,15 +165,15 @@ impl Redlock {
         let stray: Vec<usize> = (0..n)
             .filter(|&i| match (&answers[i], slots[i]) {
                 (Err(_), _) => true,
-                (Ok(_), Some(SlotReply::Granted { slot, .. })) => Some(slot) != chosen,
+                (Ok(_), Some(SlotReply::Granted { slots, .. })) => Some(slots) != chosen,
                 (Ok(_), _) => false,
             })
             .collect();
         let cleanup = (attempt.release_claims)(chosen);
         self.release_claims(cleanup, &stray, timeout).await;
         let outcome = match chosen {
-            Some(slot) => {
-                let name = (attempt.name_of)(slot);
+            Some(set) => {
+                let name = (attempt.name_of)(set);
                 let (ttl, id, owner) = (attempt.ttl, attempt.id, attempt.owner);
                 self.confirm_slot(votes, (start, ttl, timeout), id, name, owner)
                     .await
@@ -242,7 +256,7 @@ impl Redlock {
 /// A slotted attempt not answered yet: dropped so, it releases every claim of its lease.
 struct Unanswered<'a> {
     engine: &'a Redlock,
-    release_claims: &'a (dyn Fn(Option<u32>) -> Arc<ScriptCall> + Sync),
+    release_claims: &'a (dyn Fn(Option<SlotSet>) -> Arc<ScriptCall> + Sync),
     timeout: Duration,
     armed: bool,
 }
@@ -306,17 +320,17 @@ async fn release_claims_on(
     reply.send(());
 }
 
-/// A master's answer as a vote on the chosen slot: granted only for that slot.
+/// A master's answer as a vote on the chosen slots: granted only for that set.
 fn slot_vote(
     answer: &Result<Option<SlotReply>, CallError>,
     answered: bool,
-    chosen: Option<u32>,
+    chosen: Option<SlotSet>,
 ) -> NodeVote {
     if !answered {
         return NodeVote::NoAnswer;
     }
     match answer {
-        Ok(Some(SlotReply::Granted { slot, counter })) if Some(*slot) == chosen => {
+        Ok(Some(SlotReply::Granted { slots, counter })) if Some(*slots) == chosen => {
             NodeVote::Granted { counter: *counter }
         }
         Ok(Some(SlotReply::Granted { .. })) => NodeVote::Refused {
@@ -337,15 +351,27 @@ fn slot_vote(
 mod tests {
     use super::*;
 
-    /// Only a slot a quorum gave wins; divergent grants give none.
+    /// Only slots a quorum gave win, as one set; divergent grants give none, even where each
+    /// slot of a set has a quorum of its own.
     #[test]
-    fn only_a_slot_a_quorum_gave_wins() {
-        let g = |slot| Some(SlotReply::Granted { slot, counter: 1 });
-        assert_eq!(quorum_slot(&[g(1), g(1), g(0)], 2), Some(1));
-        assert_eq!(quorum_slot(&[g(0), g(1), None], 2), None);
-        assert_eq!(quorum_slot(&[g(0), g(1), g(2), g(2), g(2)], 3), Some(2));
+    fn only_slots_a_quorum_gave_win() {
+        let g = |slots: &[u32]| {
+            Some(SlotReply::Granted {
+                slots: slots.iter().copied().collect(),
+                counter: 1,
+            })
+        };
+        let set = |slots: &[u32]| Some(slots.iter().copied().collect::<SlotSet>());
+        assert_eq!(quorum_slots(&[g(&[1]), g(&[1]), g(&[0])], 2), set(&[1]));
+        assert_eq!(quorum_slots(&[g(&[0]), g(&[1]), None], 2), None);
+        let five = [g(&[0]), g(&[1]), g(&[2]), g(&[2]), g(&[2])];
+        assert_eq!(quorum_slots(&five, 3), set(&[2]));
         let full = Some(SlotReply::Full { soonest: None });
-        assert_eq!(quorum_slot(&[g(0), full, full], 2), None);
+        assert_eq!(quorum_slots(&[g(&[0]), full, full], 2), None);
+        let pairs = [g(&[0, 1]), g(&[1, 2]), g(&[0, 2])];
+        assert_eq!(quorum_slots(&pairs, 2), None);
+        let agreed = [g(&[0, 1]), g(&[1, 2]), g(&[0, 1])];
+        assert_eq!(quorum_slots(&agreed, 2), set(&[0, 1]));
     }
 
     /// Every slot is offered once, from a start the lease id picks.
@@ -366,10 +392,19 @@ mod tests {
         assert_eq!(
             SlotReply::from_script(&[3, 17]),
             Some(SlotReply::Granted {
-                slot: 3,
+                slots: SlotSet::single(3),
                 counter: 17
             })
         );
+        assert_eq!(
+            SlotReply::from_script(&[3, 17, 0, 9]),
+            Some(SlotReply::Granted {
+                slots: [0, 3, 9].into_iter().collect(),
+                counter: 17
+            })
+        );
+        assert_eq!(SlotReply::from_script(&[3, 17, 64]), None);
+        assert_eq!(SlotReply::from_script(&[3, 17, -1]), None);
         assert_eq!(
             SlotReply::from_script(&[-1, -1]),
             Some(SlotReply::Full { soonest: None })

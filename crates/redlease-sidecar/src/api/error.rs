@@ -59,6 +59,7 @@ impl From<crate::Error> for ApiError {
             InvalidReason(_) => "invalid_reason",
             InvalidPrefix(_) => "invalid_prefix",
             InvalidLimit(_) => "invalid_limit",
+            InvalidPermits(_) => "invalid_permits",
             InvalidLeaseId => "unknown_lease",
             InvalidValue(_) => "invalid_value",
             NotACampaign => {

@@ -60,9 +60,10 @@ pub(super) async fn answer_acquisition(
     let held = match (request.kind, &request.campaign) {
         (_, Some(_)) => "another leader holds the election",
         (AcquireKind::Lock, None) => "the lock is held by another lease",
-        (AcquireKind::Permit { .. }, None) => {
-            "every slot of the semaphore is held by another lease"
+        (AcquireKind::Permit(permits), None) if permits.count > 1 => {
+            "fewer slots of the semaphore are free than the permits asked for"
         }
+        (AcquireKind::Permit(_), None) => "every slot of the semaphore is held by another lease",
         (AcquireKind::Read { .. }, None) => "a writer holds the lock, or one is waiting for it",
         (AcquireKind::Write, None) => "the lock is held by another lease's writer or readers",
     };

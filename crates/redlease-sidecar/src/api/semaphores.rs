@@ -14,6 +14,7 @@ use super::requests::AcquireBody;
 use super::AppState;
 use crate::keys::MAX_SEMAPHORE_LIMIT;
 use crate::lease::{AcquireKind, LeaseView};
+use crate::redlock::Permits;
 
 /// Body of `POST /v1/semaphores/{resource}/acquire`: the acquire body's fields, and the
 /// semaphore's limit (unknown fields are refused; `null` is the same as leaving a field out).
@@ -27,8 +28,9 @@ pub(super) struct SemaphoreAcquireBody {
     /// other than the one its holders use is refused, `limit_mismatch`).
     #[schema(value_type = u32, minimum = 1, maximum = 64)]
     limit: Option<u64>,
-    /// Permits taken by this lease: 1 (the default), the only value accepted.
-    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1)]
+    /// How many permits this lease takes, all or none, 1 (the default) to `limit`: that many
+    /// slots, all held by one lease with one fencing token.
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 64)]
     permits: Option<u64>,
     /// TTL (ms), 10 to `lease.max_ttl_ms`; default: the adaptive TTL.
     #[serde(default)]
@@ -50,9 +52,9 @@ pub(super) struct SemaphoreAcquireBody {
     fair: Option<bool>,
 }
 
-/// Take a permit of a counting semaphore: one of its `limit` slots, each an exclusive lock of
-/// its own, granted by a quorum of masters. The lease answered names its `slot`; fence per
-/// slot.
+/// Take permits of a counting semaphore: `permits` (default 1) of its `limit` slots, all or
+/// none, each an exclusive lock of its own, granted by a quorum of masters. The lease answered
+/// names its `slots`; fence per slot (the lease's one token is valid for each of them).
 #[utoipa::path(
     post,
     path = "/v1/semaphores/{resource}/acquire",
@@ -71,10 +73,7 @@ pub(super) async fn acquire(
     let resource = resource_path(resource)?;
     let JsonBody(body) = body?;
     let limit = semaphore_limit(body.limit)?;
-    if body.permits.is_some_and(|permits| permits != 1) {
-        let detail = "permits must be 1: take one lease per permit";
-        return Err(ApiError::bad_request("invalid_permits", detail));
-    }
+    let permits = permit_count(body.permits, limit)?;
     let common = AcquireBody {
         owner: body.owner,
         ttl_ms: body.ttl_ms,
@@ -83,8 +82,26 @@ pub(super) async fn acquire(
         idle_timeout_ms: body.idle_timeout_ms,
         fair: body.fair,
     };
-    let request = acquire_request(&state, resource, common, AcquireKind::Permit { limit })?;
+    let kind = AcquireKind::Permit(Permits {
+        limit,
+        count: permits,
+    });
+    let request = acquire_request(&state, resource, common, kind)?;
     answer_acquisition(&state, request).await
+}
+
+/// The permits asked for: 1 by default, else within 1 to `limit`.
+fn permit_count(permits: Option<u64>, limit: u32) -> Result<u32, ApiError> {
+    let Some(permits) = permits else {
+        return Ok(1);
+    };
+    u32::try_from(permits)
+        .ok()
+        .filter(|permits| (1..=limit).contains(permits))
+        .ok_or_else(|| {
+            let detail = format!("permits must be between 1 and the limit, {limit}");
+            ApiError::bad_request("invalid_permits", detail)
+        })
 }
 
 /// The limit asked for, required and within 1 to [`MAX_SEMAPHORE_LIMIT`].

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::LeaseView;
+use crate::redlock::Permits;
 use crate::{Error, LeaseId};
 
 /// An app's request for a lock.
@@ -38,11 +39,9 @@ pub enum AcquireKind {
     /// The resource's exclusive lock.
     #[default]
     Lock,
-    /// A permit of the resource's counting semaphore of `limit` slots.
-    Permit {
-        /// The semaphore's limit, the same for every holder.
-        limit: u32,
-    },
+    /// Permits of the resource's counting semaphore: `count` of its `limit` slots, all or
+    /// none, held by one lease.
+    Permit(Permits),
     /// The resource's read-write lock, shared with other readers.
     Read {
         /// The write lease of this sidecar this read downgrades (its writer does not keep
@@ -57,7 +56,7 @@ impl AcquireKind {
     /// A permit's limit.
     pub fn limit(self) -> Option<u32> {
         match self {
-            Self::Permit { limit } => Some(limit),
+            Self::Permit(permits) => Some(permits.limit),
             _ => None,
         }
     }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use utoipa::ToSchema;
 
 use super::reentry::Holds;
-use crate::keys::{parse_lock_name, LockKind, LockName};
+use crate::keys::{parse_lock_name, LockKind, LockName, SlotSet};
 use crate::redlock::election::election_tail;
 use crate::redlock::Lease;
 
@@ -156,12 +156,14 @@ impl LeaseRecord {
     }
 
     /// What the lease's shadow writes after `<lease id>|`: its owner, and a leader's term and
-    /// value besides, so that a master that lost the key gets them back with the shadow.
+    /// value, or a permit's limit, besides, as its acquisition wrote them, so that a master
+    /// that lost the key gets them back with the shadow (and refuses another limit there).
     pub(crate) fn shadow_owner(&self) -> String {
         let lease = &self.lease;
-        match &self.election {
-            Some(value) => election_tail(&lease.owner, lease.fencing_token, value),
-            None => lease.owner.clone(),
+        match (&self.election, self.limit) {
+            (Some(value), _) => election_tail(&lease.owner, lease.fencing_token, value),
+            (None, Some(limit)) => format!("{}\u{1f}{limit}", lease.owner),
+            (None, None) => lease.owner.clone(),
         }
     }
 
@@ -177,10 +179,10 @@ impl LeaseRecord {
         let expires_at = expires
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let (resource, slot, mode) = match parse_lock_name(&self.lease.resource) {
+        let (resource, slots, mode) = match parse_lock_name(&self.lease.resource) {
             Some(LockName { resource, kind }) => match kind {
                 LockKind::Exclusive => (resource, None, None),
-                LockKind::Slot(slot) => (resource, Some(slot), None),
+                LockKind::Slot(_) | LockKind::Slots(_) => (resource, Some(kind.slots()), None),
                 LockKind::Reader(_) => (resource, None, Some(LeaseMode::Read)),
                 LockKind::Writer => (resource, None, Some(LeaseMode::Write)),
                 LockKind::Election => (resource, None, None),
@@ -192,7 +194,8 @@ impl LeaseRecord {
             acquired: true,
             lease_id: self.lease.id.to_string(),
             resource: resource.to_string(),
-            slot,
+            slot: slots.and_then(SlotSet::lowest),
+            slots: SlotList(slots.unwrap_or_default()),
             limit: self.limit,
             mode,
             owner: self.lease.owner.clone(),
@@ -260,6 +263,23 @@ impl Drop for RecordGuard<'_> {
     }
 }
 
+/// A semaphore lease's slots, shown as a list of slot numbers, ascending.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotList(pub SlotSet);
+
+impl SlotList {
+    /// Whether it names no slot (a lease of another kind).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for SlotList {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter())
+    }
+}
+
 /// A lease as the API shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct LeaseView {
@@ -270,9 +290,15 @@ pub struct LeaseView {
     pub lease_id: String,
     /// The resource it locks.
     pub resource: String,
-    /// A semaphore permit's slot, 0 to `limit − 1`: fence per slot (absent on a lock).
+    /// A semaphore permit's slot, 0 to `limit − 1`: fence per slot (absent on a lock). A
+    /// lease of several permits names its lowest slot here, and all of them in `slots`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
+    /// Every slot a semaphore lease holds, ascending (one per permit; absent on a lock): the
+    /// fencing token is valid for each of them.
+    #[serde(skip_serializing_if = "SlotList::is_empty")]
+    #[schema(value_type = Vec<u32>, required = false)]
+    pub slots: SlotList,
     /// A semaphore permit's limit (absent on a lock).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,

@@ -361,10 +361,12 @@ pub(crate) fn resource_of(name: &str) -> String {
         .to_string()
 }
 
-/// The slot a lock name names (a semaphore's, or a read-write lock's reader slot).
+/// The slot a lock name names (a semaphore's, or a read-write lock's reader slot; the lowest
+/// of a lease of several slots).
 pub(crate) fn slot_of(name: &str) -> Option<u32> {
     match parse_lock_name(name)?.kind {
         LockKind::Slot(slot) | LockKind::Reader(slot) => Some(slot),
+        LockKind::Slots(slots) => slots.lowest(),
         LockKind::Exclusive | LockKind::Writer | LockKind::Election => None,
     }
 }
@@ -373,7 +375,7 @@ pub(crate) fn slot_of(name: &str) -> Option<u32> {
 pub(crate) fn kind_of(name: &str) -> Option<&'static str> {
     match parse_lock_name(name)?.kind {
         LockKind::Exclusive => None,
-        LockKind::Slot(_) => Some("semaphore"),
+        LockKind::Slot(_) | LockKind::Slots(_) => Some("semaphore"),
         LockKind::Reader(_) => Some("read"),
         LockKind::Writer => Some("write"),
         LockKind::Election => Some("election"),
