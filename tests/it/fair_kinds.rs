@@ -143,6 +143,60 @@ async fn permits_follow_the_queue_across_engines() {
     assert!(windows[1].granted < windows[0].released, "{windows:?}");
 }
 
+/// A holder takes one permit of two; a fair waiter for both queues, then one for one permit,
+/// on another engine. The free slot does not go to the second waiter, queued after: the first
+/// is granted both once the holder left, and the second only once they are released.
+#[tokio::test]
+async fn a_waiter_for_several_permits_is_not_passed_by_a_smaller_one() {
+    let fleet = TestFleet::start(3);
+    let engines = [
+        Arc::new(fleet.engine().await),
+        Arc::new(fleet.engine().await),
+    ];
+    let holder = granted(
+        engines[0]
+            .acquire_permit("pool", "h", TTL, 2)
+            .await
+            .unwrap(),
+    );
+    let mut waiters = Vec::new();
+    for (i, count) in [2, 1].into_iter().enumerate() {
+        let engine = Arc::clone(&engines[i]);
+        waiters.push(tokio::spawn(async move {
+            let permits = Permits { limit: 2, count };
+            let owner = format!("w{count}");
+            let outcome = engine.acquire_permit_fair_with_wait("pool", &owner, TTL, permits, WAIT);
+            let lease = granted(outcome.await.unwrap());
+            let granted = Instant::now();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let released = Instant::now();
+            engine.release(&lease.resource, lease.id).await.unwrap();
+            Window {
+                token: lease.fencing_token,
+                granted,
+                released,
+            }
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // One slot has been free all along: only the queue keeps the second waiter out.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let left = Instant::now();
+    engines[0]
+        .release(&holder.resource, holder.id)
+        .await
+        .unwrap();
+    let [both, one] = join_all(waiters).await[..] else {
+        unreachable!("two waiters")
+    };
+    assert!(both.granted >= left, "granted beside the holder: {both:?}");
+    assert!(
+        both.released <= one.granted,
+        "the smaller request passed the larger: {both:?} {one:?}"
+    );
+    assert!(both.token < one.token);
+}
+
 /// A reader holds; fair waiters queue in turn: a writer W, then readers R1 and R2. W is granted
 /// first (though R1 and R2 could share the lock with the reader: strict FIFO), and R1 and R2
 /// only once W released, side by side.
