@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redlease::keys::{parse_lock_name, LockKind};
-use redlease::redlock::read_write::{RwMode, RwRequest};
+use redlease::redlock::read_write::{RwMode, RwRequest, INTENT_TTL};
 use redlease::{AcquireOutcome, Fleet, FleetOptions, Lease, Redlock, Wakeups};
 use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
@@ -246,9 +246,81 @@ async fn a_waiting_writer_whose_caller_went_away_withdraws_its_intent() {
     );
 }
 
+/// A waiting writer whose process died (its wait neither answered nor dropped: nothing of it
+/// runs again) keeps new readers out only until its intent expires, `INTENT_TTL` after its
+/// last attempt, not for its 20 s TTL.
+#[tokio::test]
+async fn a_dead_waiting_writer_keeps_readers_out_for_the_intent_ttl_at_most() {
+    let fleet = TestFleet::start(3);
+    let engine = fleet.engine().await;
+    let _r1 = reading(&engine, "r1").await;
+    let mut waiting = Box::pin(engine.acquire_rw_with_wait(long_write(), Duration::from_secs(30)));
+    let polled = tokio::time::timeout(Duration::from_millis(300), &mut waiting).await;
+    assert!(polled.is_err(), "the writer's wait answered: {polled:?}");
+    // Its process is gone: no withdrawal, no further attempt.
+    std::mem::forget(waiting);
+    let died = Instant::now();
+    let kept_out = engine
+        .acquire_rw(request("r2", RwMode::Read))
+        .await
+        .unwrap();
+    assert!(kept_out.lease().is_none(), "the intent stood: {kept_out:?}");
+    let r2 = engine
+        .acquire_rw_with_wait(request("r2", RwMode::Read), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(r2.lease().is_some(), "{r2:?}");
+    let kept = died.elapsed();
+    assert!(
+        kept < INTENT_TTL + Duration::from_secs(1),
+        "readers were kept out {kept:?} by a dead writer's intent"
+    );
+}
+
+/// A live waiting writer sets its intent again at least every `INTENT_REFRESH`, even when it
+/// listens for releases (as in a sidecar) and the reader it waits for has 10 s left: readers
+/// are kept out for as long as it waits, well past `INTENT_TTL`.
+#[tokio::test]
+async fn a_live_waiting_writer_keeps_its_intent_past_the_intent_ttl() {
+    let fleet = TestFleet::start(3);
+    let (urls, options) = (fleet.urls(), FleetOptions::default());
+    let connected = Fleet::connect(&urls, &options).await.unwrap();
+    let wakeups = Wakeups::connect(&connected).unwrap();
+    let engine = Redlock::new(connected, Default::default()).with_wakeups(wakeups);
+    let engine = std::sync::Arc::new(engine);
+    let reader = RwRequest {
+        ttl: Duration::from_secs(10),
+        ..request("r1", RwMode::Read)
+    };
+    let r1 = granted(engine.acquire_rw(reader).await.unwrap());
+    let waiting = {
+        let engine = std::sync::Arc::clone(&engine);
+        tokio::spawn(async move {
+            let outcome = engine.acquire_rw_with_wait(long_write(), Duration::from_secs(10));
+            outcome.await.unwrap()
+        })
+    };
+    let start = Instant::now();
+    while start.elapsed() < INTENT_TTL * 2 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let newcomer = engine
+            .acquire_rw(request("r2", RwMode::Read))
+            .await
+            .unwrap();
+        assert!(
+            newcomer.lease().is_none(),
+            "a reader came in {:?} into the writer's wait",
+            start.elapsed()
+        );
+    }
+    engine.release(&r1.resource, r1.id).await.unwrap();
+    let w = granted(waiting.await.unwrap());
+    engine.release(&w.resource, w.id).await.unwrap();
+}
+
 /// A waiting writer granted by a quorum while one master still held a reader (there alone, a
 /// minority's leftover) leaves no intent on that master: it would keep every reader out there
-/// for the writer's 20 s once the write is released.
+/// for the intent's TTL once the write is released.
 #[tokio::test]
 async fn a_granted_writer_leaves_no_intent_on_a_master_that_refused_it() {
     let fleet = TestFleet::start(3);

@@ -111,6 +111,7 @@ async fn a_reader_behind_a_queued_writer_is_refused_on_a_free_lock() {
                 "64",
                 "",
                 "",
+                "2000",
                 "0",
             ];
             let keys = [FENCE, queue, beats];

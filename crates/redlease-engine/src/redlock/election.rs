@@ -198,7 +198,7 @@ impl Redlock {
         let keyspace = self.fleet.keyspace();
         let (queue, lock) = (Queue::of(keyspace, &name), keyspace.lock(&name));
         let (keys, lock, name) = (&queue, lock.as_str(), name.as_str());
-        self.wait_fairly(keys, ttl, wait, move |waiter| async move {
+        self.wait_fairly(keys, (ttl, wait, None), move |waiter| async move {
             let start = Instant::now();
             match self
                 .fair_attempt(keys, lock, waiter, name, owner, ttl)

@@ -120,7 +120,7 @@ impl Redlock {
         let keyspace = self.fleet.keyspace();
         let queue = Queue::of(keyspace, resource);
         let lock = keyspace.lock(resource);
-        self.wait_fairly(&queue, ttl, wait, |waiter| {
+        self.wait_fairly(&queue, (ttl, wait, None), |waiter| {
             self.fair_attempt(&queue, &lock, waiter, resource, owner, ttl)
         })
         .await
@@ -130,12 +130,11 @@ impl Redlock {
     /// majority and kept there by its beats, `attempt` (given the waiter's id, which its
     /// script checks is the head) run until it grants or `wait` has passed, and the waiter
     /// out of the queue once it stops waiting. Contended with [`Shortfall::Dequeued`] when a
-    /// majority purged it.
+    /// majority purged it. With `max_pause`, an attempt at least that often.
     pub(super) async fn wait_fairly<F, A>(
         &self,
         queue: &Queue,
-        ttl: Duration,
-        wait: Duration,
+        (ttl, wait, max_pause): (Duration, Duration, Option<Duration>),
         attempt: F,
     ) -> Result<AcquireOutcome, Error>
     where
@@ -156,7 +155,8 @@ impl Redlock {
             self.leave(queue, waiter, timeout).await;
             return Ok(AcquireOutcome::NoQuorum(refusal(Shortfall::TooFewAnswers)));
         }
-        let attempts = self.wait_for_grant_in_masters_order(&queue.name, wait, || attempt(waiter));
+        let attempts =
+            self.wait_for_grant_in_masters_order(&queue.name, wait, max_pause, || attempt(waiter));
         let beating = self.beat_until_purged(queue, waiter, ticket, heartbeat);
         let outcome = tokio::select! {
             outcome = attempts => outcome,

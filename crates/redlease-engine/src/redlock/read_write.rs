@@ -8,8 +8,11 @@
 //! ([`super::slotted`]).
 //!
 //! Write-preferring: a blocking writer refused because readers stand leaves an intent
-//! (`…:wi`, the id of its wait, for its TTL) that keeps new readers out, so a stream of
-//! readers cannot starve it; the intent goes when it is granted or stops waiting.
+//! (`…:wi`, the id of its wait) that keeps new readers out, so a stream of readers cannot
+//! starve it; the intent goes when it is granted or stops waiting. It lives
+//! [`INTENT_TTL`] (at most the writer's TTL) past each attempt, and a waiting writer makes one
+//! at least every [`INTENT_REFRESH`]: a writer whose process died keeps readers out that long
+//! at most.
 //!
 //! Fair waiting ([`Redlock::acquire_rw_fair_with_wait`]) queues readers and writers in one
 //! queue per lock across processes; `rw_acquire.lua` behind the head check decides as here.
@@ -25,6 +28,12 @@ use super::{AcquireOutcome, Redlock};
 use crate::keys::{lock_name, validate_resource, waiting_name, LockKind, SlotSet, MAX_READERS};
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
+
+/// How long a waiting writer's intent outlives its last attempt (or the writer's TTL, when
+/// shorter).
+pub const INTENT_TTL: Duration = Duration::from_secs(2);
+/// A waiting writer with an intent tries again at least this often, setting its intent again.
+pub const INTENT_REFRESH: Duration = Duration::from_millis(500);
 
 /// A read-write lock's two modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,11 +92,20 @@ impl Redlock {
         let queue = waiting_name(&writer).into_owned();
         let intent = (request.mode == RwMode::Write && !wait.is_zero()).then(LeaseId::random);
         let mut standing = StandingIntent::new(self, request, intent);
-        let outcome = self
-            .wait_for_grant(&queue, wait, || {
-                self.acquire_rw_intending(request, intent, None)
-            })
-            .await;
+        let outcome = match intent {
+            Some(_) => {
+                self.wait_for_grant_every(&queue, wait, INTENT_REFRESH, || {
+                    self.acquire_rw_intending(request, intent, None)
+                })
+                .await
+            }
+            None => {
+                self.wait_for_grant(&queue, wait, || {
+                    self.acquire_rw_intending(request, intent, None)
+                })
+                .await
+            }
+        };
         standing.armed = false;
         self.withdraw_intent(request, intent, &outcome).await;
         outcome
@@ -111,8 +129,9 @@ impl Redlock {
         let queue = Queue::of(self.fleet.keyspace(), &writer);
         let intent = (request.mode == RwMode::Write && !wait.is_zero()).then(LeaseId::random);
         let mut standing = StandingIntent::new(self, request, intent);
+        let pace = (request.ttl, wait, intent.map(|_| INTENT_REFRESH));
         let outcome = self
-            .wait_fairly(&queue, request.ttl, wait, |waiter| {
+            .wait_fairly(&queue, pace, |waiter| {
                 let turn = Turn {
                     queue: &queue,
                     waiter,
@@ -180,6 +199,7 @@ impl Redlock {
             beside.map(|id| id.to_string()).unwrap_or_default(),
         );
         let intent = intent.map(|id| id.to_string()).unwrap_or_default();
+        let intent_ttl = INTENT_TTL.min(ttl).as_millis().to_string();
         let order: Vec<String> = order.iter().map(u32::to_string).collect();
         let mut args: Vec<&[u8]> = vec![
             base.as_bytes(),
@@ -189,6 +209,7 @@ impl Redlock {
             most.as_bytes(),
             beside.as_bytes(),
             intent.as_bytes(),
+            intent_ttl.as_bytes(),
         ];
         args.extend(order.iter().map(|slot| slot.as_bytes()));
         let fence = keyspace.fence();

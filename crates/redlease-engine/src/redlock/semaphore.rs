@@ -176,7 +176,7 @@ impl Redlock {
             self.fleet.keyspace(),
             &lock_name(resource, LockKind::Slot(0)),
         );
-        self.wait_fairly(&queue, ttl, wait, |waiter| {
+        self.wait_fairly(&queue, (ttl, wait, None), |waiter| {
             let turn = Turn {
                 queue: &queue,
                 waiter,

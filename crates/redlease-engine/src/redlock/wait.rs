@@ -44,33 +44,55 @@ impl Redlock {
         F: FnMut() -> A,
         A: Future<Output = Result<AcquireOutcome, Error>>,
     {
-        self.wait_in(queue, wait, Line::ThisProcess, attempt).await
+        self.wait_in(queue, wait, (Line::ThisProcess, None), attempt)
+            .await
     }
 
-    /// Runs `attempt` until it grants or `wait` has passed, lined up by the masters alone: a
-    /// fair waiter's, whose attempts the masters grant only at the head of their queue. This
-    /// process lines none of them up behind another (a line here could hold the masters' head
-    /// behind a waiter they rank after it); each retries at every release message under
-    /// `queue`, and at the engine's jittered pace.
-    pub(crate) async fn wait_for_grant_in_masters_order<F, A>(
+    /// [`Redlock::wait_for_grant`], with an attempt at least every `max_pause` however long
+    /// the holder has left: for an attempt that keeps something of its own alive on the
+    /// masters while it waits (a waiting writer's intent).
+    pub(crate) async fn wait_for_grant_every<F, A>(
         &self,
         queue: &str,
         wait: Duration,
+        max_pause: Duration,
         attempt: F,
     ) -> Result<AcquireOutcome, Error>
     where
         F: FnMut() -> A,
         A: Future<Output = Result<AcquireOutcome, Error>>,
     {
-        self.wait_in(queue, wait, Line::Masters, attempt).await
+        let pace = (Line::ThisProcess, Some(max_pause));
+        self.wait_in(queue, wait, pace, attempt).await
     }
 
-    /// The attempts of either line, until one grants or `wait` has passed.
+    /// Runs `attempt` until it grants or `wait` has passed, lined up by the masters alone: a
+    /// fair waiter's, whose attempts the masters grant only at the head of their queue. This
+    /// process lines none of them up behind another (a line here could hold the masters' head
+    /// behind a waiter they rank after it); each retries at every release message under
+    /// `queue`, and at the engine's jittered pace (at least every `max_pause`, when given).
+    pub(crate) async fn wait_for_grant_in_masters_order<F, A>(
+        &self,
+        queue: &str,
+        wait: Duration,
+        max_pause: Option<Duration>,
+        attempt: F,
+    ) -> Result<AcquireOutcome, Error>
+    where
+        F: FnMut() -> A,
+        A: Future<Output = Result<AcquireOutcome, Error>>,
+    {
+        self.wait_in(queue, wait, (Line::Masters, max_pause), attempt)
+            .await
+    }
+
+    /// The attempts of either line, until one grants or `wait` has passed; never more than
+    /// `max_pause` apart, when given.
     async fn wait_in<F, A>(
         &self,
         queue: &str,
         wait: Duration,
-        line: Line,
+        (line, max_pause): (Line, Option<Duration>),
         mut attempt: F,
     ) -> Result<AcquireOutcome, Error>
     where
@@ -139,6 +161,7 @@ impl Redlock {
             } else {
                 retry_delay(&self.options, holder_remaining, rand::random())
             };
+            let delay = delay.min(max_pause.unwrap_or(Duration::MAX));
             let message = async {
                 match released {
                     Some(released) => released.await,
