@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use redlease::client::Client;
-use redlease::keys::{parse_lock_name, LockKind, SlotSet};
+use redlease::keys::{lock_name, parse_lock_name, LockKind, SlotSet};
 use redlease::redlock::Permits;
 use redlease::{AcquireOutcome, Error, ExtendOutcome, Lease, LeaseId};
 use redlease_testkit::sidecar::TestSidecar;
@@ -104,6 +104,29 @@ async fn two_permits_are_one_lease_on_two_slots() {
         .await
         .unwrap();
     assert!(again.lease().is_some(), "both slots freed: {again:?}");
+}
+
+/// A lease's set of slots is inspected and forced one slot at a time: naming the set is
+/// refused.
+#[tokio::test]
+async fn a_set_of_slots_is_not_one_lock_to_inspect_or_force() {
+    let fleet = TestFleet::start(1);
+    let engine = fleet.engine().await;
+    let set = lock_name("pool", LockKind::Slots([0, 1].into_iter().collect()));
+    let inspected = engine.inspect(&set).await;
+    assert!(
+        matches!(inspected, Err(Error::InvalidResource(_))),
+        "{inspected:?}"
+    );
+    let forced = engine
+        .force_release(&set, "ops", "test", &Default::default())
+        .await;
+    assert!(
+        matches!(forced, Err(Error::InvalidResource(_))),
+        "{forced:?}"
+    );
+    let one = lock_name("pool", LockKind::Slot(1));
+    assert!(engine.inspect(&one).await.is_ok());
 }
 
 /// Permits outside 1 to the limit are refused before anything is sent.

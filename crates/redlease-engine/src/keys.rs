@@ -201,6 +201,16 @@ pub fn validate_lock_name(name: &str) -> Result<(), Error> {
     validate_resource(parsed.resource)
 }
 
+/// A lock name of one lock (one key on each master): any lock name but a lease's set of
+/// several semaphore slots, whose slots are each inspected and forced on their own.
+pub fn validate_one_lock_name(name: &str) -> Result<(), Error> {
+    validate_lock_name(name)?;
+    match parse_lock_name(name).map(|parsed| parsed.kind) {
+        Some(LockKind::Slots(_)) => Err(Error::InvalidResource("names several slots, not one")),
+        _ => Ok(()),
+    }
+}
+
 /// The names of everything one resource touches on a master.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceKeys {

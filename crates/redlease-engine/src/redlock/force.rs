@@ -19,7 +19,7 @@ use super::inventory::{text, INSPECT_TIMEOUT};
 use super::Redlock;
 use crate::backoff::Backoff;
 use crate::fleet::{Admission, Deadline};
-use crate::keys::{parse_lock_name, validate_actor, validate_lock_name, validate_reason};
+use crate::keys::{validate_actor, validate_one_lock_name, validate_reason};
 use crate::lease_id::parse_value;
 use crate::metrics::METRICS;
 use crate::resp::Commands;
@@ -118,11 +118,8 @@ impl Redlock {
         reason: &str,
         options: &ForceOptions,
     ) -> Result<ForceRelease, Error> {
-        validate_lock_name(resource)?;
-        if matches!(parse_lock_name(resource), Some(name) if name.kind.slots().len() > 1) {
-            // An operator forces one lock: a slot of a semaphore, whatever lease holds it.
-            return Err(Error::InvalidResource("a force release names one slot"));
-        }
+        // An operator forces one lock: a slot of a semaphore, whatever lease holds it.
+        validate_one_lock_name(resource)?;
         validate_actor(actor)?;
         validate_reason(reason)?;
         self.fleet.wait_for_links(INSPECT_TIMEOUT).await;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::Redlock;
 use crate::fleet::{CallError, Deadline, Node};
-use crate::keys::{validate_lock_name, validate_prefix};
+use crate::keys::{validate_lock_name, validate_one_lock_name, validate_prefix};
 use crate::lease_id::parse_value;
 use crate::resp::{Commands, Reply};
 use crate::{Error, LeaseId};
@@ -108,9 +108,10 @@ pub struct LockPage {
 // === impl Redlock ===
 
 impl Redlock {
-    /// What every master holds for `resource`, and the lease a quorum carries.
+    /// What every master holds for `resource`, and the lease a quorum carries: one lock (a
+    /// lease of several semaphore slots is inspected one slot at a time).
     pub async fn inspect(&self, resource: &str) -> Result<LockView, Error> {
-        validate_lock_name(resource)?;
+        validate_one_lock_name(resource)?;
         self.fleet.wait_for_statuses(INSPECT_TIMEOUT).await;
         let resources = [resource.to_string()];
         let views = self.read_locks(&resources).await;
