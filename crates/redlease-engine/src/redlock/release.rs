@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::calls::{release_call, release_keys_call, release_on};
 use super::fanout::fan_out;
 use super::{Redlock, ReleaseOutcome};
-use crate::keys::{parse_lock_name, validate_lock_name, LockKind};
+use crate::keys::{parse_lock_name, validate_resource, LockKind};
 use crate::metrics::METRICS;
 use crate::{Error, LeaseId};
 
@@ -144,13 +144,15 @@ impl Redlock {
     /// quorum confirmed it or it was given up, instead of sending it again itself.
     #[tracing::instrument(level = "debug", skip(self), fields(lease_id = %id))]
     pub async fn release_followed(&self, resource: &str, id: LeaseId) -> Result<Release, Error> {
-        validate_lock_name(resource)?;
+        // `validate_lock_name`, parsing the name once for its kind too.
+        let name = parse_lock_name(resource).ok_or(Error::InvalidResource("unknown lock kind"))?;
+        validate_resource(name.resource)?;
         let keyspace = self.fleet.keyspace();
         let now = Instant::now();
         let timeout = self.node_timeout(self.options.max_ttl, now);
         let channel = keyspace.released_channel(resource);
-        let call = match parse_lock_name(resource).map(|name| name.kind) {
-            Some(LockKind::Slots(_)) => release_keys_call(&keyspace.locks(resource), &channel, id),
+        let call = match name.kind {
+            LockKind::Slots(_) => release_keys_call(&keyspace.locks(resource), &channel, id),
             _ => release_call(&keyspace.lock(resource), &channel, id),
         };
         let nodes = self.fleet.nodes();
