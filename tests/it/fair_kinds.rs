@@ -45,6 +45,19 @@ struct Window {
     released: Instant,
 }
 
+/// Holds `lease` for `hold`, then releases it: its window.
+async fn hold_then_release(engine: &TestEngine, lease: Lease, hold: Duration) -> Window {
+    let granted = Instant::now();
+    tokio::time::sleep(hold).await;
+    let released = Instant::now();
+    engine.release(&lease.resource, lease.id).await.unwrap();
+    Window {
+        token: lease.fencing_token,
+        granted,
+        released,
+    }
+}
+
 /// Joins waiters, each within 30 s, answering their windows in the order they queued.
 async fn join_all(waiters: Vec<JoinHandle<Window>>) -> Vec<Window> {
     let mut windows = Vec::new();
@@ -67,15 +80,7 @@ async fn queue_rw(
         queued.push(tokio::spawn(async move {
             let outcome = engine.acquire_rw_fair_with_wait(rw(owner, mode), WAIT);
             let lease = granted(outcome.await.unwrap());
-            let granted = Instant::now();
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            let released = Instant::now();
-            engine.release(&lease.resource, lease.id).await.unwrap();
-            Window {
-                token: lease.fencing_token,
-                granted,
-                released,
-            }
+            hold_then_release(&engine, lease, Duration::from_millis(400)).await
         }));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -167,15 +172,7 @@ async fn a_waiter_for_several_permits_is_not_passed_by_a_smaller_one() {
             let owner = format!("w{count}");
             let outcome = engine.acquire_permit_fair_with_wait("pool", &owner, TTL, permits, WAIT);
             let lease = granted(outcome.await.unwrap());
-            let granted = Instant::now();
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let released = Instant::now();
-            engine.release(&lease.resource, lease.id).await.unwrap();
-            Window {
-                token: lease.fencing_token,
-                granted,
-                released,
-            }
+            hold_then_release(&engine, lease, Duration::from_millis(300)).await
         }));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

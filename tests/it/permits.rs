@@ -9,7 +9,7 @@ use std::time::Duration;
 use redlease::client::Client;
 use redlease::keys::{lock_name, parse_lock_name, LockKind, SlotSet};
 use redlease::redlock::Permits;
-use redlease::{AcquireOutcome, Error, ExtendOutcome, Lease, LeaseId};
+use redlease::{AcquireOutcome, Error, ExtendOutcome, Lease, LeaseId, Redlock};
 use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
 use serde_json::json;
@@ -18,6 +18,12 @@ const TTL: Duration = Duration::from_secs(5);
 
 fn permits(limit: u32, count: u32) -> Permits {
     Permits { limit, count }
+}
+
+/// One attempt at `permits` of `pool` for `owner`.
+async fn take(engine: &Redlock, owner: &str, permits: Permits) -> AcquireOutcome {
+    let outcome = engine.acquire_permits("pool", owner, TTL, permits);
+    outcome.await.unwrap()
 }
 
 /// The slots a lease holds, from its lock name.
@@ -47,10 +53,7 @@ fn slots_held_on(fleet: &TestFleet, i: usize, id: LeaseId) -> Vec<u32> {
 async fn two_permits_are_one_lease_on_two_slots() {
     let fleet = TestFleet::start(3);
     let engine = fleet.engine().await;
-    let pair = engine
-        .acquire_permits("pool", "pair", TTL, permits(3, 2))
-        .await
-        .unwrap();
+    let pair = take(&engine, "pair", permits(3, 2)).await;
     let pair = pair.lease().expect("two of three free").clone();
     let slots = slots_of(&pair);
     assert_eq!(slots.len(), 2, "{}", pair.resource.escape_debug());
@@ -62,10 +65,7 @@ async fn two_permits_are_one_lease_on_two_slots() {
     for i in 0..3 {
         assert_eq!(slots_held_on(&fleet, i, pair.id), held, "master {i}");
     }
-    let second = engine
-        .acquire_permits("pool", "second", TTL, permits(3, 2))
-        .await
-        .unwrap();
+    let second = take(&engine, "second", permits(3, 2)).await;
     assert!(
         matches!(second, AcquireOutcome::Contended(_)),
         "two more of one free: {second:?}"
@@ -99,10 +99,7 @@ async fn two_permits_are_one_lease_on_two_slots() {
     for i in 0..3 {
         assert!(slots_held_on(&fleet, i, pair.id).is_empty(), "master {i}");
     }
-    let again = engine
-        .acquire_permits("pool", "again", TTL, permits(3, 2))
-        .await
-        .unwrap();
+    let again = take(&engine, "again", permits(3, 2)).await;
     assert!(again.lease().is_some(), "both slots freed: {again:?}");
 }
 
@@ -158,10 +155,7 @@ async fn permits_outside_one_to_the_limit_are_refused() {
 async fn a_master_counts_only_where_it_holds_every_slot() {
     let fleet = TestFleet::start(5);
     let engine = fleet.engine().await;
-    let pair = engine
-        .acquire_permits("pool", "pair", TTL, permits(2, 2))
-        .await
-        .unwrap();
+    let pair = take(&engine, "pair", permits(2, 2)).await;
     let pair = pair.lease().expect("granted").clone();
     let [a, b]: [u32; 2] = slots_of(&pair)
         .iter()
@@ -201,10 +195,7 @@ async fn permits_no_quorum_gave_whole_are_refused_and_taken_back() {
         1,
         &["SET", "redlease:sem:pool:1", &value("y"), "PX", "10000"],
     );
-    let outcome = engine
-        .acquire_permits("pool", "pair", TTL, permits(2, 2))
-        .await
-        .unwrap();
+    let outcome = take(&engine, "pair", permits(2, 2)).await;
     assert!(outcome.lease().is_none(), "{outcome:?}");
     engine.settle(Duration::from_secs(2)).await;
     let left = fleet.command(2, &["KEYS", "redlease:sem:pool:*"]).strings();
@@ -224,10 +215,7 @@ async fn permits_no_quorum_gave_whole_are_refused_and_taken_back() {
 async fn a_shadow_reserves_every_slot_or_none() {
     let fleet = TestFleet::start(3);
     let engine = fleet.engine().await;
-    let pair = engine
-        .acquire_permits("pool", "pair", TTL, permits(3, 2))
-        .await
-        .unwrap();
+    let pair = take(&engine, "pair", permits(3, 2)).await;
     let pair = pair.lease().expect("granted").clone();
     let held: Vec<u32> = slots_of(&pair).iter().collect();
     let slot = |n: u32| format!("redlease:sem:pool:{n}");

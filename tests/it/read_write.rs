@@ -42,6 +42,12 @@ fn long_write() -> RwRequest<'static> {
     }
 }
 
+/// Whether a new reader is refused now.
+async fn a_reader_is_kept_out(engine: &Redlock) -> bool {
+    let newcomer = engine.acquire_rw(request("r2", RwMode::Read)).await;
+    newcomer.unwrap().lease().is_none()
+}
+
 fn granted(outcome: AcquireOutcome) -> Lease {
     match outcome {
         AcquireOutcome::Acquired(lease) => lease,
@@ -132,12 +138,8 @@ async fn a_waiting_writer_is_not_starved_by_new_readers() {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let newcomer = engine
-        .acquire_rw(request("r2", RwMode::Read))
-        .await
-        .unwrap();
     assert!(
-        newcomer.lease().is_none(),
+        a_reader_is_kept_out(&engine).await,
         "a reader overtook a waiting writer"
     );
     let released_at = Instant::now();
@@ -260,11 +262,7 @@ async fn a_dead_waiting_writer_keeps_readers_out_for_the_intent_ttl_at_most() {
     // Its process is gone: no withdrawal, no further attempt.
     std::mem::forget(waiting);
     let died = Instant::now();
-    let kept_out = engine
-        .acquire_rw(request("r2", RwMode::Read))
-        .await
-        .unwrap();
-    assert!(kept_out.lease().is_none(), "the intent stood: {kept_out:?}");
+    assert!(a_reader_is_kept_out(&engine).await, "the intent stood");
     let r2 = engine
         .acquire_rw_with_wait(request("r2", RwMode::Read), Duration::from_secs(10))
         .await
@@ -303,12 +301,8 @@ async fn a_live_waiting_writer_keeps_its_intent_past_the_intent_ttl() {
     let start = Instant::now();
     while start.elapsed() < INTENT_TTL * 2 {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let newcomer = engine
-            .acquire_rw(request("r2", RwMode::Read))
-            .await
-            .unwrap();
         assert!(
-            newcomer.lease().is_none(),
+            a_reader_is_kept_out(&engine).await,
             "a reader came in {:?} into the writer's wait",
             start.elapsed()
         );

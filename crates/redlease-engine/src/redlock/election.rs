@@ -172,8 +172,10 @@ impl Redlock {
     ) -> Result<AcquireOutcome, Error> {
         validate_resource(resource)?;
         let name = lock_name(resource, LockKind::Election);
-        self.wait_for_grant(&name, wait, || self.campaign(resource, owner, value, ttl))
-            .await
+        self.wait_for_grant(&name, wait, None, || {
+            self.campaign(resource, owner, value, ttl)
+        })
+        .await
     }
 
     /// Campaigns in the order fair candidates of every process asked, waiting at most `wait`

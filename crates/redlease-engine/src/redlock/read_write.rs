@@ -92,20 +92,12 @@ impl Redlock {
         let queue = waiting_name(&writer).into_owned();
         let intent = (request.mode == RwMode::Write && !wait.is_zero()).then(LeaseId::random);
         let mut standing = StandingIntent::new(self, request, intent);
-        let outcome = match intent {
-            Some(_) => {
-                self.wait_for_grant_every(&queue, wait, INTENT_REFRESH, || {
-                    self.acquire_rw_intending(request, intent, None)
-                })
-                .await
-            }
-            None => {
-                self.wait_for_grant(&queue, wait, || {
-                    self.acquire_rw_intending(request, intent, None)
-                })
-                .await
-            }
-        };
+        let refresh = intent.map(|_| INTENT_REFRESH);
+        let outcome = self
+            .wait_for_grant(&queue, wait, refresh, || {
+                self.acquire_rw_intending(request, intent, None)
+            })
+            .await;
         standing.armed = false;
         self.withdraw_intent(request, intent, &outcome).await;
         outcome

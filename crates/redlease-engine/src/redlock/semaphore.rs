@@ -150,7 +150,7 @@ impl Redlock {
         permits.check()?;
         let queue = lock_name(resource, LockKind::Slot(0));
         let queue = waiting_name(&queue).into_owned();
-        self.wait_for_grant(&queue, wait, || {
+        self.wait_for_grant(&queue, wait, None, || {
             self.acquire_permits(resource, owner, ttl, permits)
         })
         .await

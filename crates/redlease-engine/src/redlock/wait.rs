@@ -27,43 +27,28 @@ impl Redlock {
         ttl: Duration,
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
-        self.wait_for_grant(resource, wait, || self.acquire(resource, owner, ttl))
+        self.wait_for_grant(resource, wait, None, || self.acquire(resource, owner, ttl))
             .await
     }
 
     /// Runs `attempt` until it grants or `wait` has passed, queued in this process under
     /// `queue` (a lock name's [`crate::keys::waiting_name`], whose channel announces the
-    /// releases worth retrying at).
+    /// releases worth retrying at). With `max_pause`, an attempt at least that often however
+    /// long the holder has left: for an attempt that keeps something of its own alive on the
+    /// masters while it waits (a waiting writer's intent).
     pub(crate) async fn wait_for_grant<F, A>(
         &self,
         queue: &str,
         wait: Duration,
+        max_pause: Option<Duration>,
         attempt: F,
     ) -> Result<AcquireOutcome, Error>
     where
         F: FnMut() -> A,
         A: Future<Output = Result<AcquireOutcome, Error>>,
     {
-        self.wait_in(queue, wait, (Line::ThisProcess, None), attempt)
+        self.wait_in(queue, wait, (Line::ThisProcess, max_pause), attempt)
             .await
-    }
-
-    /// [`Redlock::wait_for_grant`], with an attempt at least every `max_pause` however long
-    /// the holder has left: for an attempt that keeps something of its own alive on the
-    /// masters while it waits (a waiting writer's intent).
-    pub(crate) async fn wait_for_grant_every<F, A>(
-        &self,
-        queue: &str,
-        wait: Duration,
-        max_pause: Duration,
-        attempt: F,
-    ) -> Result<AcquireOutcome, Error>
-    where
-        F: FnMut() -> A,
-        A: Future<Output = Result<AcquireOutcome, Error>>,
-    {
-        let pace = (Line::ThisProcess, Some(max_pause));
-        self.wait_in(queue, wait, pace, attempt).await
     }
 
     /// Runs `attempt` until it grants or `wait` has passed, lined up by the masters alone: a
