@@ -308,3 +308,63 @@ async fn the_masters_head_is_not_held_up_by_another_waiter_of_its_process() {
         "the first waiter was not granted after: {outcome:?}"
     );
 }
+
+/// Script calls master 0 has run so far (`EVAL` and `EVALSHA`, from `INFO commandstats`).
+fn script_calls(fleet: &TestFleet) -> u64 {
+    let info = fleet.command(0, &["INFO", "commandstats"]).bulk().unwrap();
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_eval:") || line.starts_with("cmdstat_evalsha:"))
+        .filter_map(|line| {
+            let calls = line.split_once("calls=")?.1;
+            calls.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// Four fair waiters of an engine that hears releases (as a sidecar's), queued behind a lock
+/// held for 10 s: the head sleeps until the holder's expiry or a release, and the three behind
+/// it retry at an eighth of the heartbeat, not at the retry pace (10–100 ms). Over 3 s a
+/// master runs about 3 × 12 of their attempts and 4 × 4.5 beats, where the retry pace would
+/// run some 160 attempts. The queue still moves at once on a release.
+#[tokio::test]
+async fn waiters_behind_the_head_do_not_poll_at_the_retry_pace() {
+    let fleet = TestFleet::start(3);
+    let connected = Fleet::connect(&fleet.urls(), &FleetOptions::default())
+        .await
+        .unwrap();
+    let wakeups = Wakeups::connect(&connected).unwrap();
+    let engine = Redlock::new(connected, options(2000)).with_wakeups(wakeups);
+    let engine = Arc::new(engine);
+    let holder = engine.acquire("job", "holder", Duration::from_secs(10));
+    let holder = holder.await.unwrap().lease().unwrap().clone();
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let engine = Arc::clone(&engine);
+        waiters.push(tokio::spawn(async move {
+            let owner = format!("w{i}");
+            let wait = Duration::from_secs(20);
+            let outcome = engine.acquire_fair_with_wait("job", &owner, TTL, wait);
+            let lease = outcome.await.unwrap().lease().cloned().expect("granted");
+            engine.release("job", lease.id).await.unwrap();
+            Instant::now()
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = script_calls(&fleet);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let calls = script_calls(&fleet) - before;
+    eprintln!("script calls on master 0 in 3 s with 4 fair waiters: {calls}");
+    assert!(calls < 80, "{calls} script calls in 3 s");
+    let released = Instant::now();
+    engine.release("job", holder.id).await.unwrap();
+    for waiter in waiters {
+        let done = tokio::time::timeout(Duration::from_secs(10), waiter);
+        let done = done.await.unwrap().unwrap();
+        assert!(
+            done - released < Duration::from_secs(3),
+            "the queue took {:?} to drain",
+            done - released
+        );
+    }
+}

@@ -141,10 +141,12 @@ impl Redlock {
             let holder_remaining = refusal.holder_remaining();
             // Unconfirmed, a release may publish to nobody here: then do not sleep until the
             // holder's expiry, retry at the engine's jittered pace.
-            let delay = if listening {
-                fallback_delay(&self.options, holder_remaining, rand::random())
-            } else {
-                retry_delay(&self.options, holder_remaining, rand::random())
+            let delay = match (listening, line) {
+                (true, Line::ThisProcess) => {
+                    fallback_delay(&self.options, holder_remaining, rand::random())
+                }
+                (true, Line::Masters) => fair_fallback_delay(&self.options, holder_remaining),
+                (false, _) => retry_delay(&self.options, holder_remaining, rand::random()),
             };
             let delay = delay.min(max_pause.unwrap_or(Duration::MAX));
             let message = async {
@@ -201,6 +203,22 @@ pub(crate) fn fallback_delay(
     }
 }
 
+/// How long a fair waiter that listens for releases sleeps when no message comes: until just
+/// past the holder's expiry when a master said when that is; else (another waiter is ahead of
+/// it) an eighth of the heartbeat TTL. The queue moves on a release message (a grant's or a
+/// give-up's leave publishes one), so the pause only bounds how late a waiter behind a dead
+/// head (purged by the first attempt after its heartbeat deadline) learns it is the head —
+/// without every waiter of a long queue polling the masters at the retry pace.
+pub(crate) fn fair_fallback_delay(
+    options: &EngineOptions,
+    holder_remaining: Option<Duration>,
+) -> Duration {
+    match holder_remaining {
+        Some(left) => left + Duration::from_millis(1),
+        None => options.fair_heartbeat / 8,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +233,22 @@ mod tests {
         assert_eq!(retry_delay(&options, None, 0.5), Duration::from_millis(55));
         let soon = Some(Duration::from_millis(3));
         assert_eq!(retry_delay(&options, soon, 1.0), Duration::from_millis(4));
+    }
+
+    /// A fair waiter behind another retries at an eighth of the heartbeat TTL without a
+    /// message; one refused by a holder, just after the holder's expiry.
+    #[test]
+    fn a_fair_waiter_behind_another_waits_an_eighth_of_the_heartbeat() {
+        let options = EngineOptions::default();
+        assert_eq!(
+            fair_fallback_delay(&options, None),
+            Duration::from_millis(250)
+        );
+        let left = Some(Duration::from_millis(700));
+        assert_eq!(
+            fair_fallback_delay(&options, left),
+            Duration::from_millis(701)
+        );
     }
 
     /// Without a message, the head waiter retries just after the holder's expiry, or after the
