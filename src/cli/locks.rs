@@ -264,8 +264,19 @@ async fn execute(command: LocksCommand) -> Result<u8, Error> {
     }
 }
 
-/// The exit code of a force release, with a word on stderr when it is not plain success.
+/// The exit code of a force release, with a word on stderr when it is not plain success; the
+/// other slots of its lease ([`ForceRelease::also`]) count as the slot named does.
 fn force_release_code(forced: &ForceRelease) -> u8 {
+    let code = forced_code(forced);
+    let also = forced.also.iter().map(forced_code);
+    also.fold(
+        code,
+        |worst, code| if worst == EXIT_OK { code } else { worst },
+    )
+}
+
+/// The exit code of one lock's force release, and its word on stderr.
+fn forced_code(forced: &ForceRelease) -> u8 {
     let resource = &display_name(&forced.resource);
     match forced.verdict {
         ForceVerdict::Confirmed => {

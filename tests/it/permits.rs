@@ -250,7 +250,8 @@ async fn a_shadow_reserves_every_slot_or_none() {
 
 /// Through a sidecar: `permits: 2` answers the lease's `slots` (and its lowest as `slot`);
 /// permits outside 1 to the limit are 400 `invalid_permits`; a force release of one slot
-/// revokes the whole lease, whose holder then frees the other slot.
+/// revokes the whole lease, its other slot too (`also`), whether its holder is there to
+/// acknowledge or gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sidecar_lease_of_two_permits_is_forced_whole() {
     let fleet = TestFleet::start(3);
@@ -304,6 +305,10 @@ async fn a_sidecar_lease_of_two_permits_is_forced_whole() {
         .post_json("/v1/locks/pool/force-release", force)
         .await;
     assert_eq!(status, 200, "{forced}");
+    // The holder's sidecar, told at once, released the other slot itself (before the force
+    // release looked for it, or after: then it is in `also`).
+    assert_eq!(forced["holder_told"], true, "{forced}");
+    assert_eq!(forced["removed"][0]["owner"], "pair", "{forced}");
     let (_, after) = sidecar.get(&format!("/v1/leases/{id}")).await;
     assert_eq!(
         (after["state"].as_str(), after["reason"].as_str()),
@@ -321,6 +326,35 @@ async fn a_sidecar_lease_of_two_permits_is_forced_whole() {
     let body = json!({"owner": "next", "limit": 3, "permits": 3});
     let (status, all) = sidecar.post_json("/v1/semaphores/pool/acquire", body).await;
     assert_eq!(status, 200, "every slot free again: {all}");
+    let id = all["lease_id"].as_str().unwrap();
+    let (status, _) = sidecar.delete(&format!("/v1/leases/{id}")).await;
+    assert_eq!(status, 200);
+
+    // A library's lease of two: no sidecar holds it, nobody will acknowledge.
+    let engine = fleet.engine().await;
+    let gone = take(&engine, "gone", permits(3, 2)).await;
+    let gone = gone.lease().expect("granted").clone();
+    let slot = slots_of(&gone).lowest().unwrap();
+    let force = json!({"actor": "ops", "reason": "host lost", "kind": "semaphore",
+        "slot": slot, "holder_gone": true});
+    let (status, forced) = sidecar
+        .post_json("/v1/locks/pool/force-release", force)
+        .await;
+    assert_eq!(status, 200, "{forced}");
+    assert_eq!(forced["also"].as_array().map(Vec::len), Some(1), "{forced}");
+    let other = slots_of(&gone).iter().find(|&s| s != slot);
+    assert_eq!(
+        forced["also"][0]["slot"].as_u64(),
+        other.map(u64::from),
+        "{forced}"
+    );
+    assert_eq!(forced["also"][0]["confirmed"], true, "{forced}");
+    let (_, semaphore) = sidecar.get("/v1/semaphores/pool").await;
+    assert_eq!(
+        semaphore["slots"],
+        json!([]),
+        "both slots freed at once: {semaphore}"
+    );
 }
 
 /// The Rust client asks for several permits and reads their slots; `semaphore run --permits`

@@ -15,11 +15,12 @@ use tokio::time::Instant;
 
 use self::audit::{audit_command, unix_ms, AuditRecord};
 use self::verdict::{MasterAnswer, Verdict, TOMBSTONE_PREFIX};
-use super::inventory::{text, INSPECT_TIMEOUT};
+use super::inventory::{text, MasterView, INSPECT_TIMEOUT};
 use super::Redlock;
 use crate::backoff::Backoff;
 use crate::fleet::{Admission, Deadline};
-use crate::keys::{validate_actor, validate_one_lock_name, validate_reason};
+use crate::keys::{parse_lock_name, validate_actor, validate_one_lock_name, validate_reason};
+use crate::keys::{LockKind, LockName};
 use crate::lease_id::parse_value;
 use crate::metrics::METRICS;
 use crate::resp::Commands;
@@ -97,6 +98,10 @@ pub struct ForceRelease {
     /// When the resource is free for others at the latest, in ms since the Unix epoch: now
     /// when the holder acknowledged; else when the revoked lease's keys expire.
     pub free_at_ms: u64,
+    /// The other slots of a semaphore that the revoked lease held (a lease of several
+    /// permits), each revoked too, named by that lease (a compare-and-revoke), and audited as
+    /// its own force release; empty for any other lock.
+    pub also: Vec<ForceRelease>,
 }
 
 // === impl Redlock ===
@@ -111,6 +116,9 @@ impl Redlock {
     /// lease lost (`revoked`) and deletes the tombstone left in the lease's place, which frees
     /// the resource; a holder that does not acknowledge keeps others out until the lease's
     /// keys expire, unless `options.holder_gone`.
+    ///
+    /// A semaphore's slot held by a lease of several permits revokes the whole lease: its
+    /// other slots are forced too, each named by that lease ([`ForceRelease::also`]).
     pub async fn force_release(
         &self,
         resource: &str,
@@ -122,6 +130,48 @@ impl Redlock {
         validate_one_lock_name(resource)?;
         validate_actor(actor)?;
         validate_reason(reason)?;
+        let mut forced = self.force_one(resource, actor, reason, options).await;
+        let Some(LockName {
+            resource: semaphore,
+            kind: LockKind::Slot(_),
+        }) = parse_lock_name(resource)
+        else {
+            return Ok(forced);
+        };
+        let revoked: Vec<LeaseId> = forced.removed.iter().filter_map(|h| h.lease_id).collect();
+        if revoked.is_empty() {
+            return Ok(forced);
+        }
+        for slot in self.inspect_semaphore(semaphore).await? {
+            let holds = |id: &LeaseId| {
+                let held =
+                    |m: &MasterView| matches!(&m.answer, Ok(Some(h)) if h.lease_id == Some(*id));
+                slot.masters.iter().any(held)
+            };
+            let Some(&id) = revoked.iter().find(|id| holds(id)) else {
+                continue;
+            };
+            if slot.resource == resource {
+                continue;
+            }
+            let named = ForceOptions {
+                lease_id: Some(id),
+                holder_gone: options.holder_gone,
+            };
+            let sibling = self.force_one(&slot.resource, actor, reason, &named);
+            forced.also.push(sibling.await);
+        }
+        Ok(forced)
+    }
+
+    /// [`Redlock::force_release`] of one lock, its arguments checked.
+    async fn force_one(
+        &self,
+        resource: &str,
+        actor: &str,
+        reason: &str,
+        options: &ForceOptions,
+    ) -> ForceRelease {
         self.fleet.wait_for_links(INSPECT_TIMEOUT).await;
         let answers = self.revoke_until_confirmed(resource, options).await;
         let verdict = verdict::verdict(&answers, self.fleet.quorum(), options.lease_id);
@@ -176,7 +226,7 @@ impl Redlock {
             url: node.url().to_string(),
             answer,
         });
-        Ok(ForceRelease {
+        ForceRelease {
             resource: resource.to_string(),
             audit_id,
             time_ms,
@@ -188,7 +238,8 @@ impl Redlock {
             removed,
             holder_told,
             free_at_ms,
-        })
+            also: Vec::new(),
+        }
     }
 
     /// Sends `force_release.lua` to every master, then again to those that did not answer,
@@ -402,7 +453,11 @@ fn removed_holders(values: &[String]) -> Vec<RemovedHolder> {
     counts
         .into_iter()
         .map(|(value, masters)| {
-            let parsed = parse_value(value).map(|(id, owner)| (id, owner.to_string()));
+            // A semaphore slot's or an election's value carries more after the owner, behind a
+            // control character, which no owner holds.
+            let owner_only =
+                |owner: &str| owner.split('\u{1f}').next().unwrap_or(owner).to_string();
+            let parsed = parse_value(value).map(|(id, owner)| (id, owner_only(owner)));
             let (lease_id, owner) = parsed.unzip();
             RemovedHolder {
                 lease_id,

@@ -160,6 +160,27 @@ pub struct ForceReleaseJson {
     pub slot: Option<u32>,
     /// When it happened (Unix ms).
     pub time_ms: u64,
+    /// The other slots of the semaphore that the revoked lease held (a lease of several
+    /// permits), each revoked too, named by that lease, and audited on its own; absent when
+    /// there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    pub also: Vec<AlsoForcedJson>,
+}
+
+/// Another slot of the revoked lease, forced with it.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct AlsoForcedJson {
+    /// The slot.
+    pub slot: Option<u32>,
+    /// A quorum confirmed its revocation.
+    pub confirmed: bool,
+    /// Whether the holder acknowledged; `null` when there was no holder to tell.
+    pub holder_told: Option<bool>,
+    /// Its own audit record's id.
+    pub audit_id: String,
+    /// When nobody's key can hold the slot any more (Unix ms).
+    pub free_at_ms: u64,
 }
 
 /// One master's answer to a force release.
@@ -336,6 +357,17 @@ pub fn force_release_json(forced: &ForceRelease) -> ForceReleaseJson {
         slot: slot_of(&forced.resource),
         kind: kind_of(&forced.resource),
         time_ms: forced.time_ms,
+        also: forced.also.iter().map(also_forced_json).collect(),
+    }
+}
+
+fn also_forced_json(forced: &ForceRelease) -> AlsoForcedJson {
+    AlsoForcedJson {
+        slot: slot_of(&forced.resource),
+        confirmed: forced.verdict == ForceVerdict::Confirmed,
+        holder_told: forced.holder_told,
+        audit_id: forced.audit_id.clone(),
+        free_at_ms: forced.free_at_ms,
     }
 }
 
