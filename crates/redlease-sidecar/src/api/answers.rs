@@ -177,8 +177,8 @@ mod tests {
 
     use super::*;
     use crate::api::inventory::shapes::{
-        AuditJson, ForceReleaseJson, ForcedMasterJson, HolderJson, LockJson, MasterLockJson,
-        PageJson, PageLockJson, RemovedJson,
+        AlsoForcedJson, AuditJson, ForceReleaseJson, ForcedMasterJson, HolderJson, LockJson,
+        MasterLockJson, PageJson, PageLockJson, RemovedJson,
     };
 
     /// `value` writes its keys in name order: the bytes of the `serde_json` map it replaced.
@@ -291,7 +291,16 @@ mod tests {
             owner: None,
             value: "v".into(),
         };
+        let also = AlsoForcedJson {
+            audit_id: "b".into(),
+            confirmed: true,
+            free_at_ms: 5,
+            holder_told: Some(false),
+            slot: Some(0),
+        };
+        in_name_order(also.clone());
         in_name_order(ForceReleaseJson {
+            also: vec![also],
             audit_id: "a".into(),
             audits_recorded: 1,
             confirmed: true,

@@ -130,6 +130,12 @@ pub struct PageLockJson {
 /// What a force release did (also the extension members of its 409 and 503 problems).
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ForceReleaseJson {
+    /// The other slots of the semaphore that the revoked lease held (a lease of several
+    /// permits), each revoked too, named by that lease, and audited on its own; absent when
+    /// there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    pub also: Vec<AlsoForcedJson>,
     /// The audit record's id.
     pub audit_id: String,
     /// Masters that recorded the audit.
@@ -160,27 +166,21 @@ pub struct ForceReleaseJson {
     pub slot: Option<u32>,
     /// When it happened (Unix ms).
     pub time_ms: u64,
-    /// The other slots of the semaphore that the revoked lease held (a lease of several
-    /// permits), each revoked too, named by that lease, and audited on its own; absent when
-    /// there are none.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    #[schema(required = false)]
-    pub also: Vec<AlsoForcedJson>,
 }
 
 /// Another slot of the revoked lease, forced with it.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct AlsoForcedJson {
-    /// The slot.
-    pub slot: Option<u32>,
-    /// A quorum confirmed its revocation.
-    pub confirmed: bool,
-    /// Whether the holder acknowledged; `null` when there was no holder to tell.
-    pub holder_told: Option<bool>,
     /// Its own audit record's id.
     pub audit_id: String,
+    /// A quorum confirmed its revocation.
+    pub confirmed: bool,
     /// When nobody's key can hold the slot any more (Unix ms).
     pub free_at_ms: u64,
+    /// Whether the holder acknowledged; `null` when there was no holder to tell.
+    pub holder_told: Option<bool>,
+    /// The slot.
+    pub slot: Option<u32>,
 }
 
 /// One master's answer to a force release.
@@ -363,11 +363,11 @@ pub fn force_release_json(forced: &ForceRelease) -> ForceReleaseJson {
 
 fn also_forced_json(forced: &ForceRelease) -> AlsoForcedJson {
     AlsoForcedJson {
-        slot: slot_of(&forced.resource),
-        confirmed: forced.verdict == ForceVerdict::Confirmed,
-        holder_told: forced.holder_told,
         audit_id: forced.audit_id.clone(),
+        confirmed: forced.verdict == ForceVerdict::Confirmed,
         free_at_ms: forced.free_at_ms,
+        holder_told: forced.holder_told,
+        slot: slot_of(&forced.resource),
     }
 }
 
