@@ -1,6 +1,6 @@
 -- shadow.lua: degraded-mode reservation. Where the lock is ours or free, (re)set it to our
 -- lease for the shadow TTL, so it outlives the renewals that cannot reach a quorum. The
--- shadow is the lock key itself: the plain `SET NX` of every acquisition respects it, and
+-- shadow is the lock key itself: every acquisition takes only a free key, so respects it, and
 -- the next renewal (extend.lua) sets the lock's own TTL back. A lease holding several slots
 -- of a semaphore reserves all of them or none.
 -- KEYS[1..n-1]: lock keys  (<prefix>lock:<resource>, or each slot's <prefix>sem:<resource>:<n>)

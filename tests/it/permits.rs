@@ -4,15 +4,18 @@
 //! a sidecar, the Rust client and `semaphore run`.
 
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redlease::client::Client;
 use redlease::keys::{lock_name, parse_lock_name, LockKind, SlotSet};
 use redlease::redlock::Permits;
-use redlease::{AcquireOutcome, Error, ExtendOutcome, Lease, LeaseId, Redlock};
+use redlease::{AcquireOutcome, Error, ExtendOutcome, Fleet, FleetOptions, Lease, LeaseId};
+use redlease::{Redlock, Wakeups};
 use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
 use serde_json::json;
+use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(5);
 
@@ -174,7 +177,7 @@ async fn a_master_counts_only_where_it_holds_every_slot() {
     // Slot a is still held on masters 1, 3, 4 and slot b on 0, 2, 3, 4: a majority each.
     let renewed = engine.extend(&pair.resource, pair.id, TTL).await.unwrap();
     assert!(
-        !matches!(renewed, ExtendOutcome::Extended(_)),
+        matches!(renewed, ExtendOutcome::NoQuorum(_) | ExtendOutcome::Lost(_)),
         "only two of five hold both: {renewed:?}"
     );
 }
@@ -419,4 +422,42 @@ async fn the_client_and_semaphore_run_take_several_permits() {
     assert_eq!(fields[0], listed[0], "the lowest first: {out}");
     let too_many = run(&["--permits", "5"]);
     assert_eq!(too_many.status.code(), Some(64));
+}
+
+/// In a process that hears releases (a sidecar's engine), a waiter for two permits does not
+/// hold up a waiter for one behind it: with one slot free, the single permit is granted at
+/// once, and the pair once the holder's two slots are released.
+#[tokio::test]
+async fn a_waiter_for_several_permits_does_not_hold_up_one_for_a_single_permit() {
+    let fleet = TestFleet::start(3);
+    let connected = Fleet::connect(&fleet.urls(), &FleetOptions::default())
+        .await
+        .unwrap();
+    let wakeups = Wakeups::connect(&connected).unwrap();
+    let engine = Arc::new(Redlock::new(connected, Default::default()).with_wakeups(wakeups));
+    let holder = take(&engine, "holder", permits(3, 2)).await;
+    let holder = holder.lease().expect("two of three").clone();
+    let wait = Duration::from_secs(5);
+    let pair = {
+        let engine = Arc::clone(&engine);
+        tokio::spawn(async move {
+            let outcome = engine.acquire_permit_with_wait("pool", "pair", TTL, permits(3, 2), wait);
+            (outcome.await.unwrap(), Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = Instant::now();
+    let single = engine.acquire_permit_with_wait("pool", "single", TTL, permits(3, 1), wait);
+    let single = single.await.unwrap();
+    assert!(single.lease().is_some(), "{single:?}");
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "the single permit waited {took:?}"
+    );
+    let released = Instant::now();
+    engine.release(&holder.resource, holder.id).await.unwrap();
+    let (pair, granted_at) = pair.await.unwrap();
+    assert!(pair.lease().is_some(), "{pair:?}");
+    assert!(granted_at >= released, "the pair beside the holder");
 }

@@ -45,7 +45,7 @@ fn long_write() -> RwRequest<'static> {
 /// Whether a new reader is refused now.
 async fn a_reader_is_kept_out(engine: &Redlock) -> bool {
     let newcomer = engine.acquire_rw(request("r2", RwMode::Read)).await;
-    newcomer.unwrap().lease().is_none()
+    matches!(newcomer.unwrap(), AcquireOutcome::Contended(_))
 }
 
 fn granted(outcome: AcquireOutcome) -> Lease {
@@ -276,8 +276,9 @@ async fn a_dead_waiting_writer_keeps_readers_out_for_the_intent_ttl_at_most() {
 }
 
 /// A live waiting writer sets its intent again at least every `INTENT_REFRESH`, even when it
-/// listens for releases (as in a sidecar) and the reader it waits for has 10 s left: readers
-/// are kept out for as long as it waits, well past `INTENT_TTL`.
+/// listens for releases (as in a sidecar) and the reader it waits for has 10 s left, and even
+/// with a TTL (300 ms) shorter than that pause: readers are kept out for as long as it waits,
+/// well past `INTENT_TTL`.
 #[tokio::test]
 async fn a_live_waiting_writer_keeps_its_intent_past_the_intent_ttl() {
     let fleet = TestFleet::start(3);
@@ -294,7 +295,11 @@ async fn a_live_waiting_writer_keeps_its_intent_past_the_intent_ttl() {
     let waiting = {
         let engine = std::sync::Arc::clone(&engine);
         tokio::spawn(async move {
-            let outcome = engine.acquire_rw_with_wait(long_write(), Duration::from_secs(10));
+            let short = RwRequest {
+                ttl: Duration::from_millis(300),
+                ..request("w", RwMode::Write)
+            };
+            let outcome = engine.acquire_rw_with_wait(short, Duration::from_secs(10));
             outcome.await.unwrap()
         })
     };

@@ -17,6 +17,7 @@ use redlease_testkit::RedisServer;
 mod fair;
 mod permits;
 mod preparation;
+mod read_write;
 
 const LOCK: &str = "redlease:lock:r";
 const FENCE: &str = "redlease:fence";

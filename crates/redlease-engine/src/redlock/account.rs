@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::outcome::{NodeVote, Refusal};
 use super::Redlock;
 use crate::fleet::{CallError, Node, NodeStatus};
+use crate::keys::{lock_name, parse_lock_name, LockKind, LockName};
 use crate::scripts::ExtendReply;
 
 /// How long `Redlock::account` waits for a master whose vote was not sent to finish its
@@ -70,17 +71,32 @@ impl Redlock {
             .collect()
     }
 
-    /// The owner of the lock of `resource` on each master (`None` where unknown).
+    /// The owner of the lock of `resource` on each master (`None` where unknown); for a lease
+    /// of several semaphore slots, the first of its slots that holds anything there.
     async fn holders_of(&self, resource: &str) -> Vec<Option<String>> {
-        let views = self.read_locks(&[resource.to_string()]).await;
-        let Some(view) = views.into_iter().next() else {
-            return Vec::new();
+        let names: Vec<String> = match parse_lock_name(resource) {
+            Some(LockName {
+                resource: semaphore,
+                kind: LockKind::Slots(slots),
+            }) => slots
+                .iter()
+                .map(|slot| lock_name(semaphore, LockKind::Slot(slot)))
+                .collect(),
+            _ => vec![resource.to_string()],
         };
+        let views = self.read_locks(&names).await;
         let owner = |answer: &Result<_, _>| match answer {
             Ok(Some(holding)) => Some(owner_words(holding)),
             _ => None,
         };
-        view.masters.iter().map(|m| owner(&m.answer)).collect()
+        (0..self.fleet.len())
+            .map(|i| {
+                let held = views.iter().filter_map(|view| view.masters.get(i));
+                held.map(|m| owner(&m.answer))
+                    .find(Option::is_some)
+                    .flatten()
+            })
+            .collect()
     }
 }
 

@@ -9,10 +9,11 @@
 //!
 //! Write-preferring: a blocking writer refused because readers stand leaves an intent
 //! (`…:wi`, the id of its wait) that keeps new readers out, so a stream of readers cannot
-//! starve it; the intent goes when it is granted or stops waiting. It lives
-//! [`INTENT_TTL`] (at most the writer's TTL) past each attempt, and a waiting writer makes one
-//! at least every [`INTENT_REFRESH`]: a writer whose process died keeps readers out that long
-//! at most.
+//! starve it; the intent goes when it is granted or stops waiting. It lives [`INTENT_TTL`]
+//! and two per-master timeouts past each attempt (an attempt waits at most that long for its
+//! masters and its stray claims), and a waiting writer makes one at least every
+//! [`INTENT_REFRESH`] after the last, so the intent stands for as long as the writer waits,
+//! and a writer whose process died keeps readers out that long at most.
 //!
 //! Fair waiting ([`Redlock::acquire_rw_fair_with_wait`]) queues readers and writers in one
 //! queue per lock across processes; `rw_acquire.lua` behind the head check decides as here.
@@ -29,8 +30,8 @@ use crate::keys::{lock_name, validate_resource, waiting_name, LockKind, SlotSet,
 use crate::scripts::{ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
-/// How long a waiting writer's intent outlives its last attempt (or the writer's TTL, when
-/// shorter).
+/// How long a waiting writer's intent outlives its last attempt, besides two per-master
+/// timeouts.
 pub const INTENT_TTL: Duration = Duration::from_secs(2);
 /// A waiting writer with an intent tries again at least this often, setting its intent again.
 pub const INTENT_REFRESH: Duration = Duration::from_millis(500);
@@ -191,7 +192,8 @@ impl Redlock {
             beside.map(|id| id.to_string()).unwrap_or_default(),
         );
         let intent = intent.map(|id| id.to_string()).unwrap_or_default();
-        let intent_ttl = INTENT_TTL.min(ttl).as_millis().to_string();
+        let timeout = self.node_timeout(ttl, tokio::time::Instant::now());
+        let intent_ttl = (INTENT_TTL + 2 * timeout).as_millis().to_string();
         let order: Vec<String> = order.iter().map(u32::to_string).collect();
         let mut args: Vec<&[u8]> = vec![
             base.as_bytes(),

@@ -137,7 +137,9 @@ impl Redlock {
 
     /// Tries to take permits until granted or `wait` has passed, as
     /// [`Redlock::acquire_with_wait`] does for an exclusive lock: the waiters of this process
-    /// queue on the semaphore, and the head retries when any of its slots is released.
+    /// for one permit queue on the semaphore, and the head retries when any of its slots is
+    /// released; a waiter for several permits is not in that line (it would hold up those
+    /// behind it while too few slots are free) and retries on its own at every release.
     pub async fn acquire_permit_with_wait(
         &self,
         resource: &str,
@@ -150,10 +152,15 @@ impl Redlock {
         permits.check()?;
         let queue = lock_name(resource, LockKind::Slot(0));
         let queue = waiting_name(&queue).into_owned();
-        self.wait_for_grant(&queue, wait, None, || {
-            self.acquire_permits(resource, owner, ttl, permits)
-        })
-        .await
+        let attempt = || self.acquire_permits(resource, owner, ttl, permits);
+        match permits.count {
+            1 => self.wait_for_grant(&queue, wait, None, attempt).await,
+            // Not lined up behind (or ahead of) this process's waiters for one permit.
+            _ => {
+                self.wait_for_grant_in_masters_order(&queue, wait, None, attempt)
+                    .await
+            }
+        }
     }
 
     /// Takes permits in the order fair waiters of every process asked for them, waiting at

@@ -52,10 +52,12 @@ impl Redlock {
     }
 
     /// Runs `attempt` until it grants or `wait` has passed, lined up by the masters alone: a
-    /// fair waiter's, whose attempts the masters grant only at the head of their queue. This
-    /// process lines none of them up behind another (a line here could hold the masters' head
-    /// behind a waiter they rank after it); each retries at every release message under
-    /// `queue`, and at the engine's jittered pace (at least every `max_pause`, when given).
+    /// fair waiter's, whose attempts the masters grant only at the head of their queue (a line
+    /// here could hold the masters' head behind a waiter they rank after it); or a waiter that
+    /// a line here must not put behind another (a semaphore's waiter for several permits, whom
+    /// single permits freed one by one would never let through, and who would hold up the
+    /// waiters for one permit behind it). Each retries at every release message under `queue`,
+    /// and at the engine's pace (at least every `max_pause`, when given).
     pub(crate) async fn wait_for_grant_in_masters_order<F, A>(
         &self,
         queue: &str,
