@@ -3,9 +3,9 @@
 -- waiting writer's intent. Per master, a writer stands only where no reader stands, and a
 -- reader only where no other lease's writer stands: every conflict is between two keys of
 -- one master, so two majorities that intersect cannot both hold conflicting leases.
--- Write-preferring: a blocking writer refused because readers or another writer stand leaves
--- its intent (the id of its wait, for ARGV[8] ms, set again by each of its attempts), and no
--- new reader is let in beside an intent.
+-- Write-preferring: a blocking writer refused because readers stand leaves its intent (the id
+-- of its wait, for ARGV[8] ms, set again by each of its attempts), and no new reader is let in
+-- beside an intent.
 -- KEYS[1]: fence counter         (<prefix>fence)
 -- ARGV[1]: key base              (<prefix>rw:<resource>:)
 -- ARGV[2]: value                 (<32-hex lease id>|<owner>)
@@ -39,14 +39,9 @@ local lease_id = string.sub(value, 1, 32)
 local writer = redis.call('GET', base .. 'w')
 local writer_id = writer and string.sub(writer, 1, 32)
 if writer and writer_id ~= lease_id and writer_id ~= beside then
-  if mode == 'write' and intent_id ~= '' then
-    -- A waiting writer kept out by another writer keeps its intent too: readers must not
-    -- pass it once that writer is gone.
-    local intent = redis.call('GET', base .. 'wi')
-    if not intent or intent == intent_id then
-      redis.call('SET', base .. 'wi', intent_id, 'PX', ARGV[8])
-    end
-  end
+  -- A writer waiting behind another writer leaves no intent: once that writer is gone, the
+  -- readers that waited for it may come in first (and an intent then keeps new ones out), so
+  -- neither readers nor writers starve while the other kind keeps coming.
   return {-1, redis.call('PTTL', base .. 'w')}
 end
 if mode == 'write' then

@@ -37,7 +37,7 @@ use redlease::redlock::read_write::RwMode;
 const QUARANTINE: Duration = Duration::from_secs(3);
 /// The semaphore every client takes permits of, and its limit.
 const SEMAPHORE: &str = "pool";
-const LIMIT: u32 = 3;
+const LIMIT: u32 = 4;
 /// The read-write lock the clients of its run read and write.
 const RW_LOCK: &str = "doc";
 
@@ -190,8 +190,8 @@ async fn join_clients(clients: Vec<JoinHandle<()>>) {
 
 /// Two sidecar clients (one auto-renewed taking one permit, one renewing by hand taking two at
 /// once) on each of two sidecars and two library clients (one of each) take permits of a
-/// semaphore of limit 3 for 14 s, while a majority is slowed, one master black-holed, one
-/// frozen, one killed and one restarted empty: at no instant were more than three permits
+/// semaphore of limit 4 for 14 s, while a majority is slowed, one master black-holed, one
+/// frozen, one killed and one restarted empty: at no instant were more than four permits
 /// valid, no slot had two holders at once, and each slot's tokens rose with every grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_never_exceed_the_limit_under_faults() {
@@ -233,15 +233,23 @@ async fn permits_never_exceed_the_limit_under_faults() {
         slot.is_some_and(|slot| slot < LIMIT)
     });
     assert!(slots_in_range, "a slot outside the limit");
-    for (who, least) in [
-        ("sidecar grants", 8),
-        ("library grants", 8),
-        ("sidecar grants of several permits", 2),
-        ("library grants of several permits", 2),
-    ] {
+    for (who, least) in [("sidecar grants", 8), ("library grants", 5)] {
         let granted = counts.get(who).copied().unwrap_or(0);
         assert!(granted >= least, "too few {who} to judge: {counts:?}");
     }
+    // Two permits wait for two free slots at once, which single permits taken as soon as they
+    // free can deny for long: counted over both kinds of client.
+    let several: u64 = [
+        "sidecar grants of several permits",
+        "library grants of several permits",
+    ]
+    .iter()
+    .map(|who| counts.get(*who).copied().unwrap_or(0))
+    .sum();
+    assert!(
+        several >= 4,
+        "too few grants of several permits to judge: {counts:?}"
+    );
     assert_eq!(
         most, LIMIT as usize,
         "the limit was never reached: no contention"

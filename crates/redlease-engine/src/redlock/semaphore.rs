@@ -156,10 +156,7 @@ impl Redlock {
         match permits.count {
             1 => self.wait_for_grant(&queue, wait, None, attempt).await,
             // Not lined up behind (or ahead of) this process's waiters for one permit.
-            _ => {
-                self.wait_for_grant_in_masters_order(&queue, wait, None, attempt)
-                    .await
-            }
+            _ => self.wait_for_grant_alone(&queue, wait, attempt).await,
         }
     }
 

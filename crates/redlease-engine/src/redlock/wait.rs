@@ -51,13 +51,30 @@ impl Redlock {
             .await
     }
 
+    /// Runs `attempt` until it grants or `wait` has passed, lined up in no line of this
+    /// process: a semaphore's waiter for several permits, whom a line would put behind (or
+    /// ahead of) waiters for one permit it cannot stand for. It retries at every release
+    /// message under `queue`, and otherwise as the head of a line would.
+    pub(crate) async fn wait_for_grant_alone<F, A>(
+        &self,
+        queue: &str,
+        wait: Duration,
+        attempt: F,
+    ) -> Result<AcquireOutcome, Error>
+    where
+        F: FnMut() -> A,
+        A: Future<Output = Result<AcquireOutcome, Error>>,
+    {
+        self.wait_in(queue, wait, (Line::Alone, None), attempt)
+            .await
+    }
+
     /// Runs `attempt` until it grants or `wait` has passed, lined up by the masters alone: a
-    /// fair waiter's, whose attempts the masters grant only at the head of their queue (a line
-    /// here could hold the masters' head behind a waiter they rank after it); or a waiter that
-    /// a line here must not put behind another (a semaphore's waiter for several permits, whom
-    /// single permits freed one by one would never let through, and who would hold up the
-    /// waiters for one permit behind it). Each retries at every release message under `queue`,
-    /// and at the engine's pace (at least every `max_pause`, when given).
+    /// fair waiter's, whose attempts the masters grant only at the head of their queue. This
+    /// process lines none of them up behind another (a line here could hold the masters' head
+    /// behind a waiter they rank after it); each retries at every release message under
+    /// `queue`, and at a pace of its own ([`fair_fallback_delay`]; at least every `max_pause`,
+    /// when given).
     pub(crate) async fn wait_for_grant_in_masters_order<F, A>(
         &self,
         queue: &str,
@@ -104,12 +121,12 @@ impl Redlock {
         }
         let waiting = self.wakeups.as_ref().map(|wakeups| match line {
             Line::ThisProcess => wakeups.join(resource),
-            Line::Masters => wakeups.watch(resource),
+            Line::Masters | Line::Alone => wakeups.watch(resource),
         });
         let mut listening = false;
         let _turn = match &waiting {
             None => None,
-            Some(waiting) if line == Line::Masters => {
+            Some(waiting) if line != Line::ThisProcess => {
                 // Retry once listening, as the head of this process's line does: a release
                 // announced before the subscription was confirmed reached nobody here.
                 listening = waiting.listening(deadline).await;
@@ -144,7 +161,7 @@ impl Redlock {
             // Unconfirmed, a release may publish to nobody here: then do not sleep until the
             // holder's expiry, retry at the engine's jittered pace.
             let delay = match (listening, line) {
-                (true, Line::ThisProcess) => {
+                (true, Line::ThisProcess | Line::Alone) => {
                     fallback_delay(&self.options, holder_remaining, rand::random())
                 }
                 (true, Line::Masters) => fair_fallback_delay(&self.options, holder_remaining),
@@ -173,6 +190,8 @@ enum Line {
     ThisProcess,
     /// The masters' queue (fair waiting): every waiter retries.
     Masters,
+    /// No line: this waiter retries on its own (a waiter for several permits).
+    Alone,
 }
 
 /// A random delay in `[retry_delay_min, retry_delay_max]` (`jitter` in 0..1 picks where),
