@@ -52,8 +52,9 @@ pub struct Scripts {
     pub ticket: Script,
     /// `fair_enqueue.lua`: a fair waiter queued, or its heartbeat.
     pub fair_enqueue: Script,
-    /// `fair_acquire.lua`: the lock for the head of its queue.
-    pub fair_acquire: Script,
+    /// `fair_head.lua` then `lock_acquire.lua`: an exclusive lock (or an election's key) for
+    /// the head of its queue of fair waiters.
+    pub lock_acquire_fair: Script,
     /// `fair_leave.lua`: a fair waiter out of its queue.
     pub fair_leave: Script,
     /// `proclaim.lua`: compare-the-lease, then an election leader's value written and announced.
@@ -86,7 +87,10 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     )),
     ticket: Script::from_lua(include_str!("../../../lua/ticket.lua")),
     fair_enqueue: Script::from_lua(include_str!("../../../lua/fair_enqueue.lua")),
-    fair_acquire: Script::from_lua(include_str!("../../../lua/fair_acquire.lua")),
+    lock_acquire_fair: Script::from_lua(concat!(
+        include_str!("../../../lua/fair_head.lua"),
+        include_str!("../../../lua/lock_acquire.lua")
+    )),
     fair_leave: Script::from_lua(include_str!("../../../lua/fair_leave.lua")),
     proclaim: Script::from_lua(include_str!("../../../lua/proclaim.lua")),
 });
@@ -115,7 +119,7 @@ impl Scripts {
             &self.rw_acquire_fair,
             &self.ticket,
             &self.fair_enqueue,
-            &self.fair_acquire,
+            &self.lock_acquire_fair,
             &self.fair_leave,
             &self.proclaim,
         ]

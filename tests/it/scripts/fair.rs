@@ -125,3 +125,45 @@ async fn a_reader_behind_a_queued_writer_is_refused_on_a_free_lock() {
     assert_eq!(attempt(r.clone(), "read").await, vec![-1, -1]);
     assert_eq!(attempt(w.clone(), "write").await[0], 0);
 }
+
+/// The exclusive lock's fair variant (`fair_head.lua` then `lock_acquire.lua`): a waiter
+/// behind the head is refused on a free lock with nothing written; the head takes it and the
+/// fence counter moves; a held lock refuses the next head with its PTTL.
+#[tokio::test]
+async fn only_the_head_of_the_queue_takes_the_lock() {
+    let master = Master::start().await;
+    let (queue, beats) = ("redlease:queue:job", "redlease:beats:job");
+    let lock = "redlease:lock:job";
+    let (a, b) = (LeaseId::random().to_string(), LeaseId::random().to_string());
+    for (waiter, ticket) in [(&a, "1"), (&b, "2")] {
+        let args = [waiter.as_str(), ticket, "5000", "enqueue"];
+        let queued = master
+            .eval(&SCRIPTS.fair_enqueue, &[queue, beats], &args)
+            .await;
+        assert_eq!(queued, Ok(1));
+    }
+    let attempt = |waiter: String| {
+        let value = LeaseId::random().value_for("o");
+        let master = &master;
+        async move {
+            let args = [waiter.as_str(), lock, value.as_str(), "5000"];
+            master
+                .eval_as::<Vec<i64>>(&SCRIPTS.lock_acquire_fair, &[FENCE, queue, beats], &args)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(attempt(b.clone()).await, vec![-1, -1], "behind the head");
+    assert_eq!(master.get(lock), None, "nothing written");
+    let granted = attempt(a.clone()).await;
+    assert_eq!(granted[0], 0, "{granted:?}");
+    assert!(master.get(lock).is_some());
+    let leave = [a.as_str(), "redlease:released:job"];
+    let left = master
+        .eval(&SCRIPTS.fair_leave, &[queue, beats], &leave)
+        .await;
+    assert_eq!(left, Ok(1));
+    let held = attempt(b).await;
+    assert_eq!(held[0], -1, "the lock is held: {held:?}");
+    assert!((4_000..=5_000).contains(&held[1]), "its PTTL: {held:?}");
+}

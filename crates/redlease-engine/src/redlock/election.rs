@@ -10,7 +10,8 @@
 //! are those of any lease.
 //!
 //! A fair campaign ([`Redlock::campaign_fair_with_wait`]) waits in the election's queue of
-//! fair candidates across processes and takes the lock by `fair_acquire.lua`, then writes its
+//! fair candidates across processes and takes the lock by `lock_acquire.lua` behind the head
+//! check of `fair_head.lua`, then writes its
 //! term as any campaign.
 //!
 //! The read ([`leadership`]) and the observer ([`Observer`]) are in their own files.
@@ -181,7 +182,8 @@ impl Redlock {
     /// Campaigns in the order fair candidates of every process asked, waiting at most `wait`
     /// ([`super::fair`]): in the election's own queue, each attempt only while this candidate
     /// is the head of it, the head taking the election lock when it is free
-    /// (`fair_acquire.lua` on the election's key), then writing its term and value as
+    /// (`lock_acquire.lua` behind `fair_head.lua`, on the election's key), then writing its
+    /// term and value as
     /// [`Redlock::campaign`] does. Contended with [`Shortfall::Dequeued`] when a majority
     /// purged the candidate.
     pub async fn campaign_fair_with_wait(

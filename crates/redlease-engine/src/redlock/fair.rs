@@ -3,9 +3,9 @@
 //! largest a majority answered, the laggards raised), so every master orders the waiters
 //! alike; it is queued on a majority of its kind's queue (`fair_enqueue.lua`; one queue per
 //! resource and kind, named after the lock's waiting name), keeps a heartbeat there while it
-//! waits, and a master lets it try only while it is the head of that queue: `fair_acquire.lua`
-//! for an exclusive lock (and an election's lock), or the kind's own acquisition script behind
-//! the head check of `fair_head.lua` (a semaphore's slot, a read-write lock's writer or
+//! waits, and a master lets it try only while it is the head of that queue: the head check of
+//! `fair_head.lua` in front of the kind's own acquisition script (`lock_acquire.lua` for an
+//! exclusive lock and an election's lock, a semaphore's slots, a read-write lock's writer or
 //! reader), which alone decides what is granted. A waiter that stops beating (its process
 //! died) is purged by the next attempt after its heartbeat TTL, so it delays the queue by at
 //! most that; a waiter purged while alive learns it at its next beat (its entry gone on a
@@ -87,9 +87,20 @@ impl Turn<'_> {
         fence: &str,
         args: &[&[u8]],
     ) -> Arc<ScriptCall> {
-        let Some(turn) = turn else {
-            return Arc::new(ScriptCall::new(script, &[fence.as_bytes()], args));
-        };
+        match turn {
+            Some(turn) => turn.fair_call(fair_script, fence, args),
+            None => Arc::new(ScriptCall::new(script, &[fence.as_bytes()], args)),
+        }
+    }
+
+    /// `fair_script` (`fair_head.lua` in front of a kind's acquisition) for this turn.
+    fn fair_call(
+        self,
+        fair_script: &'static Script,
+        fence: &str,
+        args: &[&[u8]],
+    ) -> Arc<ScriptCall> {
+        let turn = self;
         let keys: [&[u8]; 3] = [
             fence.as_bytes(),
             turn.queue.queue.as_bytes(),
@@ -173,7 +184,7 @@ impl Redlock {
     }
 
     /// One attempt of waiter `waiter` on the exclusive lock `name` (key `lock`): a slotted
-    /// acquisition of the lock key alone by `fair_acquire.lua`.
+    /// acquisition of the lock key alone by `lock_acquire.lua` behind the head check.
     pub(super) async fn fair_attempt(
         &self,
         keys: &Queue,
@@ -184,19 +195,13 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<AcquireOutcome, Error> {
         let id = LeaseId::random();
-        let (value, ttl_ms, waiter) = (
-            id.value_for(owner),
-            ttl.as_millis().to_string(),
-            waiter.to_string(),
-        );
-        let call_keys: [&[u8]; 4] = [
-            lock.as_bytes(),
-            keys.fence.as_bytes(),
-            keys.queue.as_bytes(),
-            keys.beats.as_bytes(),
-        ];
-        let args: [&[u8]; 3] = [value.as_bytes(), ttl_ms.as_bytes(), waiter.as_bytes()];
-        let acquire = Arc::new(ScriptCall::new(&SCRIPTS.fair_acquire, &call_keys, &args));
+        let (value, ttl_ms) = (id.value_for(owner), ttl.as_millis().to_string());
+        let args: [&[u8]; 3] = [lock.as_bytes(), value.as_bytes(), ttl_ms.as_bytes()];
+        let turn = Turn {
+            queue: keys,
+            waiter,
+        };
+        let acquire = turn.fair_call(&SCRIPTS.lock_acquire_fair, &keys.fence, &args);
         let release_claims = |_keep: Option<SlotSet>| release_call(lock, &keys.channel, id);
         let name_of = |_slot| name.to_string();
         let attempt = SlottedAttempt {
