@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlease::{AcquireOutcome, EngineOptions, Fleet, FleetOptions, Redlock, Shortfall, Wakeups};
+use redlease::{AcquireOutcome, EngineOptions, Shortfall};
 use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
 use serde_json::json;
@@ -246,12 +246,7 @@ async fn queue_fair_waiters(
 async fn the_masters_head_is_not_held_up_by_another_waiter_of_its_process() {
     let fleet = TestFleet::start(3);
     // With the release listener, as a sidecar's engine: one line of waiters per resource.
-    let connected = Fleet::connect(&fleet.urls(), &FleetOptions::default())
-        .await
-        .unwrap();
-    let wakeups = Wakeups::connect(&connected).unwrap();
-    let engine = Redlock::new(connected, options(2000)).with_wakeups(wakeups);
-    let engine = Arc::new(engine);
+    let engine = Arc::new(fleet.engine_hearing_releases(options(2000)).await);
     let holder = engine.acquire("job", "holder", TTL).await.unwrap();
     let holder = holder.lease().unwrap().clone();
     let wait = Duration::from_secs(6);
@@ -329,12 +324,7 @@ fn script_calls(fleet: &TestFleet) -> u64 {
 #[tokio::test]
 async fn waiters_behind_the_head_do_not_poll_at_the_retry_pace() {
     let fleet = TestFleet::start(3);
-    let connected = Fleet::connect(&fleet.urls(), &FleetOptions::default())
-        .await
-        .unwrap();
-    let wakeups = Wakeups::connect(&connected).unwrap();
-    let engine = Redlock::new(connected, options(2000)).with_wakeups(wakeups);
-    let engine = Arc::new(engine);
+    let engine = Arc::new(fleet.engine_hearing_releases(options(2000)).await);
     let holder = engine.acquire("job", "holder", Duration::from_secs(10));
     let holder = holder.await.unwrap().lease().unwrap().clone();
     let mut waiters = Vec::new();

@@ -10,8 +10,8 @@ use std::time::Duration;
 use redlease::client::Client;
 use redlease::keys::{lock_name, parse_lock_name, LockKind, SlotSet};
 use redlease::redlock::Permits;
-use redlease::{AcquireOutcome, Error, ExtendOutcome, Fleet, FleetOptions, Lease, LeaseId};
-use redlease::{Redlock, Wakeups};
+use redlease::Redlock;
+use redlease::{AcquireOutcome, Error, ExtendOutcome, Lease, LeaseId};
 use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
 use serde_json::json;
@@ -430,11 +430,7 @@ async fn the_client_and_semaphore_run_take_several_permits() {
 #[tokio::test]
 async fn a_waiter_for_several_permits_does_not_hold_up_one_for_a_single_permit() {
     let fleet = TestFleet::start(3);
-    let connected = Fleet::connect(&fleet.urls(), &FleetOptions::default())
-        .await
-        .unwrap();
-    let wakeups = Wakeups::connect(&connected).unwrap();
-    let engine = Arc::new(Redlock::new(connected, Default::default()).with_wakeups(wakeups));
+    let engine = Arc::new(fleet.engine_hearing_releases(Default::default()).await);
     let holder = take(&engine, "holder", permits(3, 2)).await;
     let holder = holder.lease().expect("two of three").clone();
     let wait = Duration::from_secs(5);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redlease::keys::{parse_lock_name, LockKind};
 use redlease::redlock::read_write::{RwMode, RwRequest, INTENT_TTL};
-use redlease::{AcquireOutcome, Fleet, FleetOptions, Lease, Redlock, Wakeups};
+use redlease::{AcquireOutcome, Lease, Redlock};
 use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
 use serde_json::json;
@@ -191,13 +191,10 @@ async fn a_writer_that_gives_up_lets_readers_in() {
 #[tokio::test]
 async fn a_reader_kept_out_by_an_intent_hears_it_withdrawn() {
     let fleet = TestFleet::start(3);
-    let with_wakeups = || async {
-        let (urls, options) = (fleet.urls(), FleetOptions::default());
-        let connected = Fleet::connect(&urls, &options).await.unwrap();
-        let wakeups = Wakeups::connect(&connected).unwrap();
-        Redlock::new(connected, Default::default()).with_wakeups(wakeups)
-    };
-    let (writers, readers) = (with_wakeups().await, with_wakeups().await);
+    let (writers, readers) = (
+        fleet.engine_hearing_releases(Default::default()).await,
+        fleet.engine_hearing_releases(Default::default()).await,
+    );
     let _r1 = reading(&readers, "r1").await;
     let long = long_write();
     let writer = writers.acquire_rw_with_wait(long, Duration::from_millis(600));
@@ -282,10 +279,7 @@ async fn a_dead_waiting_writer_keeps_readers_out_for_the_intent_ttl_at_most() {
 #[tokio::test]
 async fn a_live_waiting_writer_keeps_its_intent_past_the_intent_ttl() {
     let fleet = TestFleet::start(3);
-    let (urls, options) = (fleet.urls(), FleetOptions::default());
-    let connected = Fleet::connect(&urls, &options).await.unwrap();
-    let wakeups = Wakeups::connect(&connected).unwrap();
-    let engine = Redlock::new(connected, Default::default()).with_wakeups(wakeups);
+    let engine = fleet.engine_hearing_releases(Default::default()).await;
     let engine = std::sync::Arc::new(engine);
     let reader = RwRequest {
         ttl: Duration::from_secs(10),

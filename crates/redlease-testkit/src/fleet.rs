@@ -4,7 +4,7 @@
 use std::ops::Deref;
 use std::time::Duration;
 
-use redlease_engine::{EngineOptions, Fleet, FleetOptions, ProbeGuard, Redlock};
+use redlease_engine::{EngineOptions, Fleet, FleetOptions, ProbeGuard, Redlock, Wakeups};
 
 use crate::resp;
 use crate::RedisServer;
@@ -51,6 +51,19 @@ impl TestFleet {
             engine: Redlock::new(fleet, options),
             _probe: probe,
         }
+    }
+
+    /// An engine with `options` that hears releases on the masters' channels, as a sidecar's
+    /// does: its blocking acquisitions retry on release messages, and its plain waiters of a
+    /// lock line up in one queue (default fleet options, no probe).
+    pub async fn engine_hearing_releases(&self, options: EngineOptions) -> Redlock {
+        init_test_logs();
+        let fleet = Fleet::connect(&self.urls(), &FleetOptions::default())
+            .await
+            .unwrap();
+        // The fleet is connected: its subscriber connections can be made.
+        let wakeups = Wakeups::connect(&fleet).unwrap();
+        Redlock::new(fleet, options).with_wakeups(wakeups)
     }
 
     /// Every `redlease:` lock key on master `i` (a shadow is a lock key too).
