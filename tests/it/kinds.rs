@@ -6,8 +6,9 @@
 //! overlapping, and each slot's tokens rising in grant order. The same lab and faults check
 //! an election (`election`): one leader at a time, rising terms, observers' terms never
 //! going back; a read-write lock: no writer's window overlapping another lease's, the
-//! writers' tokens rising; and re-entry: one lock's windows never overlapping, every hold
-//! carrying its lease's token, no hold's release or stale release freeing anything.
+//! writers' tokens rising; re-entry: one lock's windows never overlapping, every hold
+//! carrying its lease's token, no hold's release or stale release freeing anything; and fair
+//! waiting (`fair`): no request granted before one queued clearly earlier.
 //!
 //! This file owns the lab (fleet, proxies, sidecars, engines), the faults and the semaphore's,
 //! read-write lock's and re-entry's tests; the clients are in `clients`, the recording and the
@@ -15,6 +16,7 @@
 
 mod clients;
 mod election;
+mod fair;
 mod record;
 
 use std::sync::Arc;
