@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use self::audit::{audit_command, unix_ms, AuditRecord};
 use self::verdict::{MasterAnswer, Verdict, TOMBSTONE_PREFIX};
-use super::inventory::{text, MasterView, INSPECT_TIMEOUT};
+use super::inventory::{text, INSPECT_TIMEOUT};
 use super::Redlock;
 use crate::backoff::Backoff;
 use crate::fleet::{Admission, Deadline};
@@ -98,9 +98,9 @@ pub struct ForceRelease {
     /// When the resource is free for others at the latest, in ms since the Unix epoch: now
     /// when the holder acknowledged; else when the revoked lease's keys expire.
     pub free_at_ms: u64,
-    /// The other slots of a semaphore that the revoked lease held (a lease of several
-    /// permits), each revoked too, named by that lease (a compare-and-revoke), and audited as
-    /// its own force release; empty for any other lock.
+    /// The other slots of a semaphore that the revoked lease held on a quorum (a lease of
+    /// several permits), each revoked too, named by that lease (a compare-and-revoke), and
+    /// audited as its own force release; empty for any other lock.
     pub also: Vec<ForceRelease>,
 }
 
@@ -142,13 +142,16 @@ impl Redlock {
         if revoked.is_empty() {
             return Ok(forced);
         }
-        for slot in self.inspect_semaphore(semaphore).await? {
-            let holds = |id: &LeaseId| {
-                let held =
-                    |m: &MasterView| matches!(&m.answer, Ok(Some(h)) if h.lease_id == Some(*id));
-                slot.masters.iter().any(held)
-            };
-            let Some(&id) = revoked.iter().find(|id| holds(id)) else {
+        // The slot named was forced whatever comes next: its outcome is answered even when
+        // the semaphore cannot be read (its name was checked above, so it can).
+        let Ok(slots) = self.inspect_semaphore(semaphore).await else {
+            return Ok(forced);
+        };
+        for slot in slots {
+            // A slot the revoked lease holds on a quorum: a claim of it on fewer masters (one
+            // its acquisition did not take back yet) keeps nobody out, and expires.
+            let holder = slot.holder.as_ref().map(|holder| holder.lease_id);
+            let Some(id) = holder.filter(|id| revoked.contains(id)) else {
                 continue;
             };
             if slot.resource == resource {
