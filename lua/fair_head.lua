@@ -1,5 +1,6 @@
 -- fair_head.lua: the head check of a fair waiter's attempt, never run alone: the engine puts
--- it in front of a kind's acquisition script (semaphore_acquire.lua, rw_acquire.lua) to make
+-- it in front of a kind's acquisition script (lock_acquire.lua, semaphore_acquire.lua,
+-- rw_acquire.lua) to make
 -- that script's fair variant. Waiters whose heartbeat deadline has passed are purged first; a
 -- waiter that is not the head of its queue on this master (the lowest ticket, then the lowest
 -- id), or not queued here at all, is refused before the kind's script runs; the head goes on

@@ -10,7 +10,7 @@
 -- Returns: {0, counter}  granted: the counter after INCR;
 --          {-1, PTTL}    refused: the lock is held (its PTTL).
 local lock, value, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not lock or #value < 34 or string.sub(value, 33, 33) ~= '|' then
+if not lock or not value or #value < 34 or string.sub(value, 33, 33) ~= '|' then
   return redis.error_reply('ERR redlease: value must be <lease id>|<owner>, after the lock key')
 end
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use self::audit::{audit_command, unix_ms, AuditRecord};
 use self::verdict::{MasterAnswer, Verdict, TOMBSTONE_PREFIX};
-use super::inventory::{text, INSPECT_TIMEOUT};
+use super::inventory::{text, Holding, INSPECT_TIMEOUT};
 use super::Redlock;
 use crate::backoff::Backoff;
 use crate::fleet::{Admission, Deadline};
@@ -98,9 +98,10 @@ pub struct ForceRelease {
     /// When the resource is free for others at the latest, in ms since the Unix epoch: now
     /// when the holder acknowledged; else when the revoked lease's keys expire.
     pub free_at_ms: u64,
-    /// The other slots of a semaphore that the revoked lease held on a quorum (a lease of
-    /// several permits), each revoked too, named by that lease (a compare-and-revoke), and
-    /// audited as its own force release; empty for any other lock.
+    /// The other slots of a semaphore that the revoked lease held (a lease of several
+    /// permits), each revoked too, named by that lease (a compare-and-revoke), and audited as
+    /// its own force release; empty for any other lock. A slot another lease had taken by
+    /// then is left out.
     pub also: Vec<ForceRelease>,
 }
 
@@ -133,13 +134,21 @@ impl Redlock {
         let mut forced = self.force_one(resource, actor, reason, options).await;
         let Some(LockName {
             resource: semaphore,
-            kind: LockKind::Slot(_),
+            kind: LockKind::Slot(named_slot),
         }) = parse_lock_name(resource)
         else {
             return Ok(forced);
         };
-        let revoked: Vec<LeaseId> = forced.removed.iter().filter_map(|h| h.lease_id).collect();
-        if revoked.is_empty() {
+        // The lease to follow: the one named, else the one the answers revoked (or found
+        // revoked: a retry of a force release) on the most masters, never a stray value of
+        // another lease found on fewer.
+        let answers: Vec<MasterAnswer> = forced.masters.iter().map(|m| m.answer.clone()).collect();
+        let Some(lease) = options.lease_id.or_else(|| verdict::pinned_lease(&answers)) else {
+            return Ok(forced);
+        };
+        // A semaphore of limit 1 has no other slot (its values say its limit).
+        let limit_one = |holder: &RemovedHolder| holder.value.ends_with("\u{1f}1");
+        if forced.removed.iter().any(limit_one) {
             return Ok(forced);
         }
         // The slot named was forced whatever comes next: its outcome is answered even when
@@ -147,23 +156,32 @@ impl Redlock {
         let Ok(slots) = self.inspect_semaphore(semaphore).await else {
             return Ok(forced);
         };
-        for slot in slots {
-            // A slot the revoked lease holds on a quorum: a claim of it on fewer masters (one
-            // its acquisition did not take back yet) keeps nobody out, and expires.
-            let holder = slot.holder.as_ref().map(|holder| holder.lease_id);
-            let Some(id) = holder.filter(|id| revoked.contains(id)) else {
-                continue;
-            };
-            if slot.resource == resource {
-                continue;
-            }
-            let named = ForceOptions {
-                lease_id: Some(id),
-                holder_gone: options.holder_gone,
-            };
-            let sibling = self.force_one(&slot.resource, actor, reason, &named);
-            forced.also.push(sibling.await);
-        }
+        let named = ForceOptions {
+            lease_id: Some(lease),
+            holder_gone: options.holder_gone,
+        };
+        // The other slots where any master holds the lease, or its tombstone (a retry after a
+        // force release that revoked them), forced at once: named by the lease, a force
+        // touches nothing of another.
+        let tombstone = format!("{TOMBSTONE_PREFIX}{lease}");
+        let holds =
+            |holding: &Holding| holding.lease_id == Some(lease) || holding.value == tombstone;
+        let others = slots.iter().filter(|slot| {
+            let held = slot
+                .masters
+                .iter()
+                .any(|m| matches!(&m.answer, Ok(Some(h)) if holds(h)));
+            let kind = parse_lock_name(&slot.resource).map(|name| name.kind);
+            held && kind != Some(LockKind::Slot(named_slot))
+        });
+        let forcing = others.map(|slot| self.force_one(&slot.resource, actor, reason, &named));
+        let also = futures_util::future::join_all(forcing).await;
+        // A slot the lease no longer held by then (its holder's sidecar released it, and
+        // another lease took it) was not the lease's to force: nothing of it is reported.
+        forced.also = also
+            .into_iter()
+            .filter(|other| other.verdict != Verdict::Mismatch)
+            .collect();
         Ok(forced)
     }
 
