@@ -458,3 +458,27 @@ async fn a_waiter_for_several_permits_does_not_hold_up_one_for_a_single_permit()
     assert!(pair.lease().is_some(), "{pair:?}");
     assert!(granted_at >= released, "the pair beside the holder");
 }
+
+/// A force release of a slot naming a lease that does not hold it revokes nothing, and does
+/// not follow that lease to the slots it does hold.
+#[tokio::test]
+async fn a_force_naming_another_lease_follows_it_nowhere() {
+    let fleet = TestFleet::start(3);
+    let engine = fleet.engine().await;
+    let pair = take(&engine, "pair", permits(3, 2)).await;
+    let pair = pair.lease().expect("two of three").clone();
+    let single = take(&engine, "single", permits(3, 1)).await;
+    let single = single.lease().expect("the third").clone();
+    let named = redlease::ForceOptions {
+        lease_id: Some(pair.id),
+        holder_gone: true,
+    };
+    let forced = engine
+        .force_release(&single.resource, "ops", "wrong lease", &named)
+        .await
+        .unwrap();
+    assert_eq!(forced.verdict, redlease::ForceVerdict::Mismatch);
+    assert!(forced.also.is_empty(), "{:?}", forced.also);
+    let renewed = engine.extend(&pair.resource, pair.id, TTL).await.unwrap();
+    assert!(matches!(renewed, ExtendOutcome::Extended(_)), "{renewed:?}");
+}

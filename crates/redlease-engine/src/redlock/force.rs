@@ -139,6 +139,11 @@ impl Redlock {
         else {
             return Ok(forced);
         };
+        // The lease named holds the slot named nowhere, another does: nothing was revoked,
+        // and nothing of the named lease is followed elsewhere either.
+        if forced.verdict == Verdict::Mismatch {
+            return Ok(forced);
+        }
         // The lease to follow: the one named, else the one the answers revoked (or found
         // revoked: a retry of a force release) on the most masters, never a stray value of
         // another lease found on fewer.
