@@ -42,10 +42,17 @@ fn long_write() -> RwRequest<'static> {
     }
 }
 
+/// One attempt of a new reader, `r2`, now.
+async fn new_reader(engine: &Redlock) -> AcquireOutcome {
+    engine
+        .acquire_rw(request("r2", RwMode::Read))
+        .await
+        .unwrap()
+}
+
 /// Whether a new reader is refused now.
 async fn a_reader_is_kept_out(engine: &Redlock) -> bool {
-    let newcomer = engine.acquire_rw(request("r2", RwMode::Read)).await;
-    matches!(newcomer.unwrap(), AcquireOutcome::Contended(_))
+    matches!(new_reader(engine).await, AcquireOutcome::Contended(_))
 }
 
 fn granted(outcome: AcquireOutcome) -> Lease {
@@ -175,10 +182,7 @@ async fn a_writer_that_gives_up_lets_readers_in() {
         .await
         .unwrap();
     assert!(gave_up.lease().is_none());
-    let r2 = engine
-        .acquire_rw(request("r2", RwMode::Read))
-        .await
-        .unwrap();
+    let r2 = new_reader(&engine).await;
     assert!(
         r2.lease().is_some(),
         "the intent outlived its writer's wait: {r2:?}"
@@ -235,10 +239,7 @@ async fn a_waiting_writer_whose_caller_went_away_withdraws_its_intent() {
         "the writer's wait answered: {abandoned:?}"
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let r2 = engine
-        .acquire_rw(request("r2", RwMode::Read))
-        .await
-        .unwrap();
+    let r2 = new_reader(&engine).await;
     assert!(
         r2.lease().is_some(),
         "the intent outlived its writer's caller: {r2:?}"

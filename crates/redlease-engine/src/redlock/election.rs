@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use super::calls::vote_on;
 use super::fair::Queue;
 use super::fanout::fan_out;
+use super::wait::Line;
 use super::{collect_votes, AcquireOutcome, Lease, NodeVote, Redlock, Refusal, Shortfall};
 use crate::keys::{
     lock_name, parse_lock_name, validate_owner, validate_resource, validate_value, LockKind,
@@ -173,7 +174,7 @@ impl Redlock {
     ) -> Result<AcquireOutcome, Error> {
         validate_resource(resource)?;
         let name = lock_name(resource, LockKind::Election);
-        self.wait_for_grant(&name, wait, None, || {
+        self.wait_for_grant(&name, wait, (Line::ThisProcess, None), || {
             self.campaign(resource, owner, value, ttl)
         })
         .await

@@ -13,7 +13,7 @@ use super::fanout::fan_out;
 use super::quorum::{Tally, Verdict};
 use super::{count_vote, ExtendOutcome, NodeVote, Redlock};
 use crate::fleet::CallError;
-use crate::keys::{parse_lock_name, validate_lock_name, LockKind};
+use crate::keys::validate_lock_name;
 use crate::scripts::{ExtendReply, ScriptCall, SCRIPTS};
 use crate::{Error, LeaseId};
 
@@ -149,10 +149,7 @@ fn batch_call(
     for &i in sent {
         let extension = &batch[i];
         let first = locks.len();
-        match parse_lock_name(&extension.resource).map(|name| name.kind) {
-            Some(LockKind::Slots(_)) => locks.extend(keyspace.locks(&extension.resource)),
-            _ => locks.push(keyspace.lock(&extension.resource)),
-        }
+        locks.extend(keyspace.locks(&extension.resource));
         let (id, ttl) = (
             extension.id.to_string(),
             itoa::Buffer::new()

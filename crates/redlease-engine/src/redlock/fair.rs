@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use super::calls::{eval_on, release_call};
 use super::fanout::fan_out;
 use super::slotted::SlottedAttempt;
+use super::wait::Line;
 use super::{fencing, AcquireOutcome, Redlock, Refusal, Shortfall};
 use crate::keys::{waiting_name, Keyspace, SlotSet};
 use crate::scripts::{ScriptCall, SCRIPTS};
@@ -166,8 +167,9 @@ impl Redlock {
             self.leave(queue, waiter, timeout).await;
             return Ok(AcquireOutcome::NoQuorum(refusal(Shortfall::TooFewAnswers)));
         }
-        let attempts =
-            self.wait_for_grant_in_masters_order(&queue.name, wait, max_pause, || attempt(waiter));
+        let attempts = self.wait_for_grant(&queue.name, wait, (Line::Masters, max_pause), || {
+            attempt(waiter)
+        });
         let beating = self.beat_until_purged(queue, waiter, ticket, heartbeat);
         let outcome = tokio::select! {
             outcome = attempts => outcome,

@@ -25,6 +25,7 @@ use futures_util::FutureExt;
 
 use super::fair::{Queue, Turn};
 use super::slotted::{slot_order, SlottedAttempt};
+use super::wait::Line;
 use super::{AcquireOutcome, Redlock};
 use crate::keys::{lock_name, validate_resource, waiting_name, LockKind, SlotSet, MAX_READERS};
 use crate::scripts::{ScriptCall, SCRIPTS};
@@ -95,7 +96,7 @@ impl Redlock {
         let mut standing = StandingIntent::new(self, request, intent);
         let refresh = intent.map(|_| INTENT_REFRESH);
         let outcome = self
-            .wait_for_grant(&queue, wait, refresh, || {
+            .wait_for_grant(&queue, wait, (Line::ThisProcess, refresh), || {
                 self.acquire_rw_intending(request, intent, None)
             })
             .await;

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use super::fair::{Queue, Turn};
 use super::slotted::{slot_order, SlotReply, SlottedAttempt};
+use super::wait::Line;
 use super::{AcquireOutcome, Redlock};
 use crate::keys::{
     lock_name, validate_resource, waiting_name, LockKind, SlotSet, MAX_SEMAPHORE_LIMIT,
@@ -152,12 +153,15 @@ impl Redlock {
         permits.check()?;
         let queue = lock_name(resource, LockKind::Slot(0));
         let queue = waiting_name(&queue).into_owned();
-        let attempt = || self.acquire_permits(resource, owner, ttl, permits);
-        match permits.count {
-            1 => self.wait_for_grant(&queue, wait, None, attempt).await,
-            // Not lined up behind (or ahead of) this process's waiters for one permit.
-            _ => self.wait_for_grant_alone(&queue, wait, attempt).await,
-        }
+        // Several permits: not lined up behind (or ahead of) this process's waiters for one.
+        let line = match permits.count {
+            1 => Line::ThisProcess,
+            _ => Line::Alone,
+        };
+        self.wait_for_grant(&queue, wait, (line, None), || {
+            self.acquire_permits(resource, owner, ttl, permits)
+        })
+        .await
     }
 
     /// Takes permits in the order fair waiters of every process asked for them, waiting at

@@ -27,72 +27,17 @@ impl Redlock {
         ttl: Duration,
         wait: Duration,
     ) -> Result<AcquireOutcome, Error> {
-        self.wait_for_grant(resource, wait, None, || self.acquire(resource, owner, ttl))
+        let pace = (Line::ThisProcess, None);
+        self.wait_for_grant(resource, wait, pace, || self.acquire(resource, owner, ttl))
             .await
     }
 
-    /// Runs `attempt` until it grants or `wait` has passed, queued in this process under
+    /// Runs `attempt` until it grants or `wait` has passed, lined up as `line` says under
     /// `queue` (a lock name's [`crate::keys::waiting_name`], whose channel announces the
     /// releases worth retrying at). With `max_pause`, an attempt at least that often however
     /// long the holder has left: for an attempt that keeps something of its own alive on the
     /// masters while it waits (a waiting writer's intent).
     pub(crate) async fn wait_for_grant<F, A>(
-        &self,
-        queue: &str,
-        wait: Duration,
-        max_pause: Option<Duration>,
-        attempt: F,
-    ) -> Result<AcquireOutcome, Error>
-    where
-        F: FnMut() -> A,
-        A: Future<Output = Result<AcquireOutcome, Error>>,
-    {
-        self.wait_in(queue, wait, (Line::ThisProcess, max_pause), attempt)
-            .await
-    }
-
-    /// Runs `attempt` until it grants or `wait` has passed, lined up in no line of this
-    /// process: a semaphore's waiter for several permits, whom a line would put behind (or
-    /// ahead of) waiters for one permit it cannot stand for. It retries at every release
-    /// message under `queue`, and otherwise as the head of a line would.
-    pub(crate) async fn wait_for_grant_alone<F, A>(
-        &self,
-        queue: &str,
-        wait: Duration,
-        attempt: F,
-    ) -> Result<AcquireOutcome, Error>
-    where
-        F: FnMut() -> A,
-        A: Future<Output = Result<AcquireOutcome, Error>>,
-    {
-        self.wait_in(queue, wait, (Line::Alone, None), attempt)
-            .await
-    }
-
-    /// Runs `attempt` until it grants or `wait` has passed, lined up by the masters alone: a
-    /// fair waiter's, whose attempts the masters grant only at the head of their queue. This
-    /// process lines none of them up behind another (a line here could hold the masters' head
-    /// behind a waiter they rank after it); each retries at every release message under
-    /// `queue`, and at a pace of its own ([`fair_fallback_delay`]; at least every `max_pause`,
-    /// when given).
-    pub(crate) async fn wait_for_grant_in_masters_order<F, A>(
-        &self,
-        queue: &str,
-        wait: Duration,
-        max_pause: Option<Duration>,
-        attempt: F,
-    ) -> Result<AcquireOutcome, Error>
-    where
-        F: FnMut() -> A,
-        A: Future<Output = Result<AcquireOutcome, Error>>,
-    {
-        self.wait_in(queue, wait, (Line::Masters, max_pause), attempt)
-            .await
-    }
-
-    /// The attempts of either line, until one grants or `wait` has passed; never more than
-    /// `max_pause` apart, when given.
-    async fn wait_in<F, A>(
         &self,
         queue: &str,
         wait: Duration,
@@ -184,13 +129,18 @@ impl Redlock {
 
 /// Who lines up a blocking acquisition's attempts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Line {
+pub(crate) enum Line {
     /// The waiters of this process, first come first served per resource: only the head
     /// retries.
     ThisProcess,
-    /// The masters' queue (fair waiting): every waiter retries.
+    /// The masters' queue (fair waiting), whose attempts the masters grant only at the head
+    /// of their queue: every waiter retries on its own (a line here could hold the masters'
+    /// head behind a waiter they rank after it), at a pace of its own
+    /// ([`fair_fallback_delay`]).
     Masters,
-    /// No line: this waiter retries on its own (a waiter for several permits).
+    /// No line: this waiter retries on its own, otherwise as the head of a line would (a
+    /// semaphore's waiter for several permits, whom a line would put behind, or ahead of,
+    /// waiters for one permit it cannot stand for).
     Alone,
 }
 
