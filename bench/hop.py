@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The sidecar hop against the library engine, in one run on one fleet (run by bench/hop.sh).
 
-Starts two sidecars (the release binary: TCP and a Unix socket) on the fleet in
-$REDLEASE__MASTERS, then for each round:
+Starts two sidecars (the release binary: TCP and a Unix socket; busy polling
+$BUSY_POLL_US µs when set) on the fleet in $REDLEASE__MASTERS, then for each round:
 a loopback round-trip probe (`redis-benchmark -t ping -c 1` against one master), and the
 sequential, 16-client parallel and 16x4 contended workloads of `redlease load`, taking turns
 between the engine (`--masters`) and the sidecar (`--sidecar`, over TCP and over a Unix
@@ -35,6 +35,10 @@ SIDECAR_NICE = os.environ.get("SIDECAR_NICE", "")
 # where the kernel puts them: the hop without a wake-up across CPUs. Empty: no pinning.
 PIN_CPU = os.environ.get("PIN_CPU", "")
 PIN = ["taskset", "-c", PIN_CPU] if PIN_CPU else []
+# The sidecars' `runtime.busy_poll_us` (e.g. 100). Empty: the default (off).
+BUSY_POLL_US = os.environ.get("BUSY_POLL_US", "")
+# The window of the placement probe's busy-polling sidecar.
+PROBE_BUSY_POLL_US = "100"
 WARMUP = 20
 CLIENTS = 16
 TICK = os.sysconf("SC_CLK_TCK")
@@ -105,24 +109,34 @@ def listener_pid(port):
 def placement_probe(masters):
     """A trivial HTTP round trip to a sidecar pinned to CPU 0 (`GET /livez`), and a Redis PING
     to a master pinned there, each from CPU 0 and from CPU 1: what a hop costs with and without
-    a wake-up across CPUs on this machine, apart from what the sidecar does per request."""
-    port = free_port()
-    sidecar = subprocess.Popen(["taskset", "-c", "0", BIN, "serve", "--listen",
-                                f"127.0.0.1:{port}"], stderr=subprocess.DEVNULL)
+    a wake-up across CPUs on this machine, apart from what the sidecar does per request. The
+    sidecar is probed twice: as configured by default, and busy polling."""
     host, master_port = re.match(r"redis://([^:/]+):(\d+)", masters.split(",")[0]).groups()
     master = listener_pid(master_port)
     master_cpus = os.sched_getaffinity(master)
     os.sched_setaffinity(master, {0})
+    results = {}
     try:
-        wait_for_port(port)
-        http = (("127.0.0.1", port), b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"}")
         ping = ((host, int(master_port)), b"*1\r\n$4\r\nPING\r\n", b"PONG\r\n")
-        return {(what, cpu): round_trip_us(*probe, cpu)
-                for what, probe in (("http", http), ("ping", ping)) for cpu in (0, 1)}
+        for cpu in (0, 1):
+            results[("ping", cpu)] = round_trip_us(*ping, cpu)
+        for what, busy_poll in (("http", "0"), ("http-busy", PROBE_BUSY_POLL_US)):
+            port = free_port()
+            env = dict(os.environ, REDLEASE__RUNTIME__BUSY_POLL_US=busy_poll)
+            sidecar = subprocess.Popen(["taskset", "-c", "0", BIN, "serve", "--listen",
+                                        f"127.0.0.1:{port}"], env=env, stderr=subprocess.DEVNULL)
+            try:
+                wait_for_port(port)
+                http = (("127.0.0.1", port), b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                        b"}")
+                for cpu in (0, 1):
+                    results[(what, cpu)] = round_trip_us(*http, cpu)
+            finally:
+                sidecar.terminate()
+                sidecar.wait()
     finally:
         os.sched_setaffinity(master, master_cpus)
-        sidecar.terminate()
-        sidecar.wait()
+    return results
 
 
 def wait_for_port(port, sock=None):
@@ -162,6 +176,8 @@ def main():
     port = free_port()
     sock = os.path.join(tempfile.mkdtemp(prefix="redlease-hop."), "api.sock")
     env = dict(os.environ)
+    if BUSY_POLL_US:
+        env["REDLEASE__RUNTIME__BUSY_POLL_US"] = BUSY_POLL_US
     nice = ["nice", "-n", SIDECAR_NICE] if SIDECAR_NICE else []
     nice = PIN + nice
     sidecars = {
@@ -203,6 +219,7 @@ def main():
     print(f"Loopback round trip (`redis-benchmark -t ping -c 1`, p50, median of {ROUNDS}): "
           f"{ping:.0f} µs; `redlease load --worker-threads {LOAD_THREADS}`"
           + (f"; sidecars at nice {SIDECAR_NICE}" if SIDECAR_NICE else "")
+          + (f"; sidecars busy polling {BUSY_POLL_US} µs" if BUSY_POLL_US else "")
           + (f"; load generator and sidecars on CPU {PIN_CPU}" if PIN_CPU else ""))
     print()
     print("| workload | target | ops/s | p50 µs | p99 µs | p99.9 µs | errors "
@@ -223,8 +240,11 @@ def main():
     if placement:
         print(f"Placement probe (p50 of 3000 round trips on one socket, the server on CPU 0): "
               f"`GET /livez` to a sidecar {placement[('http', 0)]:.1f} µs from CPU 0, "
-              f"{placement[('http', 1)]:.1f} µs from CPU 1; Redis PING {placement[('ping', 0)]:.1f} µs "
-              f"from CPU 0, {placement[('ping', 1)]:.1f} µs from CPU 1")
+              f"{placement[('http', 1)]:.1f} µs from CPU 1; to a sidecar busy polling "
+              f"{PROBE_BUSY_POLL_US} µs {placement[('http-busy', 0)]:.1f} µs from CPU 0, "
+              f"{placement[('http-busy', 1)]:.1f} µs from CPU 1; Redis PING "
+              f"{placement[('ping', 0)]:.1f} µs from CPU 0, {placement[('ping', 1)]:.1f} µs "
+              f"from CPU 1")
         print()
     get = lambda name, workload, key: med([r[key] for r in runs[(name, workload)]])
     for name in ("sidecar", "sidecar-unix"):

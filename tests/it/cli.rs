@@ -368,6 +368,79 @@ async fn serve_runs_on_the_runtime_threads_configured() {
     }
 }
 
+/// With `runtime.busy_poll_us`, `redlease serve` polls after requests (counted in
+/// `sidecar_busy_poll_seconds_total`) and stops once they stop: idle, it spends next to no CPU.
+/// Without it, it never polls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_polling_follows_requests_and_stops_with_them() {
+    let fleet = TestFleet::start(3);
+    for window_us in [None, Some("1000")] {
+        let env: Vec<(&str, &str)> = window_us
+            .map(|us| ("REDLEASE__RUNTIME__BUSY_POLL_US", us))
+            .into_iter()
+            .collect();
+        let serve = ServeProcess::start_with_env(&fleet, &[], std::process::Stdio::null(), &env);
+        let body = serde_json::json!({"owner": "t", "auto_renew": false});
+        serve.acquire_when_up("busy-poll-first", body.clone()).await;
+        let http = reqwest::Client::new();
+        let base = format!("http://{}", serve.listen);
+        for round in 0..100 {
+            let url = format!("{base}/v1/locks/busy-poll-{round}/acquire");
+            let lease: Value = http
+                .post(&url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let id = lease["lease_id"].as_str().expect("a lease id");
+            let released = http
+                .delete(format!("{base}/v1/leases/{id}"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(released.status(), 200);
+        }
+        // The last spell (1 ms) is over; then a second with no request.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pid = serve.child.id().unwrap();
+        let before = cpu_ticks(pid);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let idle = cpu_ticks(pid) - before;
+        // A thread that kept polling would spend most of the 2 s (200 ticks) on the CPU.
+        assert!(
+            idle < 20,
+            "{window_us:?}: {idle} ticks of CPU in 2 s without a request"
+        );
+        let metrics = http.get(format!("{base}/metrics")).send().await.unwrap();
+        let text = metrics.text().await.unwrap();
+        let polled = text
+            .lines()
+            .find_map(|line| line.strip_prefix("sidecar_busy_poll_seconds_total "))
+            .and_then(|value| value.parse::<f64>().ok())
+            .expect("sidecar_busy_poll_seconds_total");
+        match window_us {
+            None => assert_eq!(polled, 0.0, "polled without runtime.busy_poll_us"),
+            // 202 requests, each marked twice: every spell lasts the window at least, and
+            // none much past its last request's answer.
+            Some(_) => assert!((0.001..2.0).contains(&polled), "polled {polled} s"),
+        }
+        assert_eq!(serve.terminate().await, Some(0));
+    }
+}
+
+/// User + system CPU time of process `pid`, in clock ticks (`/proc/<pid>/stat`).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name, which ends at the last ')': utime and stime are the
+    // 14th and 15th fields of the line, the 12th and 13th after the name.
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
 /// A real `redlease serve` process releases every lease on SIGTERM and exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_releases_every_lease_and_exits() {

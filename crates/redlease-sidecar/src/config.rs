@@ -65,6 +65,8 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_WORKER_THREADS: usize = 1;
 /// The most `runtime.worker_threads` accepted.
 pub const MAX_WORKER_THREADS: usize = 256;
+/// The longest `runtime.busy_poll_us` accepted: past a millisecond, polling only burns CPU.
+pub const MAX_BUSY_POLL: Duration = Duration::from_millis(1);
 /// The lowest `lease.min_ttl_ms` accepted: the engine's own minimum TTL.
 pub const MIN_TTL_FLOOR: Duration = crate::redlock::DEFAULT_MIN_TTL;
 
@@ -85,6 +87,9 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Key `runtime.worker_threads`: threads of the async runtime; 0: one per CPU.
     pub worker_threads: usize,
+    /// Key `runtime.busy_poll_us`: how long the runtime keeps polling for events, rather than
+    /// sleeping, after a request comes in or its answer goes out; zero (the default): never.
+    pub busy_poll: Duration,
     /// Keys `auth.*`.
     pub auth: AuthSettings,
     /// Keys `http.*`.
@@ -189,6 +194,7 @@ struct RawShutdown {
 #[serde(deny_unknown_fields)]
 struct RawRuntime {
     worker_threads: usize,
+    busy_poll_us: u64,
 }
 
 // === impl Settings ===
@@ -305,6 +311,7 @@ impl fmt::Debug for Settings {
             .field("fleet", &self.fleet)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("worker_threads", &self.worker_threads)
+            .field("busy_poll", &self.busy_poll)
             .field("auth", &self.auth)
             .field("http", &self.http)
             .field("metrics", &self.metrics)
@@ -350,7 +357,8 @@ fn defaults(
         .set_default("lease.shadow_multiplier", DEFAULT_SHADOW_MULTIPLIER)?
         .set_default("lease.retained_max", DEFAULT_RETAINED_MAX as u64)?
         .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))?
-        .set_default("runtime.worker_threads", DEFAULT_WORKER_THREADS as u64)
+        .set_default("runtime.worker_threads", DEFAULT_WORKER_THREADS as u64)?
+        .set_default("runtime.busy_poll_us", 0u64)
 }
 
 /// The `REDLEASE__*` variables as two sources. `REDLEASE__MASTERS` and
@@ -412,6 +420,13 @@ impl Raw {
                 "runtime.worker_threads: must be at most {MAX_WORKER_THREADS} (0: one per CPU)"
             ));
         }
+        let busy_poll = Duration::from_micros(self.runtime.busy_poll_us);
+        if busy_poll > MAX_BUSY_POLL {
+            let most = MAX_BUSY_POLL.as_micros();
+            p.push(format!(
+                "runtime.busy_poll_us: must be at most {most} (0: never)"
+            ));
+        }
         let auth = self.auth.validate(&mut p);
         let http = self.http.validate(&mut p);
         let metrics = self.metrics.validate(listen.as_ref(), &mut p);
@@ -424,6 +439,7 @@ impl Raw {
                 fleet,
                 shutdown_grace,
                 worker_threads,
+                busy_poll,
                 auth,
                 http,
                 metrics,

@@ -103,6 +103,9 @@ pub struct Metrics {
     /// `lock_reentries_total`: re-entries of a lease, by `outcome` (one of
     /// [`REENTRY_OUTCOMES`]).
     pub reentries: Counter<u64>,
+    /// `sidecar_busy_poll_seconds_total` (s): time the runtime spent polling rather than
+    /// sleeping after requests (`runtime.busy_poll_us`).
+    pub busy_poll: Counter<f64>,
     /// `process_cpu_seconds_total` (s): user + system CPU time of this process, read at scrape.
     _process_cpu: ObservableCounter<f64>,
     /// `process_resident_memory_bytes`: resident memory of this process, read at scrape.
@@ -200,6 +203,13 @@ impl Metrics {
                 "lock_reentries",
                 "Re-entries of a lease by its id, by outcome",
             ),
+            busy_poll: meter
+                .f64_counter("sidecar_busy_poll_seconds")
+                .with_unit("s")
+                .with_description(
+                    "Time spent polling rather than sleeping after requests (runtime.busy_poll_us)",
+                )
+                .build(),
             _process_cpu: meter
                 .f64_observable_counter("process_cpu_seconds")
                 .with_unit("s")
@@ -237,6 +247,7 @@ impl Metrics {
         ] {
             counter.add(0, &[]);
         }
+        self.busy_poll.add(0.0, &[]);
         for reason in LOST_REASONS {
             self.leases_lost.add(0, &label("reason", reason));
         }

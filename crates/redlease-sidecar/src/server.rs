@@ -9,6 +9,7 @@
 //! its own token, until the API's server has drained.
 
 mod accept;
+mod busy_poll;
 mod conn_io;
 mod connection;
 mod listener;
@@ -18,7 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
+use self::busy_poll::BusyPoll;
 pub use self::listener::{ListenError, Listener, SocketFile, UNIX_SOCKET_MODE};
 use crate::api::auth::ApiToken;
 use crate::api::guard::Guard;
@@ -42,6 +45,8 @@ pub struct Sidecar {
     metrics_listener: Option<Listener>,
     grace: Duration,
     http: HttpSettings,
+    /// `runtime.busy_poll_us`.
+    busy_poll: Duration,
     _probe: ProbeGuard,
 }
 
@@ -91,6 +96,7 @@ impl Sidecar {
             metrics_listener: None,
             grace: settings.shutdown_grace,
             http: settings.http.clone(),
+            busy_poll: settings.busy_poll,
             _probe: probe,
         })
     }
@@ -141,12 +147,17 @@ impl Sidecar {
         let abort = CancellationToken::new();
         let api_done = CancellationToken::new();
         let metrics = self.serve_metrics(state.clone(), &api_done, &abort);
+        let busy_poll = BusyPoll::new(self.busy_poll);
+        // Its own task, so that its turns wake nothing else; stopped when this returns.
+        let _polling = busy_poll
+            .clone()
+            .map(|busy| AbortOnDropHandle::new(tokio::spawn(busy.run())));
         let serve = async {
             let router = api::app(state);
             let http = &self.http;
             accept::serve(
                 listener,
-                (router, guard),
+                (router, guard, busy_poll),
                 http,
                 release_then_drain,
                 abort.clone(),
@@ -194,7 +205,7 @@ impl Sidecar {
             };
             accept::serve(
                 listener,
-                (router, guard),
+                (router, guard, None),
                 &http,
                 stop.cancelled_owned(),
                 abort,

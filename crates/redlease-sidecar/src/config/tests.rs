@@ -108,6 +108,22 @@ fn the_runtime_takes_one_thread_unless_told_otherwise() {
     );
 }
 
+/// `runtime.busy_poll_us`: off by default, up to a millisecond, nothing more.
+#[test]
+fn busy_polling_is_off_unless_asked_for_and_at_most_a_millisecond() {
+    let window = |value: &str| load(&[ONE_MASTER[0], ("REDLEASE__RUNTIME__BUSY_POLL_US", value)]);
+    assert_eq!(load(ONE_MASTER).unwrap().busy_poll, Duration::ZERO);
+    assert_eq!(window("100").unwrap().busy_poll, Duration::from_micros(100));
+    assert_eq!(window("1000").unwrap().busy_poll, MAX_BUSY_POLL);
+    let refused = problems(window("1001"));
+    assert_eq!(refused.len(), 1);
+    assert!(
+        refused[0].starts_with("runtime.busy_poll_us:"),
+        "{refused:?}"
+    );
+    assert!(window("-1").is_err());
+}
+
 /// An environment variable beats the file; keys the environment does not name keep the file's.
 #[test]
 fn env_vars_override_the_file() {

@@ -15,6 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::busy_poll::BusyPoll;
 use super::conn_io::Deadlines;
 use super::connection::{self, Serving};
 use super::listener::{Listener, Stream};
@@ -30,9 +31,10 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Serves `router` behind `guard` on `listener` until `stop` resolves, then drains the
 /// connections; returns once they are all closed. `abort` drops every connection at once.
+/// Requests mark `busy_poll`, when there is one.
 pub(super) async fn serve(
     listener: Listener,
-    (router, guard): (Router, Arc<Guard>),
+    (router, guard, busy_poll): (Router, Arc<Guard>, Option<Arc<BusyPoll>>),
     http: &HttpSettings,
     stop: impl Future<Output = ()>,
     abort: CancellationToken,
@@ -47,6 +49,7 @@ pub(super) async fn serve(
         },
         drain: drain.clone(),
         abort,
+        busy_poll,
     };
     let slots = Arc::new(Semaphore::new(http.max_connections));
     let refusals = Refusals {

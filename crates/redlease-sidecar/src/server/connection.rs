@@ -21,6 +21,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use super::busy_poll::BusyPoll;
 use super::conn_io::{Activity, Deadlines, GuardedIo};
 use super::listener::Identify;
 use crate::api::error::PROBLEM_JSON;
@@ -46,6 +47,8 @@ pub(super) struct Serving {
     pub(super) drain: CancellationToken,
     /// The grace period is over: drop the connection.
     pub(super) abort: CancellationToken,
+    /// Marked as each request comes in and as its answer is done with.
+    pub(super) busy_poll: Option<Arc<BusyPoll>>,
 }
 
 /// Serves `stream` until the client leaves, a deadline passes or the server stops.
@@ -70,6 +73,7 @@ where
         router: serving.router,
         guard: serving.guard,
         activity,
+        busy_poll: serving.busy_poll,
     };
     let mut conn = builder().serve_connection(TokioIo::new(io), service);
     let mut pinned = Pin::new(&mut conn);
@@ -134,6 +138,7 @@ struct ConnService {
     router: Router,
     guard: Arc<Guard>,
     activity: Arc<Activity>,
+    busy_poll: Option<Arc<BusyPoll>>,
 }
 
 type ServiceFuture =
@@ -146,13 +151,16 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         self.activity.dispatch();
+        if let Some(busy_poll) = &self.busy_poll {
+            busy_poll.mark();
+        }
         let streaming = is_event_stream(&request);
         if streaming {
             self.activity.want_socket();
             let conn = StreamConn(Arc::clone(&self.activity) as _);
             request.extensions_mut().insert(conn);
         }
-        let finished = Finished(Arc::clone(&self.activity));
+        let finished = Finished(Arc::clone(&self.activity), self.busy_poll.clone());
         let refused = match self.guard.admit(&request) {
             Err(refused) => Some(refused.into_response()),
             Ok(()) => self.guard.unauthorized(&request),
@@ -204,11 +212,14 @@ fn typed(response: Response<Body>) -> Response<Body> {
 }
 
 /// Marks the request finished when dropped (its answer sent whole, or abandoned).
-struct Finished(Arc<Activity>);
+struct Finished(Arc<Activity>, Option<Arc<BusyPoll>>);
 
 impl Drop for Finished {
     fn drop(&mut self) {
         self.0.finish();
+        if let Some(busy_poll) = &self.1 {
+            busy_poll.mark();
+        }
     }
 }
 
