@@ -171,6 +171,37 @@ def load(target, workload):
     return report
 
 
+RATES = [int(r) for r in os.environ.get("RATES", "100,1000,3000").split(",") if r]
+
+
+def cpu_at_rates(masters):
+    """The price of busy polling: a sidecar's CPU at steady open-loop rates (4 clients), with
+    busy polling off and at the probe's window, each on a fresh sidecar."""
+    rows = []
+    for busy_poll in ("0", PROBE_BUSY_POLL_US):
+        port = free_port()
+        env = dict(os.environ, REDLEASE__RUNTIME__BUSY_POLL_US=busy_poll)
+        sidecar = subprocess.Popen([*PIN, BIN, "serve", "--listen", f"127.0.0.1:{port}"],
+                                   env=env, stderr=subprocess.DEVNULL)
+        try:
+            wait_for_port(port)
+            for rate in RATES:
+                before = cpu_seconds(sidecar.pid)
+                args = [*PIN, BIN, "load", "--sidecar", f"http://127.0.0.1:{port}", "--workload",
+                        "parallel", "--clients", "4", "--rate", str(rate), "--duration",
+                        DURATION, "--json", "--warmup", "0"]
+                started = time.monotonic()
+                out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+                wall = time.monotonic() - started
+                used = cpu_seconds(sidecar.pid) - before
+                report = json.loads(next(l for l in out.splitlines() if l.startswith("{")))
+                rows.append((rate, busy_poll, used / wall * 100, used / report["ops"] * 1e6))
+        finally:
+            sidecar.terminate()
+            sidecar.wait()
+    return rows
+
+
 def main():
     masters = os.environ["REDLEASE__MASTERS"]
     port = free_port()
@@ -214,6 +245,7 @@ def main():
             proc.wait()
 
     placement = placement_probe(masters) if os.cpu_count() >= 2 else None
+    rates = cpu_at_rates(masters)
     med = lambda xs: statistics.median(xs)
     ping = med(pings)
     print(f"Loopback round trip (`redis-benchmark -t ping -c 1`, p50, median of {ROUNDS}): "
@@ -246,6 +278,14 @@ def main():
               f"{placement[('ping', 0)]:.1f} µs from CPU 0, {placement[('ping', 1)]:.1f} µs "
               f"from CPU 1")
         print()
+    print("Sidecar CPU at steady rates (`redlease load --workload parallel --clients 4 --rate R`, "
+          f"{DURATION} each, one run):")
+    print()
+    print("| cycles/s | `runtime.busy_poll_us` | sidecar CPU, % of a core | sidecar CPU µs/cycle |")
+    print("|---|---|---|---|")
+    for rate, busy_poll, share, per_cycle in rates:
+        print(f"| {rate} | {busy_poll} | {share:.1f} | {per_cycle:.0f} |")
+    print()
     get = lambda name, workload, key: med([r[key] for r in runs[(name, workload)]])
     for name in ("sidecar", "sidecar-unix"):
         gap = get(name, "sequential", "p50_us") - get("engine", "sequential", "p50_us")

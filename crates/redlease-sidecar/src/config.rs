@@ -426,6 +426,10 @@ impl Raw {
             p.push(format!(
                 "runtime.busy_poll_us: must be at most {most} (0: never)"
             ));
+        } else if !busy_poll.is_zero() && worker_threads != 1 {
+            // With several workers, the one asleep in the I/O driver holds the sockets: the
+            // polling one cannot look at them, and polls for nothing.
+            p.push("runtime.busy_poll_us: needs runtime.worker_threads = 1".into());
         }
         let auth = self.auth.validate(&mut p);
         let http = self.http.validate(&mut p);

@@ -108,7 +108,7 @@ fn the_runtime_takes_one_thread_unless_told_otherwise() {
     );
 }
 
-/// `runtime.busy_poll_us`: off by default, up to a millisecond, nothing more.
+/// `runtime.busy_poll_us`: off by default, up to a millisecond, on one runtime thread only.
 #[test]
 fn busy_polling_is_off_unless_asked_for_and_at_most_a_millisecond() {
     let window = |value: &str| load(&[ONE_MASTER[0], ("REDLEASE__RUNTIME__BUSY_POLL_US", value)]);
@@ -122,6 +122,22 @@ fn busy_polling_is_off_unless_asked_for_and_at_most_a_millisecond() {
         "{refused:?}"
     );
     assert!(window("-1").is_err());
+    // One runtime thread polls; with several, the one asleep holds the sockets.
+    let threads = |n: &str| {
+        load(&[
+            ONE_MASTER[0],
+            ("REDLEASE__RUNTIME__BUSY_POLL_US", "100"),
+            ("REDLEASE__RUNTIME__WORKER_THREADS", n),
+        ])
+    };
+    for n in ["0", "2"] {
+        let refused = problems(threads(n));
+        assert_eq!(
+            refused,
+            ["runtime.busy_poll_us: needs runtime.worker_threads = 1"]
+        );
+    }
+    assert!(threads("1").is_ok());
 }
 
 /// An environment variable beats the file; keys the environment does not name keep the file's.

@@ -10,7 +10,9 @@
 //!
 //! The polling task yields to the runtime on each turn (`tokio::task::yield_now`), which has
 //! the runtime look at its sockets and timers without sleeping and run whatever became ready
-//! before the task's next turn; every other task runs as it would.
+//! before the task's next turn; every other task runs as it would. The settings allow it only
+//! on a runtime of one thread: with several, the worker asleep in the I/O driver holds the
+//! sockets, and the polling one could not look at them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
