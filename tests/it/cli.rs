@@ -368,22 +368,27 @@ async fn serve_runs_on_the_runtime_threads_configured() {
     }
 }
 
-/// With `runtime.busy_poll_us`, `redlease serve` polls after requests (counted in
-/// `sidecar_busy_poll_seconds_total`) and stops once they stop: idle, it spends next to no CPU.
-/// Without it, it never polls.
+/// With `runtime.busy_poll_us`, `redlease serve` polls after requests: its thread, kept awake
+/// between requests that come within the window, sleeps far less often than without (counted
+/// in `sidecar_busy_poll_seconds_total`), and it stops once they stop: idle, it spends next
+/// to no CPU. Without it, it never polls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_polling_follows_requests_and_stops_with_them() {
     let fleet = TestFleet::start(3);
+    let mut sleeps_without = None;
     for window_us in [None, Some("1000")] {
         let env: Vec<(&str, &str)> = window_us
             .map(|us| ("REDLEASE__RUNTIME__BUSY_POLL_US", us))
             .into_iter()
             .collect();
         let serve = ServeProcess::start_with_env(&fleet, &[], std::process::Stdio::null(), &env);
+        let pid = serve.child.id().unwrap();
+        let started = tokio::time::Instant::now();
         let body = serde_json::json!({"owner": "t", "auto_renew": false});
         serve.acquire_when_up("busy-poll-first", body.clone()).await;
         let http = reqwest::Client::new();
         let base = format!("http://{}", serve.listen);
+        let sleeps_before = voluntary_switches(pid);
         for round in 0..100 {
             let url = format!("{base}/v1/locks/busy-poll-{round}/acquire");
             let lease: Value = http
@@ -403,9 +408,10 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
                 .unwrap();
             assert_eq!(released.status(), 200);
         }
-        // The last spell (1 ms) is over; then a second with no request.
+        let sleeps = voluntary_switches(pid) - sleeps_before;
+        // The last spell (1 ms) is over; then two seconds with no request.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let pid = serve.child.id().unwrap();
+        let served_for = started.elapsed().as_secs_f64();
         let before = cpu_ticks(pid);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let idle = cpu_ticks(pid) - before;
@@ -421,14 +427,44 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
             .find_map(|line| line.strip_prefix("sidecar_busy_poll_seconds_total "))
             .and_then(|value| value.parse::<f64>().ok())
             .expect("sidecar_busy_poll_seconds_total");
-        match window_us {
-            None => assert_eq!(polled, 0.0, "polled without runtime.busy_poll_us"),
-            // 202 requests, each marked twice: every spell lasts the window at least, and
-            // none much past its last request's answer.
-            Some(_) => assert!((0.001..2.0).contains(&polled), "polled {polled} s"),
+        match (window_us, sleeps_without) {
+            (None, _) => {
+                assert_eq!(polled, 0.0, "polled without runtime.busy_poll_us");
+                sleeps_without = Some(sleeps);
+            }
+            (Some(_), Some(without)) => {
+                // Spells last their window at least, and only while requests were served.
+                assert!(
+                    (0.001..served_for).contains(&polled),
+                    "polled {polled} s of {served_for} s"
+                );
+                // Without polling the thread sleeps for most requests and most rounds of the
+                // masters' replies (283 times in one run); polling, hardly ever (9).
+                assert!(
+                    sleeps * 2 < without,
+                    "the thread slept {sleeps} times polling, {without} times without"
+                );
+            }
+            (Some(_), None) => unreachable!("the run without polling comes first"),
         }
         assert_eq!(serve.terminate().await, Some(0));
     }
+}
+
+/// Voluntary context switches of every thread of process `pid`: how often its threads slept.
+fn voluntary_switches(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let mut total = 0;
+    for task in tasks {
+        let status =
+            std::fs::read_to_string(task.unwrap().path().join("status")).unwrap_or_default();
+        total += status
+            .lines()
+            .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|count| count.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    total
 }
 
 /// User + system CPU time of process `pid`, in clock ticks (`/proc/<pid>/stat`).

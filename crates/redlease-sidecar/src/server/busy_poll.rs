@@ -5,8 +5,9 @@
 //! A sleeping thread is woken by the kernel when bytes arrive for it; on a VM, waking a vCPU
 //! that halted costs tens of microseconds, once for each request and each round of replies
 //! (`bench/README.md`, "The sidecar hop"). A thread that is still polling takes the bytes at
-//! its next look. The price is CPU: at most the window after each request's arrival and
-//! answer, spent polling where the thread would have slept.
+//! its next look. The price is CPU, spent polling where the thread would have slept: the
+//! window after each request's arrival and answer, and all the time while requests keep
+//! coming within it.
 //!
 //! The polling task yields to the runtime on each turn (`tokio::task::yield_now`), which has
 //! the runtime look at its sockets and timers without sleeping and run whatever became ready
@@ -14,14 +15,21 @@
 //! on a runtime of one thread: with several, the worker asleep in the I/O driver holds the
 //! sockets, and the polling one could not look at them.
 
+// The real clock, even in a test that pauses tokio's: polling spends real time, and a spell
+// would never end on a paused clock that the polling itself keeps from advancing.
+#![allow(clippy::disallowed_types)]
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use crate::metrics::METRICS;
+
+/// How often a spell's time so far is added to `sidecar_busy_poll_seconds_total`.
+const COUNT_EVERY: Duration = Duration::from_millis(100);
 
 /// The window and the time of the last request's arrival or answer.
 pub(crate) struct BusyPoll {
@@ -37,9 +45,16 @@ pub(crate) struct BusyPoll {
 }
 
 impl BusyPoll {
-    /// Busy polling for `window` after each mark; none when `window` is zero.
+    /// Busy polling for `window` after each mark; none when `window` is zero, or when the
+    /// runtime this is called on is not one of one thread (the settings require one, but a
+    /// program embedding the sidecar brings its own).
     pub(crate) fn new(window: Duration) -> Option<Arc<Self>> {
         if window.is_zero() {
+            return None;
+        }
+        let flavor = Handle::try_current().map(|runtime| runtime.runtime_flavor());
+        if !matches!(flavor, Ok(RuntimeFlavor::CurrentThread)) {
+            tracing::warn!("runtime.busy_poll_us needs a runtime of one thread: not polling");
             return None;
         }
         Some(Arc::new(Self {
@@ -61,14 +76,26 @@ impl BusyPoll {
     }
 
     /// The polling task: a spell after each mark that finds it idle, lasting until no mark
-    /// came for the window. Runs until dropped.
+    /// came for the window. Its time goes to `sidecar_busy_poll_seconds_total` at least every
+    /// [`COUNT_EVERY`] of a spell, so that a spell kept up by steady traffic shows as it lasts.
+    /// Runs until dropped.
     pub(crate) async fn run(self: Arc<Self>) {
         loop {
             self.start.notified().await;
-            let began = Instant::now();
+            let mut counted = Instant::now();
             self.polling.store(true, Ordering::SeqCst);
             loop {
-                while self.within_window(Instant::now()) {
+                loop {
+                    let now = Instant::now();
+                    if !self.within_window(now) {
+                        break;
+                    }
+                    if now.duration_since(counted) >= COUNT_EVERY {
+                        METRICS
+                            .busy_poll
+                            .add(now.duration_since(counted).as_secs_f64(), &[]);
+                        counted = now;
+                    }
                     tokio::task::yield_now().await;
                 }
                 self.polling.store(false, Ordering::SeqCst);
@@ -79,7 +106,7 @@ impl BusyPoll {
                 }
                 self.polling.store(true, Ordering::SeqCst);
             }
-            METRICS.busy_poll.add(began.elapsed().as_secs_f64(), &[]);
+            METRICS.busy_poll.add(counted.elapsed().as_secs_f64(), &[]);
         }
     }
 
@@ -120,7 +147,19 @@ mod tests {
         assert!(BusyPoll::new(Duration::ZERO).is_none());
     }
 
-    /// A spell ends by itself once no mark comes for the window, and is counted.
+    /// Only a runtime of one thread polls: with more, the worker asleep holds the sockets.
+    #[test]
+    fn only_a_runtime_of_one_thread_polls() {
+        let window = Duration::from_micros(100);
+        let runtime = |builder: &mut tokio::runtime::Builder| builder.build().unwrap();
+        let one = runtime(&mut tokio::runtime::Builder::new_current_thread());
+        assert!(one.block_on(async { BusyPoll::new(window) }).is_some());
+        let several = runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2));
+        assert!(several.block_on(async { BusyPoll::new(window) }).is_none());
+        assert!(BusyPoll::new(window).is_none(), "no runtime at all");
+    }
+
+    /// A spell ends by itself once no mark comes for the window.
     #[tokio::test(flavor = "current_thread")]
     async fn a_spell_ends_when_marks_stop() {
         let busy = BusyPoll::new(Duration::from_millis(5)).expect("a window");

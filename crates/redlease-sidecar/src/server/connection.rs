@@ -160,7 +160,10 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             let conn = StreamConn(Arc::clone(&self.activity) as _);
             request.extensions_mut().insert(conn);
         }
-        let finished = Finished(Arc::clone(&self.activity), self.busy_poll.clone());
+        let finished = Finished {
+            activity: Arc::clone(&self.activity),
+            busy_poll: self.busy_poll.clone(),
+        };
         let refused = match self.guard.admit(&request) {
             Err(refused) => Some(refused.into_response()),
             Ok(()) => self.guard.unauthorized(&request),
@@ -212,12 +215,15 @@ fn typed(response: Response<Body>) -> Response<Body> {
 }
 
 /// Marks the request finished when dropped (its answer sent whole, or abandoned).
-struct Finished(Arc<Activity>, Option<Arc<BusyPoll>>);
+struct Finished {
+    activity: Arc<Activity>,
+    busy_poll: Option<Arc<BusyPoll>>,
+}
 
 impl Drop for Finished {
     fn drop(&mut self) {
-        self.0.finish();
-        if let Some(busy_poll) = &self.1 {
+        self.activity.finish();
+        if let Some(busy_poll) = &self.busy_poll {
             busy_poll.mark();
         }
     }
