@@ -390,23 +390,10 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
         let base = format!("http://{}", serve.listen);
         let sleeps_before = voluntary_switches(pid);
         for round in 0..100 {
-            let url = format!("{base}/v1/locks/busy-poll-{round}/acquire");
-            let lease: Value = http
-                .post(&url)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let id = lease["lease_id"].as_str().expect("a lease id");
-            let released = http
-                .delete(format!("{base}/v1/leases/{id}"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(released.status(), 200);
+            let resource = format!("busy-poll-{round}");
+            let (_, released) =
+                crate::support::acquire_then_release(&http, &base, &resource, &body).await;
+            assert_eq!(released, Some(200));
         }
         let sleeps = voluntary_switches(pid) - sleeps_before;
         // The last spell (1 ms) is over; then two seconds with no request.

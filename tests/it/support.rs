@@ -1,4 +1,5 @@
-//! What only this test binary can do: run the built `redlease`. Everything else the tests
+//! What only this test binary can do: run the built `redlease`, and drive a `redlease serve`
+//! over HTTP. Everything else the tests
 //! share with the benches is in `redlease-testkit` (crates/redlease-testkit).
 
 /// Runs the built `redlease ARGS` against `masters` (through `REDLEASE__MASTERS`), without the
@@ -10,4 +11,28 @@ pub fn run_redlease(args: &[&str], masters: &str) -> std::process::Output {
         .env_remove("RUST_LOG")
         .output()
         .unwrap()
+}
+
+/// Acquires `resource` with `body` on the sidecar at `base` (`http://host:port`), then releases
+/// the lease when one was granted: the acquisition's answer, and the release's status (none
+/// when nothing was granted).
+pub async fn acquire_then_release(
+    http: &reqwest::Client,
+    base: &str,
+    resource: &str,
+    body: &serde_json::Value,
+) -> (serde_json::Value, Option<u16>) {
+    let url = format!("{base}/v1/locks/{resource}/acquire");
+    let answer = http.post(url).json(body).send().await.unwrap();
+    let lease: serde_json::Value = answer.json().await.unwrap();
+    let Some(id) = lease["lease_id"].as_str() else {
+        return (lease, None);
+    };
+    let released = http
+        .delete(format!("{base}/v1/leases/{id}"))
+        .send()
+        .await
+        .unwrap();
+    let status = released.status().as_u16();
+    (lease, Some(status))
 }

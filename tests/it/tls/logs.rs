@@ -64,21 +64,9 @@ impl Serve {
     /// An acquisition and its release (a grant, or a refusal, either way logged at debug).
     async fn acquire_and_release(&self) {
         let http = reqwest::Client::new();
-        let url = format!("http://{}/v1/locks/logged/acquire", self.listen);
+        let base = format!("http://{}", self.listen);
         let body = json!({"owner": "logs", "ttl_ms": 5000, "auto_renew": false});
-        let lease: serde_json::Value = http
-            .post(url)
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if let Some(id) = lease["lease_id"].as_str() {
-            let url = format!("http://{}/v1/leases/{id}", self.listen);
-            http.delete(url).send().await.unwrap();
-        }
+        crate::support::acquire_then_release(&http, &base, "logged", &body).await;
     }
 
     /// SIGTERM, then the exit code.
