@@ -103,8 +103,8 @@ pub struct Metrics {
     /// `lock_reentries_total`: re-entries of a lease, by `outcome` (one of
     /// [`REENTRY_OUTCOMES`]).
     pub reentries: Counter<u64>,
-    /// `sidecar_busy_poll_seconds_total` (s): time the runtime spent polling rather than
-    /// sleeping after requests (`runtime.busy_poll_us`).
+    /// `sidecar_busy_poll_seconds_total` (s): time of the runtime's busy-polling spells after
+    /// requests, the requests served meanwhile included (`runtime.busy_poll_us`).
     pub busy_poll: Counter<f64>,
     /// `process_cpu_seconds_total` (s): user + system CPU time of this process, read at scrape.
     _process_cpu: ObservableCounter<f64>,
@@ -207,7 +207,7 @@ impl Metrics {
                 .f64_counter("sidecar_busy_poll_seconds")
                 .with_unit("s")
                 .with_description(
-                    "Time spent polling rather than sleeping after requests (runtime.busy_poll_us)",
+                    "Time of busy-polling spells after requests (runtime.busy_poll_us)",
                 )
                 .build(),
             _process_cpu: meter
