@@ -124,10 +124,7 @@ fn display_name(name: &str) -> String {
         Some(LockName { resource, kind }) => match kind {
             LockKind::Exclusive => resource.to_string(),
             LockKind::Slot(slot) => format!("{resource} [semaphore {slot}]"),
-            LockKind::Slots(slots) => {
-                let listed: Vec<String> = slots.iter().map(|slot| slot.to_string()).collect();
-                format!("{resource} [semaphore {}]", listed.join(","))
-            }
+            LockKind::Slots(slots) => format!("{resource} [semaphore {slots}]"),
             LockKind::Writer => format!("{resource} [write]"),
             LockKind::Reader(slot) => format!("{resource} [read {slot}]"),
             LockKind::Election => format!("{resource} [election]"),

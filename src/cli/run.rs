@@ -32,6 +32,7 @@ use super::{
 };
 use crate::client::{ClientError, RwMode};
 use crate::config::in_process_lease_policy;
+use crate::keys::SlotSet;
 use crate::redlock::{EngineOptions, Permits, Redlock};
 use crate::{Error, Fleet, Wakeups, DEFAULT_PROBE_PERIOD};
 
@@ -297,16 +298,15 @@ async fn on_masters(args: &RunArgs, owner: &str, holding: &Holding) -> Result<u8
 /// lease go: released, or its revocation acknowledged once the command has stopped.
 async fn hold_on_masters(mut following: Following, args: &RunArgs, holding: &Holding) -> u8 {
     let lease = following.lease.clone();
-    let slots: Vec<u32> = match crate::keys::parse_lock_name(&lease.resource) {
-        Some(name) => name.kind.slots().iter().collect(),
-        None => Vec::new(),
-    };
+    let slots = crate::keys::parse_lock_name(&lease.resource)
+        .map(|name| name.kind.slots())
+        .unwrap_or_default();
     let id = lease.id.to_string();
     let mut env = child::lease_env(
         lease.fencing_token,
         &id,
         &args.resource,
-        holding.limit().map(|limit| (slots.as_slice(), limit)),
+        holding.limit().map(|limit| (slots, limit)),
     );
     if let Some(value) = holding.campaign() {
         env.extend(child::leader_env(lease.fencing_token, &value));
@@ -397,12 +397,8 @@ async fn through_sidecar(url: &str, args: &RunArgs, owner: &str, holding: &Holdi
         Ok(guard) => guard,
         Err(error) => return refused(&args.resource, &error, holding),
     };
-    // A sidecar that does not list `slots` holds one permit, its `slot`.
-    let one: Vec<u32> = guard.slot().into_iter().collect();
-    let slots = match guard.slots() {
-        [] => one.as_slice(),
-        slots => slots,
-    };
+    // `slot` is the lowest of `slots`; a sidecar that does not list `slots` holds that one.
+    let slots: SlotSet = guard.slots().iter().copied().chain(guard.slot()).collect();
     let permit = guard.info().limit.map(|limit| (slots, limit));
     let mut env = child::lease_env(
         guard.fencing_token(),

@@ -101,6 +101,19 @@ impl SlotSet {
     }
 }
 
+/// Its slots, ascending, comma-separated (`2,9,40`): as a lock name lists them.
+impl std::fmt::Display for SlotSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (n, slot) in self.iter().enumerate() {
+            if n > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(itoa::Buffer::new().format(slot))?;
+        }
+        Ok(())
+    }
+}
+
 impl FromIterator<u32> for SlotSet {
     fn from_iter<I: IntoIterator<Item = u32>>(slots: I) -> Self {
         slots.into_iter().fold(Self::default(), Self::with)
@@ -135,16 +148,7 @@ pub fn lock_name(resource: &str, kind: LockKind) -> String {
     match kind {
         LockKind::Exclusive => resource.to_string(),
         LockKind::Slot(slot) => format!("{resource}{KIND_SEPARATOR}s{slot}"),
-        LockKind::Slots(set) => {
-            let mut name = format!("{resource}{KIND_SEPARATOR}s");
-            for (n, slot) in set.iter().enumerate() {
-                if n > 0 {
-                    name.push(',');
-                }
-                name.push_str(itoa::Buffer::new().format(slot));
-            }
-            name
-        }
+        LockKind::Slots(set) => format!("{resource}{KIND_SEPARATOR}s{set}"),
         LockKind::Writer => format!("{resource}{KIND_SEPARATOR}w"),
         LockKind::Reader(slot) => format!("{resource}{KIND_SEPARATOR}r{slot}"),
         LockKind::Election => format!("{resource}{KIND_SEPARATOR}{ELECTION_KIND}"),

@@ -21,6 +21,7 @@ use super::deadline::Stop;
 use super::group;
 use super::watchdog::Watchdog;
 use crate::cli::{EXIT_LEASE_LOST, EXIT_UNAVAILABLE};
+use crate::keys::SlotSet;
 
 /// The command was found but could not be started (as shells answer).
 pub const EXIT_CANNOT_EXECUTE: u8 = 126;
@@ -35,18 +36,19 @@ pub fn lease_env(
     fencing_token: u64,
     lease_id: &str,
     resource: &str,
-    permit: Option<(&[u32], u32)>,
+    permit: Option<(SlotSet, u32)>,
 ) -> Vec<(&'static str, String)> {
     let mut env = vec![
         ("REDLEASE_FENCING_TOKEN", fencing_token.to_string()),
         ("REDLEASE_LEASE_ID", lease_id.to_string()),
         ("REDLEASE_RESOURCE", resource.to_string()),
     ];
-    if let Some((slots @ [lowest, ..], limit)) = permit {
-        let listed: Vec<String> = slots.iter().map(u32::to_string).collect();
-        env.push(("REDLEASE_SLOT", lowest.to_string()));
-        env.push(("REDLEASE_SLOTS", listed.join(",")));
-        env.push(("REDLEASE_LIMIT", limit.to_string()));
+    if let Some((slots, limit)) = permit {
+        if let Some(lowest) = slots.lowest() {
+            env.push(("REDLEASE_SLOT", lowest.to_string()));
+            env.push(("REDLEASE_SLOTS", slots.to_string()));
+            env.push(("REDLEASE_LIMIT", limit.to_string()));
+        }
     }
     env
 }

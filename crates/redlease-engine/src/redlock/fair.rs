@@ -101,13 +101,12 @@ impl Turn<'_> {
         fence: &str,
         args: &[&[u8]],
     ) -> Arc<ScriptCall> {
-        let turn = self;
         let keys: [&[u8]; 3] = [
             fence.as_bytes(),
-            turn.queue.queue.as_bytes(),
-            turn.queue.beats.as_bytes(),
+            self.queue.queue.as_bytes(),
+            self.queue.beats.as_bytes(),
         ];
-        let waiter = turn.waiter.to_string();
+        let waiter = self.waiter.to_string();
         let mut fair_args: Vec<&[u8]> = Vec::with_capacity(args.len() + 1);
         fair_args.push(waiter.as_bytes());
         fair_args.extend_from_slice(args);
