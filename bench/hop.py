@@ -11,6 +11,7 @@ each of its workloads. Prints the medians of the rounds as markdown, a placement
 trivial round trip to a sidecar and to a master, from the server's CPU and from the other
 one), and the criteria of the hop (sequential p50 gap, 16-client and contended ratios).
 """
+import contextlib
 import json
 import os
 import re
@@ -121,22 +122,36 @@ def placement_probe(masters):
         for cpu in (0, 1):
             results[("ping", cpu)] = round_trip_us(*ping, cpu)
         for what, busy_poll in (("http", "0"), ("http-busy", PROBE_BUSY_POLL_US)):
-            port = free_port()
-            env = dict(os.environ, REDLEASE__RUNTIME__BUSY_POLL_US=busy_poll)
-            sidecar = subprocess.Popen(["taskset", "-c", "0", BIN, "serve", "--listen",
-                                        f"127.0.0.1:{port}"], env=env, stderr=subprocess.DEVNULL)
-            try:
-                wait_for_port(port)
+            with sidecar_on_tcp(["taskset", "-c", "0"], busy_poll) as (_, port):
                 http = (("127.0.0.1", port), b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
                         b"}")
                 for cpu in (0, 1):
                     results[(what, cpu)] = round_trip_us(*http, cpu)
-            finally:
-                sidecar.terminate()
-                sidecar.wait()
     finally:
         os.sched_setaffinity(master, master_cpus)
     return results
+
+
+@contextlib.contextmanager
+def sidecar_on_tcp(prefix, busy_poll_us):
+    """A `redlease serve` on a free loopback port, started behind `prefix` (e.g. taskset) and
+    busy polling `busy_poll_us` µs: its process and port, stopped on leaving."""
+    port = free_port()
+    env = dict(os.environ, REDLEASE__RUNTIME__BUSY_POLL_US=busy_poll_us)
+    proc = subprocess.Popen([*prefix, BIN, "serve", "--listen", f"127.0.0.1:{port}"], env=env,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port)
+        yield proc, port
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def run_load(args):
+    """Runs `redlease load ... --json`: its report."""
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return json.loads(next(line for line in out.splitlines() if line.startswith("{")))
 
 
 def wait_for_port(port, sock=None):
@@ -162,9 +177,8 @@ def load(target, workload):
     if workload == "contention":
         args += ["--resources", "4", "--hold-ms", "1"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    report = run_load(args)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    report = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
     cycles = report["ops"] + report["errors"] + WARMUP * report["clients"]
     used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     report["load_cpu_us"] = used / cycles * 1e6
@@ -179,26 +193,17 @@ def cpu_at_rates(masters):
     busy polling off and at the probe's window, each on a fresh sidecar."""
     rows = []
     for busy_poll in ("0", PROBE_BUSY_POLL_US):
-        port = free_port()
-        env = dict(os.environ, REDLEASE__RUNTIME__BUSY_POLL_US=busy_poll)
-        sidecar = subprocess.Popen([*PIN, BIN, "serve", "--listen", f"127.0.0.1:{port}"],
-                                   env=env, stderr=subprocess.DEVNULL)
-        try:
-            wait_for_port(port)
+        with sidecar_on_tcp(PIN, busy_poll) as (sidecar, port):
             for rate in RATES:
                 before = cpu_seconds(sidecar.pid)
                 args = [*PIN, BIN, "load", "--sidecar", f"http://127.0.0.1:{port}", "--workload",
                         "parallel", "--clients", "4", "--rate", str(rate), "--duration",
                         DURATION, "--json", "--warmup", "0"]
                 started = time.monotonic()
-                out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+                report = run_load(args)
                 wall = time.monotonic() - started
                 used = cpu_seconds(sidecar.pid) - before
-                report = json.loads(next(l for l in out.splitlines() if l.startswith("{")))
                 rows.append((rate, busy_poll, used / wall * 100, used / report["ops"] * 1e6))
-        finally:
-            sidecar.terminate()
-            sidecar.wait()
     return rows
 
 
