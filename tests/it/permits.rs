@@ -392,16 +392,16 @@ async fn the_client_and_semaphore_run_take_several_permits() {
             .output()
             .unwrap()
     };
+    // What a run that exits 0 printed: `$REDLEASE_SLOT $REDLEASE_SLOTS`.
+    let printed = |args: &[&str]| {
+        let output = run(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+        String::from_utf8(output.stdout).unwrap()
+    };
     let held = run(&["--permits", "2"]);
     assert_eq!(held.status.code(), Some(3), "one slot is free, two asked");
-    let one = run(&[]);
-    let out = String::from_utf8_lossy(&one.stdout);
-    assert_eq!(
-        one.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&one.stderr)
-    );
+    let out = printed(&[]);
     let fields: Vec<&str> = out.split_whitespace().collect();
     assert_eq!(fields.len(), 2, "{out}");
     assert_eq!(fields[0], fields[1], "one slot: {out}");
@@ -409,14 +409,7 @@ async fn the_client_and_semaphore_run_take_several_permits() {
     taken.sort_unstable();
     assert_eq!(taken, [0, 1, 2, 3], "four distinct slots");
     guard.release().await.unwrap();
-    let two = run(&["--permits", "2"]);
-    let out = String::from_utf8_lossy(&two.stdout);
-    assert_eq!(
-        two.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&two.stderr)
-    );
+    let out = printed(&["--permits", "2"]);
     let fields: Vec<&str> = out.split_whitespace().collect();
     let listed: Vec<&str> = fields[1].split(',').collect();
     assert_eq!(listed.len(), 2, "{out}");
