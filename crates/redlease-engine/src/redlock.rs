@@ -5,6 +5,7 @@
 
 mod account;
 mod calls;
+mod decision;
 pub mod election;
 mod extend;
 pub mod fair;
@@ -25,11 +26,11 @@ mod wait;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use self::calls::{acquire_commands, acquire_on, eval_on, AcquireEvent, ChainedRelease, Decision};
+use self::calls::{acquire_commands, acquire_on, eval_on, AcquireEvent, ChainedRelease};
+use self::decision::{decision, Decide, Decision};
 use self::fanout::{fan_out, Fanout};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
 use self::retry::ReleaseRetries;
@@ -212,7 +213,7 @@ impl Redlock {
         let keys = self.fleet.keyspace().resource(name);
         let start = Instant::now();
         let timeout = self.node_timeout(ttl, start);
-        let (decision, decided) = watch::channel(Decision::Pending);
+        let (decision, decided) = decision();
         let commands = acquire_commands(&keys, id, owner, ttl);
         let release = ChainedRelease::new(
             keys.lock,
@@ -361,7 +362,7 @@ impl Redlock {
             Err(cause) => return AcquireOutcome::NoQuorum(abandon(attempt, votes, cause).await),
         };
         attempt.wait_until_all_sent(self.fleet.len()).await;
-        let _ = attempt.decision.send(Decision::Keep);
+        attempt.decision.send(Decision::Keep);
         AcquireOutcome::Acquired(Lease {
             id,
             resource: resource.to_string(),
@@ -434,7 +435,7 @@ struct Attempt {
     start: Instant,
     timeout: Duration,
     ttl: Duration,
-    decision: watch::Sender<Decision>,
+    decision: Decide,
     events: Fanout<AcquireEvent>,
     /// Masters whose write is already enqueued on their connection.
     sent: usize,
@@ -495,7 +496,7 @@ fn count_vote(tally: &mut Tally, vote: &NodeVote) {
 /// acquisition's own) until every master has voted and each one that answered with a write
 /// has confirmed its release. Masters that timed out release in the background.
 async fn abandon(mut attempt: Attempt, mut votes: Vec<NodeVote>, cause: Shortfall) -> Refusal {
-    let _ = attempt.decision.send(Decision::Release);
+    attempt.decision.send(Decision::Release);
     let mut releasing: Vec<bool> = votes.iter().map(answered_with_write).collect();
     let deadline = Instant::now().max(attempt.start + attempt.timeout) + attempt.timeout;
     let settled = |votes: &[NodeVote], releasing: &[bool]| {

@@ -127,7 +127,10 @@ pub struct Wire {
     link: Mutex<Slot>,
     /// Closed for good (the fleet quit or was dropped): no new links.
     closed: AtomicBool,
+    /// Whether a link is up: read on every lock call (`up`), waited on by `wait_for_connect`.
+    /// Both change together, in `set_connected`.
     connected: watch::Sender<bool>,
+    up: AtomicBool,
     /// Why the last connection attempt failed; `None` once a link is up (or before any
     /// attempt finished). A one-shot command names it when the master takes no writes.
     last_failure: watch::Sender<Option<OpenError>>,
@@ -180,6 +183,7 @@ impl Wire {
             link: Mutex::new(Slot::default()),
             closed: AtomicBool::new(false),
             connected: watch::channel(false).0,
+            up: AtomicBool::new(false),
             last_failure: watch::channel(None).0,
             on_connect,
         })
@@ -211,7 +215,15 @@ impl Wire {
 
     /// Whether the connection is up now.
     pub fn is_connected(&self) -> bool {
-        *self.connected.borrow()
+        self.up.load(Ordering::Acquire)
+    }
+
+    fn set_connected(&self, up: bool) {
+        // Under the channel's lock: two changes racing leave both in the same state.
+        self.connected.send_modify(|connected| {
+            *connected = up;
+            self.up.store(up, Ordering::Release);
+        });
     }
 
     /// Waits until a link is up.
@@ -266,7 +278,7 @@ impl Wire {
         if let Some(link) = link {
             link.close("closed by redlease".into());
         }
-        self.connected.send_replace(false);
+        self.set_connected(false);
     }
 
     fn install(&self, stream: Stream, fence: Option<Fence>, backoff: Backoff) {
@@ -287,7 +299,7 @@ impl Wire {
             slot.backoff = backoff;
         }
         self.last_failure.send_replace(None);
-        self.connected.send_replace(true);
+        self.set_connected(true);
         link.run(stream);
     }
 
@@ -300,7 +312,7 @@ impl Wire {
                 slot.backoff = fresh_backoff();
             }
             drop(slot);
-            self.connected.send_replace(false);
+            self.set_connected(false);
             self.connect();
         }
     }

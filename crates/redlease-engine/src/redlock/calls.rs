@@ -6,8 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
+use super::decision::{Decided, Decision};
 use super::fanout::Reply;
 use super::release::ReleaseTally;
 use super::retry::ReleaseRetries;
@@ -16,14 +15,6 @@ use crate::fleet::{Admission, CallError, Deadline, Node};
 use crate::keys::ResourceKeys;
 use crate::scripts::{AcquireCommands, AcquireReply, ScriptCall, SCRIPTS};
 use crate::LeaseId;
-
-/// What the engine decided about a grant, told to every master's task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Decision {
-    Pending,
-    Keep,
-    Release,
-}
 
 /// What a master's acquire task reports.
 #[derive(Debug)]
@@ -44,7 +35,7 @@ pub(super) async fn acquire_on(
     commands: Arc<AcquireCommands>,
     release: Arc<ChainedRelease>,
     (deadline, timeout): (Deadline, Duration),
-    mut decided: watch::Receiver<Decision>,
+    decided: Decided,
     reply: Reply<AcquireEvent>,
 ) {
     let mut write = std::pin::pin!(node.acquire(&commands, &deadline));
@@ -63,11 +54,8 @@ pub(super) async fn acquire_on(
     if !may_hold {
         return;
     }
-    let keep = match decided.wait_for(|d| *d != Decision::Pending).await {
-        Ok(decision) => *decision == Decision::Keep,
-        Err(_engine_dropped) => false,
-    };
-    if !keep {
+    // An acquisition dropped before it decided decides to release.
+    if decided.wait().await != Decision::Keep {
         // Boxed: the rare path would otherwise make every acquisition's per-master future,
         // which is boxed and moved on each fan-out, a kilobyte larger.
         let own = Deadline::After(timeout);

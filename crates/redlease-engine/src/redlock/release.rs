@@ -3,9 +3,10 @@
 //! answers still count: a [`Release`] follows them until a quorum confirmed it or every key the
 //! lease could have left has expired.
 
-use std::sync::Arc;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::calls::{release_call, release_keys_call, release_on};
@@ -16,27 +17,65 @@ use crate::metrics::METRICS;
 use crate::{Error, LeaseId};
 
 /// What the masters answered one release so far: written by its fan-out and by its retries,
-/// read by whoever follows it ([`Release`]).
+/// read by whoever follows it ([`Release`]). Dropped (every writer is done with it), it tells
+/// the follower that no more answers can come.
 pub(crate) struct ReleaseTally {
-    progress: watch::Sender<Progress>,
+    shared: Arc<Shared>,
+}
+
+/// The answers so far and the news of them, shared by the tally and its follower. One lock
+/// and one `Notify`: a `watch` channel did the same with eight notifiers woken on every
+/// answer, a cost paid by every release.
+struct Shared {
+    progress: Mutex<Progress>,
+    news: Notify,
 }
 
 /// A release's answers so far.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct Progress {
     outcome: ReleaseOutcome,
     /// Masters whose result was counted, by index: each counts once.
     counted: Vec<bool>,
     /// The last retry round that went by while masters still owed the release a result.
     round: u64,
+    /// Counts every change, so that a follower tells news from what it saw (closing is not
+    /// one).
+    version: u64,
+    /// The tally is gone: nobody owes the release an answer any more.
+    closed: bool,
 }
 
 /// A release under way ([`Redlock::release_followed`]): what the masters answered so far, and
 /// the answers still to come from the masters it is sent again to (every 100 ms, to each one
 /// with a connection that has not answered it with a result).
 pub struct Release {
-    progress: watch::Receiver<Progress>,
+    shared: Arc<Shared>,
+    /// The version of the progress last read.
+    seen: u64,
     give_up_at: Instant,
+}
+
+impl Shared {
+    fn progress(&self) -> MutexGuard<'_, Progress> {
+        // Counters set under the lock and never left half-changed: a poisoned one is sound.
+        self.progress
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Applies `change`; a change that changed something is news.
+    fn change(&self, change: impl FnOnce(&mut Progress) -> bool) {
+        let changed = {
+            let mut progress = self.progress();
+            let changed = change(&mut progress);
+            progress.version += u64::from(changed);
+            changed
+        };
+        if changed {
+            self.news.notify_waiters();
+        }
+    }
 }
 
 // === impl ReleaseTally ===
@@ -51,17 +90,21 @@ impl ReleaseTally {
             },
             counted: vec![false; masters],
             round: 0,
+            version: 0,
+            closed: false,
         };
-        Arc::new(Self {
-            progress: watch::channel(progress).0,
-        })
+        let shared = Arc::new(Shared {
+            progress: Mutex::new(progress),
+            news: Notify::new(),
+        });
+        Arc::new(Self { shared })
     }
 
     /// Master `index` answered the release with a result; `deleted`: it still held the lease.
     /// A master that is another's very server (`counts` false) answers twice for one and does
     /// not count.
     pub(crate) fn answered(&self, index: usize, counts: bool, deleted: bool) {
-        self.progress.send_if_modified(|progress| {
+        self.shared.change(|progress| {
             let Some(counted) = progress.counted.get_mut(index) else {
                 return false;
             };
@@ -78,7 +121,7 @@ impl ReleaseTally {
     /// Retry round `round` went by (the release was sent again, or its master had no
     /// connection to send it on).
     pub(crate) fn round_passed(&self, round: u64) {
-        self.progress.send_if_modified(|progress| {
+        self.shared.change(|progress| {
             let newer = progress.round < round;
             progress.round = progress.round.max(round);
             newer
@@ -86,7 +129,23 @@ impl ReleaseTally {
     }
 
     fn outcome(&self) -> ReleaseOutcome {
-        self.progress.borrow().outcome
+        self.shared.progress().outcome
+    }
+
+    /// Its follower, which has seen the answers so far.
+    fn follower(&self, give_up_at: Instant) -> Release {
+        Release {
+            seen: self.shared.progress().version,
+            shared: Arc::clone(&self.shared),
+            give_up_at,
+        }
+    }
+}
+
+impl Drop for ReleaseTally {
+    fn drop(&mut self) {
+        self.shared.progress().closed = true;
+        self.shared.news.notify_waiters();
     }
 }
 
@@ -95,7 +154,7 @@ impl ReleaseTally {
 impl Release {
     /// What the masters answered so far.
     pub fn outcome(&self) -> ReleaseOutcome {
-        self.progress.borrow().outcome
+        self.shared.progress().outcome
     }
 
     /// Past this instant every key the lease could have left has expired (the fleet's
@@ -114,13 +173,34 @@ impl Release {
     /// to the masters that owe it a result; at the latest until [`Release::give_up_at`]. The
     /// outcome then.
     pub async fn next_round(&mut self) -> ReleaseOutcome {
-        let news = tokio::time::timeout_at(self.give_up_at, self.progress.changed()).await;
-        if let Ok(Err(_)) = news {
+        let news = tokio::time::timeout_at(self.give_up_at, self.news()).await;
+        if let Ok(false) = news {
             // Nobody owes it an answer any more (each master answered, or its retry was
             // dropped): nothing more can come before the keys expire.
             tokio::time::sleep_until(self.give_up_at).await;
         }
-        self.progress.borrow_and_update().outcome
+        let progress = self.shared.progress();
+        self.seen = progress.version;
+        progress.outcome
+    }
+
+    /// Waits for a change not seen yet: `true`; `false` once nothing more can change.
+    async fn news(&self) -> bool {
+        loop {
+            let mut notified = pin!(self.shared.news.notified());
+            // Registered before the check: a change made after it wakes this waiter.
+            notified.as_mut().enable();
+            {
+                let progress = self.shared.progress();
+                if progress.version != self.seen {
+                    return true;
+                }
+                if progress.closed {
+                    return false;
+                }
+            }
+            notified.await;
+        }
     }
 }
 
@@ -157,7 +237,6 @@ impl Redlock {
         };
         let nodes = self.fleet.nodes();
         let tally = ReleaseTally::new(nodes.len(), self.fleet.quorum());
-        let mut progress = tally.progress.subscribe();
         let awaited: Vec<bool> = nodes.iter().map(|n| n.is_up()).collect();
         let (retries, until) = (&self.retries, now + timeout);
         let mut replies = fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
@@ -172,10 +251,57 @@ impl Redlock {
             waiting -= usize::from(awaited[index]);
         }
         METRICS.record_release(now.elapsed());
-        progress.borrow_and_update();
-        Ok(Release {
-            progress,
-            give_up_at: now + self.retries.key_lifetime(),
-        })
+        Ok(tally.follower(now + self.retries.key_lifetime()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_hears_each_answer_once_then_waits_out_a_closed_tally() {
+        let tally = ReleaseTally::new(3, 2);
+        let give_up_at = Instant::now() + Duration::from_secs(5);
+        let mut release = tally.follower(give_up_at);
+        assert_eq!(release.news().now_or_never(), None, "nothing new yet");
+
+        tally.answered(0, true, true);
+        tally.answered(0, true, true); // counted once
+        assert_eq!(release.next_round().await.answered, 1);
+        assert_eq!(release.news().now_or_never(), None, "seen already");
+
+        tally.answered(1, true, false);
+        drop(tally);
+        // An answer before the tally closed is still news, at once.
+        let outcome = release.next_round().await;
+        assert_eq!((outcome.answered, outcome.deleted_on), (2, 1));
+        assert!(outcome.confirmed());
+        assert_eq!(Instant::now(), give_up_at - Duration::from_secs(5));
+
+        // Closed with nothing new: nothing can come, so it waits until the keys expired.
+        release.next_round().await;
+        assert_eq!(Instant::now(), give_up_at);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_follower_is_woken_by_an_answer_and_by_a_retry_round() {
+        let tally = ReleaseTally::new(3, 2);
+        let mut release = tally.follower(Instant::now() + Duration::from_secs(60));
+        let waiter = tokio::spawn(async move {
+            let first = release.next_round().await;
+            let second = release.next_round().await;
+            (first.answered, second.answered)
+        });
+        tokio::task::yield_now().await;
+        tally.answered(2, true, true);
+        tokio::task::yield_now().await;
+        tally.round_passed(1);
+        let answered = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+        assert_eq!(answered.unwrap().unwrap(), (1, 1));
     }
 }
