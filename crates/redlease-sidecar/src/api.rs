@@ -82,9 +82,12 @@ impl ApiOptions {
     }
 }
 
-/// What every handler reaches.
+/// What every handler reaches. One `Arc`: axum clones the state for every request.
 #[derive(Clone)]
-pub(crate) struct AppState {
+pub(crate) struct AppState(Arc<SharedState>);
+
+/// The state's parts.
+pub(crate) struct SharedState {
     /// The leases this sidecar holds.
     pub manager: Arc<LeaseManager>,
     /// The engine, for the inventory and force releases.
@@ -107,6 +110,14 @@ pub(crate) fn request_timeout(manager: &LeaseManager) -> Duration {
     manager.policy().max_wait.saturating_add(TIMEOUT_MARGIN)
 }
 
+impl std::ops::Deref for AppState {
+    type Target = SharedState;
+
+    fn deref(&self) -> &SharedState {
+        &self.0
+    }
+}
+
 impl AppState {
     /// The state of the API's handlers (shared by the metrics listener's).
     pub(crate) fn new(
@@ -115,7 +126,7 @@ impl AppState {
         options: ApiOptions,
     ) -> Self {
         let fleet = Arc::clone(engine.fleet());
-        Self {
+        Self(Arc::new(SharedState {
             manager,
             engine,
             fleet,
@@ -123,7 +134,7 @@ impl AppState {
             waiters: Arc::new(Semaphore::new(options.max_waiters)),
             max_waiters: options.max_waiters,
             body_timeout: options.body_timeout,
-        }
+        }))
     }
 }
 
