@@ -5,7 +5,6 @@
 //! the calls usually in one task. A `watch` channel did the same with a lock-guarded value and
 //! eight notifiers woken on every send, a cost paid on every acquisition.
 
-use std::pin::pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -13,10 +12,11 @@ use tokio::sync::Notify;
 
 /// What the engine decided about a grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub(super) enum Decision {
-    Pending,
-    Keep,
-    Release,
+    Pending = 0,
+    Keep = 1,
+    Release = 2,
 }
 
 struct Shared {
@@ -53,6 +53,7 @@ impl Shared {
         match self.decision.load(Ordering::Acquire) {
             0 => Decision::Pending,
             1 => Decision::Keep,
+            // Only `decide` stores, and only these three values.
             _ => Decision::Release,
         }
     }
@@ -95,9 +96,8 @@ impl Decided {
     /// The decision, once made (never [`Decision::Pending`]).
     pub(super) async fn wait(&self) -> Decision {
         loop {
-            let mut notified = pin!(self.shared.decided.notified());
-            // Registered before the check: a decision made after it wakes this waiter.
-            notified.as_mut().enable();
+            // Made before the check: a decision made after it wakes this waiter.
+            let notified = self.shared.decided.notified();
             match self.shared.load() {
                 Decision::Pending => notified.await,
                 decision => return decision,
@@ -108,6 +108,8 @@ impl Decided {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use futures_util::FutureExt;
 
     use super::*;
@@ -125,7 +127,8 @@ mod tests {
         decide.send(Decision::Keep);
         decide.send(Decision::Release);
         for waiter in waiters {
-            assert_eq!(waiter.await.unwrap(), Decision::Keep);
+            let decided = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+            assert_eq!(decided.expect("woken").unwrap(), Decision::Keep);
         }
         assert_eq!(decided.wait().now_or_never(), Some(Decision::Keep));
     }
@@ -136,7 +139,19 @@ mod tests {
         let waiter = tokio::spawn(async move { decided.wait().await });
         tokio::task::yield_now().await;
         drop(decide);
-        assert_eq!(waiter.await.unwrap(), Decision::Release);
+        let decided = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+        assert_eq!(decided.expect("woken").unwrap(), Decision::Release);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_decision_racing_its_waiter_on_another_thread_wakes_it() {
+        for _ in 0..2_000 {
+            let (decide, decided) = decision();
+            let waiter = tokio::spawn(async move { decided.wait().await });
+            decide.send(Decision::Keep);
+            let decided = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+            assert_eq!(decided.expect("woken").unwrap(), Decision::Keep);
+        }
     }
 
     #[test]

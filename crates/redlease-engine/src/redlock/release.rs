@@ -3,7 +3,6 @@
 //! answers still count: a [`Release`] follows them until a quorum confirmed it or every key the
 //! lease could have left has expired.
 
-use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -17,8 +16,7 @@ use crate::metrics::METRICS;
 use crate::{Error, LeaseId};
 
 /// What the masters answered one release so far: written by its fan-out and by its retries,
-/// read by whoever follows it ([`Release`]). Dropped (every writer is done with it), it tells
-/// the follower that no more answers can come.
+/// read by whoever follows it ([`Release`]).
 pub(crate) struct ReleaseTally {
     shared: Arc<Shared>,
 }
@@ -39,11 +37,8 @@ struct Progress {
     counted: Vec<bool>,
     /// The last retry round that went by while masters still owed the release a result.
     round: u64,
-    /// Counts every change, so that a follower tells news from what it saw (closing is not
-    /// one).
+    /// Counts every change, so that a follower tells news from what it saw.
     version: u64,
-    /// The tally is gone: nobody owes the release an answer any more.
-    closed: bool,
 }
 
 /// A release under way ([`Redlock::release_followed`]): what the masters answered so far, and
@@ -91,7 +86,6 @@ impl ReleaseTally {
             counted: vec![false; masters],
             round: 0,
             version: 0,
-            closed: false,
         };
         let shared = Arc::new(Shared {
             progress: Mutex::new(progress),
@@ -142,13 +136,6 @@ impl ReleaseTally {
     }
 }
 
-impl Drop for ReleaseTally {
-    fn drop(&mut self) {
-        self.shared.progress().closed = true;
-        self.shared.news.notify_waiters();
-    }
-}
-
 // === impl Release ===
 
 impl Release {
@@ -172,32 +159,22 @@ impl Release {
     /// Waits for news of the release: a master's answer, or one more round of sending it again
     /// to the masters that owe it a result; at the latest until [`Release::give_up_at`]. The
     /// outcome then.
+    /// Once nobody owes it an answer (each master answered, or its retry was dropped), nothing
+    /// more comes, and it waits until then.
     pub async fn next_round(&mut self) -> ReleaseOutcome {
-        let news = tokio::time::timeout_at(self.give_up_at, self.news()).await;
-        if let Ok(false) = news {
-            // Nobody owes it an answer any more (each master answered, or its retry was
-            // dropped): nothing more can come before the keys expire.
-            tokio::time::sleep_until(self.give_up_at).await;
-        }
+        let _ = tokio::time::timeout_at(self.give_up_at, self.news()).await;
         let progress = self.shared.progress();
         self.seen = progress.version;
         progress.outcome
     }
 
-    /// Waits for a change not seen yet: `true`; `false` once nothing more can change.
-    async fn news(&self) -> bool {
+    /// Waits for a change not seen yet.
+    async fn news(&self) {
         loop {
-            let mut notified = pin!(self.shared.news.notified());
-            // Registered before the check: a change made after it wakes this waiter.
-            notified.as_mut().enable();
-            {
-                let progress = self.shared.progress();
-                if progress.version != self.seen {
-                    return true;
-                }
-                if progress.closed {
-                    return false;
-                }
+            // Made before the check: a change made after it wakes this waiter.
+            let notified = self.shared.news.notified();
+            if self.shared.progress().version != self.seen {
+                return;
             }
             notified.await;
         }
@@ -264,7 +241,7 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn a_follower_hears_each_answer_once_then_waits_out_a_closed_tally() {
+    async fn a_follower_hears_each_answer_once_then_waits_until_the_keys_expired() {
         let tally = ReleaseTally::new(3, 2);
         let give_up_at = Instant::now() + Duration::from_secs(5);
         let mut release = tally.follower(give_up_at);
@@ -277,13 +254,13 @@ mod tests {
 
         tally.answered(1, true, false);
         drop(tally);
-        // An answer before the tally closed is still news, at once.
+        // An answer before the tally was dropped is still news, at once.
         let outcome = release.next_round().await;
         assert_eq!((outcome.answered, outcome.deleted_on), (2, 1));
         assert!(outcome.confirmed());
         assert_eq!(Instant::now(), give_up_at - Duration::from_secs(5));
 
-        // Closed with nothing new: nothing can come, so it waits until the keys expired.
+        // Nothing new, and nobody left to answer: it waits until the keys expired.
         release.next_round().await;
         assert_eq!(Instant::now(), give_up_at);
     }
@@ -303,5 +280,17 @@ mod tests {
         tally.round_passed(1);
         let answered = tokio::time::timeout(Duration::from_secs(5), waiter).await;
         assert_eq!(answered.unwrap().unwrap(), (1, 1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_racing_its_follower_on_another_thread_wakes_it() {
+        for _ in 0..2_000 {
+            let tally = ReleaseTally::new(1, 1);
+            let mut release = tally.follower(Instant::now() + Duration::from_secs(60));
+            let follower = tokio::spawn(async move { release.next_round().await.answered });
+            tally.answered(0, true, true);
+            let answered = tokio::time::timeout(Duration::from_secs(5), follower).await;
+            assert_eq!(answered.expect("woken").unwrap(), 1);
+        }
     }
 }
