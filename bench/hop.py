@@ -7,7 +7,9 @@ a loopback round-trip probe (`redis-benchmark -t ping -c 1` against one master),
 sequential, 16-client parallel and 16x4 contended workloads of `redlease load`, taking turns
 between the engine (`--masters`) and the sidecar (`--sidecar`, over TCP and over a Unix
 socket). The sidecar's CPU time per acquire+release cycle comes from /proc/PID/stat around
-each of its workloads. Prints the medians of the rounds as markdown, a placement probe (a
+each of its workloads; the masters' CPU time and reads per cycle, and how much of the time the
+sidecar's thread ran and waited for a CPU (its schedstat), around the 16-client workload.
+Prints the medians of the rounds as markdown, a placement probe (a
 trivial round trip to a sidecar and to a master, from the server's CPU and from the other
 one), and the criteria of the hop (sequential p50 gap, 16-client and contended ratios).
 """
@@ -66,6 +68,28 @@ def ctx_switches(pid):
                 if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
                     total += int(line.split()[1])
     return total
+
+
+def scheduled_seconds(pid):
+    """Time every thread of `pid` spent running and waiting runnable for a CPU
+    (`/proc/PID/task/TID/schedstat`), in seconds."""
+    running = waiting = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        running += int(ran)
+        waiting += int(waited)
+    return running / 1e9, waiting / 1e9
+
+
+def masters_work(pids):
+    """CPU seconds and read system calls (`/proc/PID/io` syscr) of the masters, summed."""
+    cpu = sum(cpu_seconds(pid) for pid in pids)
+    reads = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/io") as f:
+            reads += next(int(line.split()[1]) for line in f if line.startswith("syscr:"))
+    return cpu, reads
 
 
 def ping_p50_us(url):
@@ -227,6 +251,8 @@ def main():
         "sidecar": ["--sidecar", f"http://127.0.0.1:{port}"],
         "sidecar-unix": ["--sidecar", f"unix:{sock}"],
     }
+    master_pids = [listener_pid(re.match(r"redis://[^:/]+:(\d+)", url).group(1))
+                   for url in masters.split(",")]
     try:
         wait_for_port(port, sock)
         runs = {}  # (target, workload) -> [report]
@@ -237,12 +263,21 @@ def main():
                 for name, target in targets.items():
                     proc = sidecars.get(name)
                     before = (cpu_seconds(proc.pid), ctx_switches(proc.pid)) if proc else None
+                    sched_before = scheduled_seconds(proc.pid) if proc else None
+                    masters_before, started = masters_work(master_pids), time.monotonic()
                     report = load(target, workload)
+                    wall = time.monotonic() - started
+                    cycles = report["ops"] + report["errors"] + WARMUP * report["clients"]
+                    masters_after = masters_work(master_pids)
+                    report["masters_cpu_us"] = (masters_after[0] - masters_before[0]) / cycles * 1e6
+                    report["masters_reads"] = (masters_after[1] - masters_before[1]) / cycles
                     if proc:
-                        cycles = report["ops"] + report["errors"] + WARMUP * report["clients"]
                         used = cpu_seconds(proc.pid) - before[0]
                         report["sidecar_cpu_us"] = used / cycles * 1e6
                         report["sidecar_switches"] = (ctx_switches(proc.pid) - before[1]) / cycles
+                        ran, waited = scheduled_seconds(proc.pid)
+                        report["sidecar_running"] = (ran - sched_before[0]) / wall * 100
+                        report["sidecar_waiting"] = (waited - sched_before[1]) / wall * 100
                     runs.setdefault((name, workload), []).append(report)
     finally:
         for proc in sidecars.values():
@@ -273,6 +308,21 @@ def main():
               f"| {med([r['p999_us'] for r in reports]):.0f} "
               f"| {sum(r['errors'] for r in reports)} "
               f"| {med([r['load_cpu_us'] for r in reports]):.0f} | {sidecar} |")
+    print()
+    print("The masters' work and the sidecar's one thread under 16 clients (medians; reads are "
+          "`/proc/PID/io` syscr of all masters, each a batch of commands; running and waiting "
+          "for a CPU from `/proc/PID/task/*/schedstat`, % of the wall time):")
+    print()
+    print("| target | masters' CPU µs/cycle | masters' reads/cycle | sidecar running % "
+          "| sidecar waiting for a CPU % |")
+    print("|---|---|---|---|---|")
+    for name in targets:
+        reports = runs[(name, "parallel")]
+        sched = (f"{med([r['sidecar_running'] for r in reports]):.0f} | "
+                 f"{med([r['sidecar_waiting'] for r in reports]):.0f}"
+                 if name in sidecars else " | ")
+        print(f"| {name} | {med([r['masters_cpu_us'] for r in reports]):.1f} "
+              f"| {med([r['masters_reads'] for r in reports]):.2f} | {sched} |")
     print()
     if placement:
         print(f"Placement probe (p50 of 3000 round trips on one socket, the server on CPU 0): "
