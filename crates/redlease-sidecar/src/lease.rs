@@ -10,6 +10,7 @@ mod logs;
 mod retired;
 
 pub(crate) mod election;
+mod ending;
 pub(crate) mod escalation;
 mod expiry;
 pub(crate) mod holder;
@@ -31,6 +32,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use self::ending::Ending;
 use self::logs::{Activity, SUMMARY_INTERVAL};
 use self::ttl::{RenewalSchedule, TtlPolicy};
 use crate::batch::Renewals;
@@ -102,7 +104,7 @@ pub(crate) struct Tracked {
     ops: tokio::sync::Mutex<()>,
     /// Cancelled when the lease ends (release begun, or lost): a renewal or shadow in flight
     /// stops waiting, so the release goes out at once, after what was already sent.
-    ending: CancellationToken,
+    ending: Ending,
     /// Release attempts made so far (see `renewal::start_release`).
     release_rounds: AtomicU32,
     /// Told after each release attempt (its `DELETE`s wait for one).
@@ -226,7 +228,7 @@ impl Tracked {
         record.reason = Some(reason);
         record.ended_at = Some(now);
         drop(record);
-        self.ending.cancel();
+        self.ending.end();
         self.wake.notify_one();
         Begin::Started
     }
@@ -257,7 +259,7 @@ impl Tracked {
         let lease = record.view(now);
         let id = record.lease.id;
         drop(record);
-        self.ending.cancel();
+        self.ending.end();
         self.send_event(LeaseEvent { event, lease });
         if self.has_task {
             // Its task ends, and retires it.
@@ -657,7 +659,7 @@ impl LeaseManager {
             events: OnceLock::new(),
             wake: Notify::new(),
             ops: tokio::sync::Mutex::new(()),
-            ending: CancellationToken::new(),
+            ending: Ending::default(),
             release_rounds: AtomicU32::new(0),
             release_round: Notify::new(),
             release_reported: AtomicBool::new(false),

@@ -37,7 +37,7 @@ impl LeaseManager {
             outcome = proclaim => outcome?,
             // Ended meanwhile: what was sent touches only a key that is still this lease's,
             // and its release follows on every connection.
-            _ = tracked.ending.cancelled() => return Err(gone(&tracked)),
+            _ = tracked.ending.ended() => return Err(gone(&tracked)),
         };
         match outcome {
             ProclaimOutcome::Proclaimed => {

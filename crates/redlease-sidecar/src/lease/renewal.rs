@@ -83,7 +83,7 @@ pub(crate) async fn renew(
         outcome = extend => outcome?,
         // The lease ended meanwhile (released, lost): whatever was sent can only touch keys
         // that are ours, and the release is sent after it on every connection.
-        _ = tracked.ending.cancelled() => return Ok(None),
+        _ = tracked.ending.ended() => return Ok(None),
     };
     METRICS
         .renewal_latency
@@ -197,7 +197,7 @@ async fn escalate(
     let reserve = engine.reserve_shadow(&resource, id, &owner, shadow_ttl, timeout);
     let outcome = tokio::select! {
         outcome = reserve => outcome?,
-        _ = tracked.ending.cancelled() => return Ok(None),
+        _ = tracked.ending.ended() => return Ok(None),
     };
     match outcome {
         ExtendOutcome::Extended(shadow) => {
