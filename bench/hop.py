@@ -308,6 +308,10 @@ def main():
               f"| {med([r['p999_us'] for r in reports]):.0f} "
               f"| {sum(r['errors'] for r in reports)} "
               f"| {med([r['load_cpu_us'] for r in reports]):.0f} | {sidecar} |")
+    failed = [(name, workload, r["errors"], r.get("first_error", "?"))
+              for (name, workload), reports in runs.items() for r in reports if r["errors"]]
+    for name, workload, errors, why in failed:
+        print(f"\n{errors} failed cycle(s), {workload} through {name}; the first: {why}")
     print()
     print("The masters' work and the sidecar's one thread under 16 clients (medians; reads are "
           "`/proc/PID/io` syscr of all masters, each a batch of commands; running and waiting "
