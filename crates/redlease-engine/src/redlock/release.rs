@@ -15,16 +15,11 @@ use crate::keys::{parse_lock_name, validate_resource, LockKind};
 use crate::metrics::METRICS;
 use crate::{Error, LeaseId};
 
-/// What the masters answered one release so far: written by its fan-out and by its retries,
-/// read by whoever follows it ([`Release`]).
+/// What the masters answered one release so far, and the news of it: written by its fan-out
+/// and by its retries, read by whoever follows it ([`Release`]). One lock and one `Notify`: a
+/// `watch` channel did the same with eight notifiers woken on every answer, a cost paid by
+/// every release.
 pub(crate) struct ReleaseTally {
-    shared: Arc<Shared>,
-}
-
-/// The answers so far and the news of them, shared by the tally and its follower. One lock
-/// and one `Notify`: a `watch` channel did the same with eight notifiers woken on every
-/// answer, a cost paid by every release.
-struct Shared {
     progress: Mutex<Progress>,
     news: Notify,
 }
@@ -45,13 +40,15 @@ struct Progress {
 /// the answers still to come from the masters it is sent again to (every 100 ms, to each one
 /// with a connection that has not answered it with a result).
 pub struct Release {
-    shared: Arc<Shared>,
+    tally: Arc<ReleaseTally>,
     /// The version of the progress last read.
     seen: u64,
     give_up_at: Instant,
 }
 
-impl Shared {
+// === impl ReleaseTally ===
+
+impl ReleaseTally {
     fn progress(&self) -> MutexGuard<'_, Progress> {
         // Counters set under the lock and never left half-changed: a poisoned one is sound.
         self.progress
@@ -71,11 +68,7 @@ impl Shared {
             self.news.notify_waiters();
         }
     }
-}
 
-// === impl ReleaseTally ===
-
-impl ReleaseTally {
     fn new(masters: usize, quorum: usize) -> Arc<Self> {
         let progress = Progress {
             outcome: ReleaseOutcome {
@@ -87,18 +80,17 @@ impl ReleaseTally {
             round: 0,
             version: 0,
         };
-        let shared = Arc::new(Shared {
+        Arc::new(Self {
             progress: Mutex::new(progress),
             news: Notify::new(),
-        });
-        Arc::new(Self { shared })
+        })
     }
 
     /// Master `index` answered the release with a result; `deleted`: it still held the lease.
     /// A master that is another's very server (`counts` false) answers twice for one and does
     /// not count.
     pub(crate) fn answered(&self, index: usize, counts: bool, deleted: bool) {
-        self.shared.change(|progress| {
+        self.change(|progress| {
             let Some(counted) = progress.counted.get_mut(index) else {
                 return false;
             };
@@ -115,7 +107,7 @@ impl ReleaseTally {
     /// Retry round `round` went by (the release was sent again, or its master had no
     /// connection to send it on).
     pub(crate) fn round_passed(&self, round: u64) {
-        self.shared.change(|progress| {
+        self.change(|progress| {
             let newer = progress.round < round;
             progress.round = progress.round.max(round);
             newer
@@ -123,14 +115,14 @@ impl ReleaseTally {
     }
 
     fn outcome(&self) -> ReleaseOutcome {
-        self.shared.progress().outcome
+        self.progress().outcome
     }
 
     /// Its follower, which has seen the answers so far.
-    fn follower(&self, give_up_at: Instant) -> Release {
+    fn follower(self: &Arc<Self>, give_up_at: Instant) -> Release {
         Release {
-            seen: self.shared.progress().version,
-            shared: Arc::clone(&self.shared),
+            seen: self.progress().version,
+            tally: Arc::clone(self),
             give_up_at,
         }
     }
@@ -141,7 +133,7 @@ impl ReleaseTally {
 impl Release {
     /// What the masters answered so far.
     pub fn outcome(&self) -> ReleaseOutcome {
-        self.shared.progress().outcome
+        self.tally.outcome()
     }
 
     /// Past this instant every key the lease could have left has expired (the fleet's
@@ -158,12 +150,11 @@ impl Release {
 
     /// Waits for news of the release: a master's answer, or one more round of sending it again
     /// to the masters that owe it a result; at the latest until [`Release::give_up_at`]. The
-    /// outcome then.
-    /// Once nobody owes it an answer (each master answered, or its retry was dropped), nothing
-    /// more comes, and it waits until then.
+    /// outcome then. Once nobody owes it an answer (each master answered, or its retry was
+    /// dropped), nothing more comes, and it waits until then.
     pub async fn next_round(&mut self) -> ReleaseOutcome {
         let _ = tokio::time::timeout_at(self.give_up_at, self.news()).await;
-        let progress = self.shared.progress();
+        let progress = self.tally.progress();
         self.seen = progress.version;
         progress.outcome
     }
@@ -172,8 +163,8 @@ impl Release {
     async fn news(&self) {
         loop {
             // Made before the check: a change made after it wakes this waiter.
-            let notified = self.shared.news.notified();
-            if self.shared.progress().version != self.seen {
+            let notified = self.tally.news.notified();
+            if self.tally.progress().version != self.seen {
                 return;
             }
             notified.await;
