@@ -5,8 +5,9 @@
 //!
 //! Writing from a task rather than from each caller lets concurrent callers' commands share a
 //! write, so the master reads and answers many in one turn of its event loop. While other
-//! calls are in flight, the writer requeues itself once before it takes the buffer, so callers
-//! that are already runnable add theirs.
+//! calls are in flight, the writer yields to the runtime before it takes the buffer, so every
+//! caller the runtime has ready, and every one its next look at the sockets readies, adds
+//! theirs first.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
@@ -256,12 +257,16 @@ async fn write_requests(link: Arc<Link>, mut writer: WriteHalf) {
     loop {
         link.flush.notified().await;
         // With other calls in flight, other callers are running and may be about to write
-        // too: going to the back of the run queue once lets every one already runnable append
-        // its commands first, so one write (and one read on the master) carries them all. A
-        // lone caller's write goes at once: a requeue would cost it a scheduler pass.
+        // too. `yield_now` defers the writer until its worker has run every task it has ready
+        // and looked at its sockets again (without sleeping), so the callers those wake append
+        // their commands as well: one write, and one read and one turn on the master, carries
+        // them all. Going to the back of the run queue only once instead let a sidecar's
+        // requests, which arrive spread out, each make writes of their own (1.34 reads on the
+        // masters per cycle against 1.02, and 7% fewer cycles: bench/README.md). A lone
+        // caller's write goes at once: a yield would cost it a scheduler pass.
         let others_in_flight = lock(&link.queue).waiting.len() > 1;
         if others_in_flight {
-            requeue().await;
+            tokio::task::yield_now().await;
         }
         loop {
             {
@@ -286,20 +291,4 @@ async fn write_requests(link: Arc<Link>, mut writer: WriteHalf) {
             chunk.clear();
         }
     }
-}
-
-/// Puts the current task at the back of its worker's run queue once: the tasks already queued
-/// run first. (`tokio::task::yield_now` defers the task further, until the worker's queue is
-/// empty or its periodic driver check, which under load would hold lock writes back longer.)
-async fn requeue() {
-    let mut requeued = false;
-    std::future::poll_fn(|cx| {
-        if requeued {
-            return std::task::Poll::Ready(());
-        }
-        requeued = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    })
-    .await;
 }
