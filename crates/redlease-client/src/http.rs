@@ -1,8 +1,8 @@
 //! The client's HTTP/1.1 transport to one sidecar, over TCP or a Unix socket: keep-alive
 //! connections, each driven by hyper's client connection inside the caller's own task (no
-//! connection task, no channel or wake-up between tasks per request), kept in a small pool
-//! between requests. An event stream gets a connection of its own, driven by the task that
-//! reads it.
+//! connection task, no channel or wake-up between tasks per request, and no wake-up of the
+//! task by its own poll: see `own_wakes`), kept in a small pool between requests. An event
+//! stream gets a connection of its own, driven by the task that reads it.
 
 use std::future::Future;
 use std::io;
@@ -23,6 +23,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_util::either::Either;
 
+use crate::own_wakes::OwnWakes;
 use crate::CONNECT_TIMEOUT;
 
 /// Idle connections kept for later requests; more are closed when let go.
@@ -116,6 +117,8 @@ struct Shared {
 struct Conn {
     send: http1::SendRequest<Full<Bytes>>,
     conn: http1::Connection<TokioIo<Stream>, Full<Bytes>>,
+    /// The waker of what the connection and its exchanges register.
+    wakes: Arc<OwnWakes>,
 }
 
 // === impl Transport ===
@@ -192,7 +195,7 @@ impl Transport {
     pub(crate) async fn stream(&self, path: &str) -> Result<Streaming, TransportError> {
         let mut conn = self.connect().await?;
         let request = self.request(&Method::GET, path, Bytes::new(), false);
-        let response = drive(&mut conn.conn, conn.send.send_request(request))
+        let response = drive(&mut conn.conn, &conn.wakes, conn.send.send_request(request))
             .await
             .map_err(Failure::into_error)?
             .map_err(|error| TransportError::http(&error))?;
@@ -250,7 +253,11 @@ impl Transport {
         let (send, conn) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|error| TransportError::http(&error))?;
-        Ok(Conn { send, conn })
+        Ok(Conn {
+            send,
+            conn,
+            wakes: OwnWakes::new(),
+        })
     }
 
     /// An idle connection still open (one the sidecar closed meanwhile is dropped).
@@ -309,15 +316,16 @@ impl Failure {
 impl Conn {
     /// Sends `request` and reads its whole answer, driving the connection meanwhile.
     async fn exchange(&mut self, request: Request<Full<Bytes>>) -> Result<Answer, Failure> {
-        let response = match drive(&mut self.conn, self.send.send_request(request)).await? {
-            Ok(response) => response,
-            Err(error) if error.is_canceled() => {
-                return Err(Failure::NotSent(TransportError::http(&error)))
-            }
-            Err(error) => return Err(Failure::Failed(TransportError::http(&error))),
-        };
+        let response =
+            match drive(&mut self.conn, &self.wakes, self.send.send_request(request)).await? {
+                Ok(response) => response,
+                Err(error) if error.is_canceled() => {
+                    return Err(Failure::NotSent(TransportError::http(&error)))
+                }
+                Err(error) => return Err(Failure::Failed(TransportError::http(&error))),
+            };
         let status = response.status().as_u16();
-        let body = drive(&mut self.conn, response.into_body().collect()).await?;
+        let body = drive(&mut self.conn, &self.wakes, response.into_body().collect()).await?;
         let body = body.map_err(|error| Failure::Failed(TransportError::http(&error)))?;
         Ok(Answer {
             status,
@@ -327,34 +335,38 @@ impl Conn {
 }
 
 /// Polls `work` and, while it waits, the connection it needs; the connection ending first
-/// (the sidecar closed it, or it failed) ends the exchange.
+/// (the sidecar closed it, or it failed) ends the exchange. Both are polled with `wakes`: the
+/// connection handing `work` its answer polls `work` again at once (see `own_wakes`).
 async fn drive<F: Future>(
     conn: &mut http1::Connection<TokioIo<Stream>, Full<Bytes>>,
+    wakes: &Arc<OwnWakes>,
     work: F,
 ) -> Result<F::Output, Failure> {
     let mut work = pin!(work);
     let mut over: Option<Result<(), hyper::Error>> = None;
     std::future::poll_fn(|cx| {
-        if let Poll::Ready(output) = work.as_mut().poll(cx) {
-            return Poll::Ready(Ok(output));
-        }
-        if over.is_none() {
-            match Pin::new(&mut *conn).poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                // Over: `work` is polled once more, as it may have finished with it.
-                Poll::Ready(result) => over = Some(result),
-            }
+        wakes.poll(cx, |cx| {
             if let Poll::Ready(output) = work.as_mut().poll(cx) {
                 return Poll::Ready(Ok(output));
             }
-        }
-        // The request may have reached the sidecar: never taken as unsent (hyper tells an
-        // unsent one apart itself, as a cancelled request).
-        let error = match over.take() {
-            Some(Err(error)) => TransportError::http(&error),
-            _ => TransportError::new("the sidecar closed the connection"),
-        };
-        Poll::Ready(Err(Failure::Failed(error)))
+            if over.is_none() {
+                match Pin::new(&mut *conn).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    // Over: `work` is polled once more, as it may have finished with it.
+                    Poll::Ready(result) => over = Some(result),
+                }
+                if let Poll::Ready(output) = work.as_mut().poll(cx) {
+                    return Poll::Ready(Ok(output));
+                }
+            }
+            // The request may have reached the sidecar: never taken as unsent (hyper tells an
+            // unsent one apart itself, as a cancelled request).
+            let error = match over.take() {
+                Some(Err(error)) => TransportError::http(&error),
+                _ => TransportError::new("the sidecar closed the connection"),
+            };
+            Poll::Ready(Err(Failure::Failed(error)))
+        })
     })
     .await
 }
@@ -365,7 +377,9 @@ impl Streaming {
     /// The next piece of the body; `None` at its end or when the connection breaks.
     pub(crate) async fn next(&mut self) -> Option<Bytes> {
         loop {
-            let frame = drive(&mut self.conn.conn, self.body.frame()).await.ok()?;
+            let frame = drive(&mut self.conn.conn, &self.conn.wakes, self.body.frame())
+                .await
+                .ok()?;
             match frame? {
                 Ok(frame) => {
                     if let Ok(data) = frame.into_data() {

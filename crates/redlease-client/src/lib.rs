@@ -33,6 +33,7 @@ mod events;
 mod hold;
 mod http;
 mod lease;
+mod own_wakes;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,0 +1,225 @@
+//! Wake-ups a task gives itself while it polls a connection, kept inside that poll.
+//!
+//! Driving hyper's client connection in the caller's task (see `http`), the connection's
+//! poll is what completes the request's future: it reads the answer and hands it over, which
+//! wakes the future's waker, the very task being polled. A task woken during its own poll is
+//! run again from the back of the queue, and on tokio's multi-threaded runtime another worker
+//! is woken to take it: a hand-off between threads, and a wake-up of a sleeping one, on every
+//! answer. [`OwnWakes::poll`] polls with a waker that, while the poll runs, only marks the
+//! wake-up; the poll is then repeated at once, and only a wake-up from elsewhere (the socket
+//! becoming readable, while the task waits) wakes the task.
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// Polls in a row while each wakes itself, at most; then the task is woken as usual (what a
+/// future that keeps waking itself, to yield, asks for).
+const ROUNDS: usize = 8;
+
+/// The waker handed to what [`OwnWakes::poll`] polls: one per connection, so that what it
+/// registers (socket readiness, the answer's channel) reaches the task that polls it now.
+pub(crate) struct OwnWakes {
+    /// A poll is running: a wake-up now is marked, not passed on.
+    polling: AtomicBool,
+    /// A wake-up came since the current poll began.
+    woken: AtomicBool,
+    /// The task that polled last.
+    task: Mutex<Option<Waker>>,
+}
+
+impl OwnWakes {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            polling: AtomicBool::new(false),
+            woken: AtomicBool::new(false),
+            task: Mutex::new(None),
+        })
+    }
+
+    /// Polls `step` for the task of `cx` with this waker, again at once while a poll woke it
+    /// (at most [`ROUNDS`] times), until it is ready or waits for something else.
+    pub(crate) fn poll<T>(
+        self: &Arc<Self>,
+        cx: &mut Context<'_>,
+        mut step: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        {
+            let mut task = self.task();
+            if !task.as_ref().is_some_and(|task| task.will_wake(cx.waker())) {
+                *task = Some(cx.waker().clone());
+            }
+        }
+        let waker = Waker::from(Arc::clone(self));
+        let mut inner = Context::from_waker(&waker);
+        for _ in 0..ROUNDS {
+            self.woken.store(false, SeqCst);
+            self.polling.store(true, SeqCst);
+            let poll = step(&mut inner);
+            // Paired with `wake_by_ref`: a wake-up either sees the poll over and wakes the
+            // task, or is seen here and polled for at once. None is lost.
+            self.polling.store(false, SeqCst);
+            if poll.is_ready() || !self.woken.swap(false, SeqCst) {
+                return poll;
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    fn task(&self) -> MutexGuard<'_, Option<Waker>> {
+        // Only a waker is stored under it: a poisoned lock still holds a valid one.
+        self.task
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Wake for OwnWakes {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, SeqCst);
+        if !self.polling.load(SeqCst) {
+            if let Some(task) = self.task().as_ref() {
+                task.wake_by_ref();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Counts the task's wake-ups.
+    struct Counter(AtomicUsize);
+
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<Counter>, Waker) {
+        let counter = Arc::new(Counter(AtomicUsize::new(0)));
+        (Arc::clone(&counter), Waker::from(counter))
+    }
+
+    #[test]
+    fn a_wake_up_during_the_poll_repolls_at_once_and_does_not_wake_the_task() {
+        let wakes = OwnWakes::new();
+        let (counter, task) = counting();
+        let mut cx = Context::from_waker(&task);
+        let mut polls = 0;
+        let poll = wakes.poll(&mut cx, |inner| {
+            polls += 1;
+            if polls == 1 {
+                // What the connection does when it hands the answer over.
+                inner.waker().wake_by_ref();
+                Poll::Pending
+            } else {
+                Poll::Ready(polls)
+            }
+        });
+        assert_eq!(poll, Poll::Ready(2));
+        assert_eq!(
+            counter.0.load(SeqCst),
+            0,
+            "the task was woken by its own poll"
+        );
+    }
+
+    #[test]
+    fn a_wake_up_after_the_poll_wakes_the_task() {
+        let wakes = OwnWakes::new();
+        let (counter, task) = counting();
+        let mut cx = Context::from_waker(&task);
+        let mut registered = None;
+        let poll: Poll<()> = wakes.poll(&mut cx, |inner| {
+            registered = Some(inner.waker().clone());
+            Poll::Pending
+        });
+        assert!(poll.is_pending());
+        assert_eq!(counter.0.load(SeqCst), 0);
+        registered.expect("polled once").wake();
+        assert_eq!(
+            counter.0.load(SeqCst),
+            1,
+            "a wake-up from elsewhere was lost"
+        );
+    }
+
+    #[test]
+    fn a_poll_that_keeps_waking_itself_yields_to_the_task() {
+        let wakes = OwnWakes::new();
+        let (counter, task) = counting();
+        let mut cx = Context::from_waker(&task);
+        let mut polls = 0;
+        let poll: Poll<()> = wakes.poll(&mut cx, |inner| {
+            polls += 1;
+            inner.waker().wake_by_ref();
+            Poll::Pending
+        });
+        assert!(poll.is_pending());
+        assert_eq!(polls, ROUNDS);
+        assert_eq!(counter.0.load(SeqCst), 1, "the task must be polled again");
+    }
+
+    #[test]
+    fn the_waker_follows_the_task_that_polls_last() {
+        let wakes = OwnWakes::new();
+        let (first, first_task) = counting();
+        let (second, second_task) = counting();
+        let mut registered = None;
+        let _: Poll<()> = wakes.poll(&mut Context::from_waker(&first_task), |inner| {
+            registered = Some(inner.waker().clone());
+            Poll::Pending
+        });
+        let _: Poll<()> = wakes.poll(&mut Context::from_waker(&second_task), |_| Poll::Pending);
+        registered.expect("polled once").wake();
+        assert_eq!(first.0.load(SeqCst), 0);
+        assert_eq!(second.0.load(SeqCst), 1);
+    }
+
+    /// A wake-up from another thread racing the end of a poll is never lost: either the poll
+    /// sees it and polls again, or the task is woken.
+    #[test]
+    fn a_wake_up_racing_the_end_of_a_poll_is_never_lost() {
+        for _ in 0..2_000 {
+            let wakes = OwnWakes::new();
+            let (counter, task) = counting();
+            let ready = Arc::new(AtomicBool::new(false));
+            let (registered_tx, registered_rx) = std::sync::mpsc::channel::<Waker>();
+            let waker_thread = {
+                let ready = Arc::clone(&ready);
+                std::thread::spawn(move || {
+                    let waker = registered_rx.recv().expect("the poll registers a waker");
+                    ready.store(true, SeqCst);
+                    waker.wake();
+                })
+            };
+            let mut sent = Some(registered_tx);
+            let mut cx = Context::from_waker(&task);
+            let seen = wakes.poll(&mut cx, |inner| {
+                if let Some(tx) = sent.take() {
+                    tx.send(inner.waker().clone()).expect("the thread waits");
+                }
+                if ready.load(SeqCst) {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            });
+            waker_thread.join().expect("the waker thread ends");
+            let woken = counter.0.load(SeqCst) > 0;
+            assert!(
+                seen.is_ready() || woken,
+                "the value was set and the task was neither re-polled nor woken"
+            );
+        }
+    }
+}
