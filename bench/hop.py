@@ -8,7 +8,8 @@ sequential, 16-client parallel and 16x4 contended workloads of `redlease load`, 
 between the engine (`--masters`) and the sidecar (`--sidecar`, over TCP and over a Unix
 socket). The sidecar's CPU time per acquire+release cycle comes from /proc/PID/stat around
 each of its workloads; the masters' CPU time and reads per cycle, and how much of the time the
-sidecar's thread ran and waited for a CPU (its schedstat), around the 16-client workload.
+sidecar's thread ran, waited for a CPU (its schedstat) and was preempted (its involuntary
+context switches), around the 16-client workload.
 Prints the medians of the rounds as markdown, a placement probe (a
 trivial round trip to a sidecar and to a master, from the server's CPU and from the other
 one), and the criteria of the hop (sequential p50 gap, 16-client and contended ratios).
@@ -60,14 +61,17 @@ def cpu_seconds(pid):
 
 
 def ctx_switches(pid):
-    """Voluntary + involuntary context switches of every thread of `pid`."""
-    total = 0
+    """Context switches of every thread of `pid`: (all, involuntary), the involuntary ones
+    being preemptions (the thread was runnable and another took its CPU)."""
+    total = involuntary = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{tid}/status") as f:
             for line in f:
                 if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
                     total += int(line.split()[1])
-    return total
+                if line.startswith("nonvoluntary_ctxt_switches"):
+                    involuntary += int(line.split()[1])
+    return total, involuntary
 
 
 def scheduled_seconds(pid):
@@ -274,7 +278,9 @@ def main():
                     if proc:
                         used = cpu_seconds(proc.pid) - before[0]
                         report["sidecar_cpu_us"] = used / cycles * 1e6
-                        report["sidecar_switches"] = (ctx_switches(proc.pid) - before[1]) / cycles
+                        switches = ctx_switches(proc.pid)
+                        report["sidecar_switches"] = (switches[0] - before[1][0]) / cycles
+                        report["sidecar_preempted"] = (switches[1] - before[1][1]) / cycles
                         ran, waited = scheduled_seconds(proc.pid)
                         report["sidecar_running"] = (ran - sched_before[0]) / wall * 100
                         report["sidecar_waiting"] = (waited - sched_before[1]) / wall * 100
@@ -315,16 +321,18 @@ def main():
     print()
     print("The masters' work and the sidecar's one thread under 16 clients (medians; reads are "
           "`/proc/PID/io` syscr of all masters, each a batch of commands; running and waiting "
-          "for a CPU from `/proc/PID/task/*/schedstat`, % of the wall time):")
+          "for a CPU from `/proc/PID/task/*/schedstat`, % of the wall time; preempted: its "
+          "involuntary context switches):")
     print()
     print("| target | masters' CPU µs/cycle | masters' reads/cycle | sidecar running % "
-          "| sidecar waiting for a CPU % |")
-    print("|---|---|---|---|---|")
+          "| sidecar waiting for a CPU % | sidecar preempted/cycle |")
+    print("|---|---|---|---|---|---|")
     for name in targets:
         reports = runs[(name, "parallel")]
         sched = (f"{med([r['sidecar_running'] for r in reports]):.0f} | "
-                 f"{med([r['sidecar_waiting'] for r in reports]):.0f}"
-                 if name in sidecars else " | ")
+                 f"{med([r['sidecar_waiting'] for r in reports]):.0f} | "
+                 f"{med([r['sidecar_preempted'] for r in reports]):.2f}"
+                 if name in sidecars else " | | ")
         print(f"| {name} | {med([r['masters_cpu_us'] for r in reports]):.1f} "
               f"| {med([r['masters_reads'] for r in reports]):.2f} | {sched} |")
     print()
