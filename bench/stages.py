@@ -27,7 +27,7 @@ STAGES = [
     ("routing and middleware (axum, tower)", r"^axum|^tower|tower_http|matchit"),
     ("HTTP client (reqwest, hyper client)", r"reqwest|hyper_util::client|hyper::client|redlease_client::|redlease_testkit::http"),
     ("load tester", r"redlease::loadtest|hdrhistogram"),
-    ("async runtime (tokio: scheduling, timers, I/O driver, wake-ups)", r"^tokio::|^mio::|futures_util|futures_unordered|epoll_wait|futex|^tokio_util"),
+    ("async runtime (tokio: scheduling, timers, I/O driver, wake-ups)", r"^tokio::|^mio::|futures_util|futures_unordered|epoll_wait|^(do_|__x64_sys_)?futex|^tokio_util"),
 ]
 COMPILED = [(name, re.compile(p)) for name, p in STAGES]
 
