@@ -104,15 +104,26 @@ mod tests {
         }
     }
 
+    impl Counter {
+        fn wakes(&self) -> usize {
+            self.0.load(SeqCst)
+        }
+    }
+
     fn counting() -> (Arc<Counter>, Waker) {
         let counter = Arc::new(Counter(AtomicUsize::new(0)));
         (Arc::clone(&counter), Waker::from(counter))
     }
 
+    /// A fresh `OwnWakes`, and a task whose wake-ups are counted.
+    fn fixture() -> (Arc<OwnWakes>, Arc<Counter>, Waker) {
+        let (counter, task) = counting();
+        (OwnWakes::new(), counter, task)
+    }
+
     #[test]
     fn a_wake_up_during_the_poll_repolls_at_once_and_does_not_wake_the_task() {
-        let wakes = OwnWakes::new();
-        let (counter, task) = counting();
+        let (wakes, counter, task) = fixture();
         let mut cx = Context::from_waker(&task);
         let mut polls = 0;
         let poll = wakes.poll(&mut cx, |inner| {
@@ -126,17 +137,12 @@ mod tests {
             }
         });
         assert_eq!(poll, Poll::Ready(2));
-        assert_eq!(
-            counter.0.load(SeqCst),
-            0,
-            "the task was woken by its own poll"
-        );
+        assert_eq!(counter.wakes(), 0, "the task was woken by its own poll");
     }
 
     #[test]
     fn a_wake_up_after_the_poll_wakes_the_task() {
-        let wakes = OwnWakes::new();
-        let (counter, task) = counting();
+        let (wakes, counter, task) = fixture();
         let mut cx = Context::from_waker(&task);
         let mut registered = None;
         let poll: Poll<()> = wakes.poll(&mut cx, |inner| {
@@ -144,19 +150,14 @@ mod tests {
             Poll::Pending
         });
         assert!(poll.is_pending());
-        assert_eq!(counter.0.load(SeqCst), 0);
+        assert_eq!(counter.wakes(), 0);
         registered.expect("polled once").wake();
-        assert_eq!(
-            counter.0.load(SeqCst),
-            1,
-            "a wake-up from elsewhere was lost"
-        );
+        assert_eq!(counter.wakes(), 1, "a wake-up from elsewhere was lost");
     }
 
     #[test]
     fn a_poll_that_keeps_waking_itself_yields_to_the_task() {
-        let wakes = OwnWakes::new();
-        let (counter, task) = counting();
+        let (wakes, counter, task) = fixture();
         let mut cx = Context::from_waker(&task);
         let mut polls = 0;
         let poll: Poll<()> = wakes.poll(&mut cx, |inner| {
@@ -166,7 +167,7 @@ mod tests {
         });
         assert!(poll.is_pending());
         assert_eq!(polls, ROUNDS);
-        assert_eq!(counter.0.load(SeqCst), 1, "the task must be polled again");
+        assert_eq!(counter.wakes(), 1, "the task must be polled again");
     }
 
     #[test]
@@ -181,8 +182,8 @@ mod tests {
         });
         let _: Poll<()> = wakes.poll(&mut Context::from_waker(&second_task), |_| Poll::Pending);
         registered.expect("polled once").wake();
-        assert_eq!(first.0.load(SeqCst), 0);
-        assert_eq!(second.0.load(SeqCst), 1);
+        assert_eq!(first.wakes(), 0);
+        assert_eq!(second.wakes(), 1);
     }
 
     /// A wake-up from another thread racing the end of a poll is never lost: either the poll
@@ -215,7 +216,7 @@ mod tests {
                 }
             });
             waker_thread.join().expect("the waker thread ends");
-            let woken = counter.0.load(SeqCst) > 0;
+            let woken = counter.wakes() > 0;
             assert!(
                 seen.is_ready() || woken,
                 "the value was set and the task was neither re-polled nor woken"
