@@ -9,21 +9,27 @@
 //! wake-up; the poll is then repeated at once, and only a wake-up from elsewhere (the socket
 //! becoming readable, while the task waits) wakes the task.
 
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 
 /// Polls in a row while each wakes itself, at most; then the task is woken as usual (what a
-/// future that keeps waking itself, to yield, asks for).
-const ROUNDS: usize = 8;
+/// future that keeps waking itself, to yield, asks for). An answer takes two or three.
+const ROUNDS: usize = 4;
+
+/// No poll is running: a wake-up goes to the task.
+const IDLE: u8 = 0;
+/// A poll is running and nothing woke it yet.
+const POLLING: u8 = 1;
+/// A poll is running and something woke it: it is polled again at once.
+const WOKEN: u8 = 2;
 
 /// The waker handed to what [`OwnWakes::poll`] polls: one per connection, so that what it
 /// registers (socket readiness, the answer's channel) reaches the task that polls it now.
 pub(crate) struct OwnWakes {
-    /// A poll is running: a wake-up now is marked, not passed on.
-    polling: AtomicBool,
-    /// A wake-up came since the current poll began.
-    woken: AtomicBool,
+    /// [`IDLE`], [`POLLING`] or [`WOKEN`]. Wake-ups only turn `POLLING` into `WOKEN`; the
+    /// poll alone leaves `WOKEN`, by polling again, so no wake-up is lost or erased.
+    state: AtomicU8,
     /// The task that polled last.
     task: Mutex<Option<Waker>>,
 }
@@ -31,8 +37,7 @@ pub(crate) struct OwnWakes {
 impl OwnWakes {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
-            polling: AtomicBool::new(false),
-            woken: AtomicBool::new(false),
+            state: AtomicU8::new(IDLE),
             task: Mutex::new(None),
         })
     }
@@ -53,16 +58,29 @@ impl OwnWakes {
         let waker = Waker::from(Arc::clone(self));
         let mut inner = Context::from_waker(&waker);
         for _ in 0..ROUNDS {
-            self.woken.store(false, SeqCst);
-            self.polling.store(true, SeqCst);
-            let poll = step(&mut inner);
-            // Paired with `wake_by_ref`: a wake-up either sees the poll over and wakes the
-            // task, or is seen here and polled for at once. None is lost.
-            self.polling.store(false, SeqCst);
-            if poll.is_ready() || !self.woken.swap(false, SeqCst) {
+            // From `IDLE`, or from `WOKEN`: the wake-up is what this round polls for.
+            self.state.store(POLLING, SeqCst);
+            let poll = {
+                let idle_on_panic = IdleOnPanic(&self.state);
+                let poll = step(&mut inner);
+                std::mem::forget(idle_on_panic);
+                poll
+            };
+            if poll.is_ready() {
+                self.state.store(IDLE, SeqCst);
                 return poll;
             }
+            // Either no wake-up came and later ones go to the task, or one came (`WOKEN`) and
+            // is polled for now: `wake_by_ref` changes the state only from `POLLING`.
+            if self
+                .state
+                .compare_exchange(POLLING, IDLE, SeqCst, SeqCst)
+                .is_ok()
+            {
+                return Poll::Pending;
+            }
         }
+        self.state.store(IDLE, SeqCst);
         cx.waker().wake_by_ref();
         Poll::Pending
     }
@@ -75,16 +93,35 @@ impl OwnWakes {
     }
 }
 
+/// Leaves the state `IDLE` when a poll panics, so that later wake-ups reach the task.
+struct IdleOnPanic<'a>(&'a AtomicU8);
+
+impl Drop for IdleOnPanic<'_> {
+    fn drop(&mut self) {
+        self.0.store(IDLE, SeqCst);
+    }
+}
+
 impl Wake for OwnWakes {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, SeqCst);
-        if !self.polling.load(SeqCst) {
-            if let Some(task) = self.task().as_ref() {
-                task.wake_by_ref();
+        let mut state = self.state.load(SeqCst);
+        loop {
+            match state {
+                POLLING => match self.state.compare_exchange(POLLING, WOKEN, SeqCst, SeqCst) {
+                    Ok(_) => return,
+                    Err(now) => state = now,
+                },
+                WOKEN => return,
+                _ => {
+                    if let Some(task) = self.task().as_ref() {
+                        task.wake_by_ref();
+                    }
+                    return;
+                }
             }
         }
     }
@@ -93,7 +130,7 @@ impl Wake for OwnWakes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
 
     /// Counts the task's wake-ups.
     struct Counter(AtomicUsize);
@@ -184,6 +221,49 @@ mod tests {
         registered.expect("polled once").wake();
         assert_eq!(first.wakes(), 0);
         assert_eq!(second.wakes(), 1);
+    }
+
+    /// A wake-up from another thread while the poll runs (the I/O driver on another worker)
+    /// is polled for at once, without waking the task.
+    #[test]
+    fn a_wake_up_from_another_thread_during_the_poll_repolls_at_once() {
+        let (wakes, counter, task) = fixture();
+        let mut cx = Context::from_waker(&task);
+        let ready = Arc::new(AtomicBool::new(false));
+        let mut polls = 0;
+        let poll = wakes.poll(&mut cx, |inner| {
+            polls += 1;
+            if ready.load(SeqCst) {
+                return Poll::Ready(polls);
+            }
+            let (waker, ready) = (inner.waker().clone(), Arc::clone(&ready));
+            std::thread::spawn(move || {
+                ready.store(true, SeqCst);
+                waker.wake();
+            })
+            .join()
+            .expect("the waking thread ends");
+            Poll::Pending
+        });
+        assert_eq!(poll, Poll::Ready(2));
+        assert_eq!(counter.wakes(), 0);
+    }
+
+    /// A poll that panicked leaves later wake-ups going to the task.
+    #[test]
+    fn after_a_panicking_poll_wake_ups_reach_the_task() {
+        let (wakes, counter, task) = fixture();
+        let mut registered = None;
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut cx = Context::from_waker(&task);
+            let _: Poll<()> = wakes.poll(&mut cx, |inner| {
+                registered = Some(inner.waker().clone());
+                panic!("a poll that panics");
+            });
+        }));
+        assert!(panicked.is_err());
+        registered.expect("polled once").wake();
+        assert_eq!(counter.wakes(), 1, "a wake-up after the panic was lost");
     }
 
     /// A wake-up from another thread racing the end of a poll is never lost: either the poll
