@@ -102,7 +102,7 @@ pub(crate) struct Tracked {
     wake: Notify,
     /// Serialises the engine calls of this lease (manual and automatic renewals, release).
     ops: tokio::sync::Mutex<()>,
-    /// Cancelled when the lease ends (release begun, or lost): a renewal or shadow in flight
+    /// Set when the lease ends (release begun, or lost): a renewal or shadow in flight
     /// stops waiting, so the release goes out at once, after what was already sent.
     ending: Ending,
     /// Release attempts made so far (see `renewal::start_release`).
