@@ -63,15 +63,15 @@ def cpu_seconds(pid):
 def ctx_switches(pid):
     """Context switches of every thread of `pid`: (all, involuntary), the involuntary ones
     being preemptions (the thread was runnable and another took its CPU)."""
-    total = involuntary = 0
+    voluntary = involuntary = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{tid}/status") as f:
             for line in f:
-                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                    total += int(line.split()[1])
-                if line.startswith("nonvoluntary_ctxt_switches"):
+                if line.startswith("voluntary_ctxt_switches"):
+                    voluntary += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches"):
                     involuntary += int(line.split()[1])
-    return total, involuntary
+    return voluntary + involuntary, involuntary
 
 
 def scheduled_seconds(pid):
