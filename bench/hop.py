@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The sidecar hop against the library engine, in one run on one fleet (run by bench/hop.sh).
 
-Starts two sidecars (the release binary: TCP and a Unix socket; busy polling
-$BUSY_POLL_US µs when set) on the fleet in $REDLEASE__MASTERS, then for each round:
+Starts two sidecars (the release binary: TCP and a Unix socket; their busy-polling windows
+$BUSY_POLL_US and $BUSY_POLL_AFTER_ANSWER_US µs when set) on the fleet in $REDLEASE__MASTERS,
+then for each round:
 a loopback round-trip probe (`redis-benchmark -t ping -c 1` against one master), and the
 sequential, 16-client parallel and 16x4 contended workloads of `redlease load`, taking turns
 between the engine (`--masters`) and the sidecar (`--sidecar`, over TCP and over a Unix
@@ -39,10 +40,19 @@ SIDECAR_NICE = os.environ.get("SIDECAR_NICE", "")
 # where the kernel puts them: the hop without a wake-up across CPUs. Empty: no pinning.
 PIN_CPU = os.environ.get("PIN_CPU", "")
 PIN = ["taskset", "-c", PIN_CPU] if PIN_CPU else []
-# The sidecars' `runtime.busy_poll_us` (e.g. 100). Empty: the default (off).
+# The sidecars' `runtime.busy_poll_us` (e.g. 0: off). Empty: the default (100 µs while a
+# request waits on the masters).
 BUSY_POLL_US = os.environ.get("BUSY_POLL_US", "")
-# The window of the placement probe's busy-polling sidecar.
-PROBE_BUSY_POLL_US = "100"
+# The sidecars' `runtime.busy_poll_after_answer_us` (e.g. 100). Empty: the default (0).
+BUSY_POLL_AFTER_ANSWER_US = os.environ.get("BUSY_POLL_AFTER_ANSWER_US", "")
+REQUEST_WINDOW = "REDLEASE__RUNTIME__BUSY_POLL_US"
+AFTER_ANSWER_WINDOW = "REDLEASE__RUNTIME__BUSY_POLL_AFTER_ANSWER_US"
+# The busy polling of the placement probe's sidecars and of the CPU-at-rates sidecars.
+POLLING = {
+    "off": {REQUEST_WINDOW: "0"},
+    "as shipped": {},
+    "also 100 µs after each answer": {AFTER_ANSWER_WINDOW: "100"},
+}
 WARMUP = 20
 CLIENTS = 16
 TICK = os.sysconf("SC_CLK_TCK")
@@ -139,7 +149,7 @@ def placement_probe(masters):
     """A trivial HTTP round trip to a sidecar pinned to CPU 0 (`GET /livez`), and a Redis PING
     to a master pinned there, each from CPU 0 and from CPU 1: what a hop costs with and without
     a wake-up across CPUs on this machine, apart from what the sidecar does per request. The
-    sidecar is probed twice: as configured by default, and busy polling."""
+    sidecar is probed with each busy polling of POLLING."""
     host, master_port = re.match(r"redis://([^:/]+):(\d+)", masters.split(",")[0]).groups()
     master = listener_pid(master_port)
     master_cpus = os.sched_getaffinity(master)
@@ -149,23 +159,23 @@ def placement_probe(masters):
         ping = ((host, int(master_port)), b"*1\r\n$4\r\nPING\r\n", b"PONG\r\n")
         for cpu in (0, 1):
             results[("ping", cpu)] = round_trip_us(*ping, cpu)
-        for what, busy_poll in (("http", "0"), ("http-busy", PROBE_BUSY_POLL_US)):
-            with sidecar_on_tcp(["taskset", "-c", "0"], busy_poll) as (_, port):
+        for polling, settings in POLLING.items():
+            with sidecar_on_tcp(["taskset", "-c", "0"], settings) as (_, port):
                 http = (("127.0.0.1", port), b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
                         b"}")
                 for cpu in (0, 1):
-                    results[(what, cpu)] = round_trip_us(*http, cpu)
+                    results[(polling, cpu)] = round_trip_us(*http, cpu)
     finally:
         os.sched_setaffinity(master, master_cpus)
     return results
 
 
 @contextlib.contextmanager
-def sidecar_on_tcp(prefix, busy_poll_us):
-    """A `redlease serve` on a free loopback port, started behind `prefix` (e.g. taskset) and
-    busy polling `busy_poll_us` µs: its process and port, stopped on leaving."""
+def sidecar_on_tcp(prefix, settings):
+    """A `redlease serve` on a free loopback port, started behind `prefix` (e.g. taskset) with
+    the `REDLEASE__*` variables `settings`: its process and port, stopped on leaving."""
     port = free_port()
-    env = dict(os.environ, REDLEASE__RUNTIME__BUSY_POLL_US=busy_poll_us)
+    env = dict(os.environ, **settings)
     proc = subprocess.Popen([*prefix, BIN, "serve", "--listen", f"127.0.0.1:{port}"], env=env,
                             stderr=subprocess.DEVNULL)
     try:
@@ -218,10 +228,10 @@ RATES = [int(r) for r in os.environ.get("RATES", "100,1000,3000").split(",") if 
 
 def cpu_at_rates(masters):
     """The price of busy polling: a sidecar's CPU at steady open-loop rates (4 clients), with
-    busy polling off and at the probe's window, each on a fresh sidecar."""
+    each busy polling of POLLING, each on a fresh sidecar."""
     rows = []
-    for busy_poll in ("0", PROBE_BUSY_POLL_US):
-        with sidecar_on_tcp(PIN, busy_poll) as (sidecar, port):
+    for polling, settings in POLLING.items():
+        with sidecar_on_tcp(PIN, settings) as (sidecar, port):
             for rate in RATES:
                 before = cpu_seconds(sidecar.pid)
                 args = [*PIN, BIN, "load", "--sidecar", f"http://127.0.0.1:{port}", "--workload",
@@ -231,7 +241,7 @@ def cpu_at_rates(masters):
                 report = run_load(args)
                 wall = time.monotonic() - started
                 used = cpu_seconds(sidecar.pid) - before
-                rows.append((rate, busy_poll, used / wall * 100, used / report["ops"] * 1e6))
+                rows.append((rate, polling, used / wall * 100, used / report["ops"] * 1e6))
     return rows
 
 
@@ -241,7 +251,9 @@ def main():
     sock = os.path.join(tempfile.mkdtemp(prefix="redlease-hop."), "api.sock")
     env = dict(os.environ)
     if BUSY_POLL_US:
-        env["REDLEASE__RUNTIME__BUSY_POLL_US"] = BUSY_POLL_US
+        env[REQUEST_WINDOW] = BUSY_POLL_US
+    if BUSY_POLL_AFTER_ANSWER_US:
+        env[AFTER_ANSWER_WINDOW] = BUSY_POLL_AFTER_ANSWER_US
     nice = ["nice", "-n", SIDECAR_NICE] if SIDECAR_NICE else []
     nice = PIN + nice
     sidecars = {
@@ -297,7 +309,9 @@ def main():
     print(f"Loopback round trip (`redis-benchmark -t ping -c 1`, p50, median of {ROUNDS}): "
           f"{ping:.0f} µs; `redlease load --worker-threads {LOAD_THREADS}`"
           + (f"; sidecars at nice {SIDECAR_NICE}" if SIDECAR_NICE else "")
-          + (f"; sidecars busy polling {BUSY_POLL_US} µs" if BUSY_POLL_US else "")
+          + (f"; sidecars' `runtime.busy_poll_us` {BUSY_POLL_US}" if BUSY_POLL_US else "")
+          + (f"; sidecars' `runtime.busy_poll_after_answer_us` {BUSY_POLL_AFTER_ANSWER_US}"
+             if BUSY_POLL_AFTER_ANSWER_US else "")
           + (f"; load generator and sidecars on CPU {PIN_CPU}" if PIN_CPU else ""))
     print()
     print("| workload | target | ops/s | p50 µs | p99 µs | p99.9 µs | errors "
@@ -337,21 +351,23 @@ def main():
               f"| {med([r['masters_reads'] for r in reports]):.2f} | {sched} |")
     print()
     if placement:
-        print(f"Placement probe (p50 of 3000 round trips on one socket, the server on CPU 0): "
-              f"`GET /livez` to a sidecar {placement[('http', 0)]:.1f} µs from CPU 0, "
-              f"{placement[('http', 1)]:.1f} µs from CPU 1; to a sidecar busy polling "
-              f"{PROBE_BUSY_POLL_US} µs {placement[('http-busy', 0)]:.1f} µs from CPU 0, "
-              f"{placement[('http-busy', 1)]:.1f} µs from CPU 1; Redis PING "
-              f"{placement[('ping', 0)]:.1f} µs from CPU 0, {placement[('ping', 1)]:.1f} µs "
-              f"from CPU 1")
+        print("Placement probe (p50 of 3000 round trips on one socket, the server on CPU 0):")
+        print()
+        print("| round trip | from CPU 0 | from CPU 1 |")
+        print("|---|---|---|")
+        for polling in POLLING:
+            print(f"| `GET /livez` to a sidecar, busy polling {polling} "
+                  f"| {placement[(polling, 0)]:.1f} | {placement[(polling, 1)]:.1f} |")
+        print(f"| Redis `PING` to a master | {placement[('ping', 0)]:.1f} "
+              f"| {placement[('ping', 1)]:.1f} |")
         print()
     print("Sidecar CPU at steady rates (`redlease load --workload parallel --clients 4 --rate R`, "
           f"{DURATION} each, one run):")
     print()
-    print("| cycles/s | `runtime.busy_poll_us` | sidecar CPU, % of a core | sidecar CPU µs/cycle |")
+    print("| cycles/s | busy polling | sidecar CPU, % of a core | sidecar CPU µs/cycle |")
     print("|---|---|---|---|")
-    for rate, busy_poll, share, per_cycle in rates:
-        print(f"| {rate} | {busy_poll} | {share:.1f} | {per_cycle:.0f} |")
+    for rate, polling, share, per_cycle in rates:
+        print(f"| {rate} | {polling} | {share:.1f} | {per_cycle:.0f} |")
     print()
     get = lambda name, workload, key: med([r[key] for r in runs[(name, workload)]])
     for name in ("sidecar", "sidecar-unix"):

@@ -200,12 +200,14 @@ fn announce(
     // "none": /metrics is served on the API listener only.
     let metrics_listen = metrics.map_or_else(|| "none".to_string(), Listen::to_string);
     let busy_poll_us = settings.busy_poll.as_micros();
+    let busy_poll_after_answer_us = settings.busy_poll_after_answer.as_micros();
     tracing::info!(
         listen = %listen,
         metrics_listen = %metrics_listen,
         masters,
         runtime_threads,
         busy_poll_us,
+        busy_poll_after_answer_us,
         "redlease sidecar serving"
     );
     let (base, curl) = match &listen {

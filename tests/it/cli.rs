@@ -368,20 +368,28 @@ async fn serve_runs_on_the_runtime_threads_configured() {
     }
 }
 
-/// With `runtime.busy_poll_us`, `redlease serve` polls after requests: its thread, kept awake
-/// between requests that come within the window, sleeps far less often than without (counted
-/// in `sidecar_busy_poll_seconds_total`), and it stops once they stop: idle, it spends next
-/// to no CPU. Without it, it never polls.
+/// `redlease serve`'s busy polling. Off (`runtime.busy_poll_us = 0`), it never polls. With a
+/// request window, its thread polls from each request's arrival until its answer: it no longer
+/// sleeps while the masters reply, every request is counted in
+/// `sidecar_busy_poll_requests_total`, and it sleeps between requests. With a window after
+/// each answer as well, it stays awake between requests that come back to back, and hardly
+/// sleeps at all. Every way, it stops with the requests: idle, it spends next to no CPU.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_polling_follows_requests_and_stops_with_them() {
+    const REQUEST: &str = "REDLEASE__RUNTIME__BUSY_POLL_US";
+    const AFTER_ANSWER: &str = "REDLEASE__RUNTIME__BUSY_POLL_AFTER_ANSWER_US";
     let fleet = TestFleet::start(3);
     let mut sleeps_without = None;
-    for window_us in [None, Some("1000")] {
-        let env: Vec<(&str, &str)> = window_us
-            .map(|us| ("REDLEASE__RUNTIME__BUSY_POLL_US", us))
-            .into_iter()
-            .collect();
-        let serve = ServeProcess::start_with_env(&fleet, &[], std::process::Stdio::null(), &env);
+    let configurations: [(&str, &[(&str, &str)]); 3] = [
+        ("off", &[(REQUEST, "0")]),
+        ("while requests wait", &[(REQUEST, "1000")]),
+        (
+            "after answers too",
+            &[(REQUEST, "1000"), (AFTER_ANSWER, "1000")],
+        ),
+    ];
+    for (polling, env) in configurations {
+        let serve = ServeProcess::start_with_env(&fleet, &[], std::process::Stdio::null(), env);
         let pid = serve.child.id().unwrap();
         let started = tokio::time::Instant::now();
         let body = serde_json::json!({"owner": "t", "auto_renew": false});
@@ -396,7 +404,7 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
             assert_eq!(released, Some(200));
         }
         let sleeps = voluntary_switches(pid) - sleeps_before;
-        // The last spell (1 ms) is over; then two seconds with no request.
+        // The last spell (1 ms at most) is over; then two seconds with no request.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let served_for = started.elapsed().as_secs_f64();
         let before = cpu_ticks(pid);
@@ -405,34 +413,60 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
         // A thread that kept polling would spend most of the 2 s (200 ticks) on the CPU.
         assert!(
             idle < 20,
-            "{window_us:?}: {idle} ticks of CPU in 2 s without a request"
+            "{polling}: {idle} ticks of CPU in 2 s without a request"
         );
         let metrics = http.get(format!("{base}/metrics")).send().await.unwrap();
         let text = metrics.text().await.unwrap();
-        let polled = text
-            .lines()
-            .find_map(|line| line.strip_prefix("sidecar_busy_poll_seconds_total "))
-            .and_then(|value| value.parse::<f64>().ok())
-            .expect("sidecar_busy_poll_seconds_total");
-        match (window_us, sleeps_without) {
-            (None, _) => {
-                assert_eq!(polled, 0.0, "polled without runtime.busy_poll_us");
+        let sample = |series: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+                .and_then(|value| value.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{series} missing:\n{text}"))
+        };
+        let polled = sample("sidecar_busy_poll_seconds_total");
+        let outcome = |kind: &str| {
+            sample(&format!(
+                "sidecar_busy_poll_requests_total{{outcome=\"{kind}\"}}"
+            ))
+        };
+        let (answered, outlasted) = (outcome("answered_in_window"), outcome("outlasted_window"));
+        let requests = answered + outlasted + outcome("not_polled");
+        match (polling, sleeps_without) {
+            ("off", _) => {
+                assert_eq!(polled, 0.0, "polled with runtime.busy_poll_us = 0");
+                assert_eq!(requests, 0.0, "requests counted with no request window");
                 sleeps_without = Some(sleeps);
             }
-            (Some(_), Some(without)) => {
-                // Spells last their window at least, and only while requests were served.
+            (_, Some(without)) => {
+                // The first acquisition, then 100 acquisitions and 100 releases; this scrape
+                // is counted once answered.
+                assert_eq!(requests, 201.0, "{polling}: requests counted");
+                // Masters on this machine answer within the millisecond.
                 assert!(
-                    (0.001..served_for).contains(&polled),
-                    "polled {polled} s of {served_for} s"
+                    answered >= 150.0,
+                    "{polling}: {answered} answered in their window, {outlasted} not"
                 );
-                // Without polling the thread sleeps for most requests and most rounds of the
-                // masters' replies (283 times in one run); polling, hardly ever (9).
                 assert!(
-                    sleeps * 2 < without,
-                    "the thread slept {sleeps} times polling, {without} times without"
+                    (0.000_01..served_for).contains(&polled),
+                    "{polling}: polled {polled} s of {served_for} s"
                 );
+                if polling == "while requests wait" {
+                    // Without polling the thread sleeps as each request comes in and, most of
+                    // the time, for the masters' replies (283 times in one run); polling while
+                    // requests wait, only as they come in (about 200).
+                    assert!(
+                        sleeps < without,
+                        "{polling}: the thread slept {sleeps} times, {without} times without"
+                    );
+                } else {
+                    // Polling after answers too, hardly ever (9 in one run).
+                    assert!(
+                        sleeps * 2 < without,
+                        "{polling}: the thread slept {sleeps} times, {without} times without"
+                    );
+                }
             }
-            (Some(_), None) => unreachable!("the run without polling comes first"),
+            (_, None) => unreachable!("the run without polling comes first"),
         }
         assert_eq!(serve.terminate().await, Some(0));
     }

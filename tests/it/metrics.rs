@@ -45,7 +45,10 @@ async fn metrics_expose_the_names_operators_query() {
         "redis_command_rtt_bucket{node=\"0\"",
         "redis_masters_up 3",
         "redis_masters_quarantined 0",
-        "sidecar_busy_poll_seconds_total 0",
+        "sidecar_busy_poll_seconds_total ",
+        "sidecar_busy_poll_requests_total{outcome=\"answered_in_window\"} ",
+        "sidecar_busy_poll_requests_total{outcome=\"outlasted_window\"} ",
+        "sidecar_busy_poll_requests_total{outcome=\"not_polled\"} ",
         "process_cpu_seconds_total ",
         "process_resident_memory_bytes ",
     ] {

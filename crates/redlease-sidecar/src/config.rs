@@ -65,7 +65,11 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_WORKER_THREADS: usize = 1;
 /// The most `runtime.worker_threads` accepted.
 pub const MAX_WORKER_THREADS: usize = 256;
-/// The longest `runtime.busy_poll_us` accepted: past a millisecond, polling only burns CPU.
+/// `runtime.busy_poll_us` on a runtime of one thread: above the masters' round trip on a
+/// near fleet (`bench/README.md`, "The sidecar hop"); farther masters stop the polling.
+pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(100);
+/// The longest `runtime.busy_poll_us` and `runtime.busy_poll_after_answer_us` accepted: past a
+/// millisecond, polling only burns CPU.
 pub const MAX_BUSY_POLL: Duration = Duration::from_millis(1);
 /// The lowest `lease.min_ttl_ms` accepted: the engine's own minimum TTL.
 pub const MIN_TTL_FLOOR: Duration = crate::redlock::DEFAULT_MIN_TTL;
@@ -87,9 +91,13 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Key `runtime.worker_threads`: threads of the async runtime; 0: one per CPU.
     pub worker_threads: usize,
-    /// Key `runtime.busy_poll_us`: how long the runtime keeps polling for events, rather than
-    /// sleeping, after a request comes in or its answer goes out; zero (the default): never.
+    /// Key `runtime.busy_poll_us`: how long at most the runtime keeps polling for events,
+    /// rather than sleeping, after a request comes in and until its answer goes out; zero:
+    /// never. By default [`DEFAULT_BUSY_POLL`] on a runtime of one thread, else zero.
     pub busy_poll: Duration,
+    /// Key `runtime.busy_poll_after_answer_us`: how long the runtime keeps polling after each
+    /// answer, for the app's next request; zero (the default): not at all.
+    pub busy_poll_after_answer: Duration,
     /// Keys `auth.*`.
     pub auth: AuthSettings,
     /// Keys `http.*`.
@@ -194,7 +202,9 @@ struct RawShutdown {
 #[serde(deny_unknown_fields)]
 struct RawRuntime {
     worker_threads: usize,
-    busy_poll_us: u64,
+    /// No default of its own: it depends on `worker_threads`.
+    busy_poll_us: Option<u64>,
+    busy_poll_after_answer_us: u64,
 }
 
 // === impl Settings ===
@@ -312,6 +322,7 @@ impl fmt::Debug for Settings {
             .field("shutdown_grace", &self.shutdown_grace)
             .field("worker_threads", &self.worker_threads)
             .field("busy_poll", &self.busy_poll)
+            .field("busy_poll_after_answer", &self.busy_poll_after_answer)
             .field("auth", &self.auth)
             .field("http", &self.http)
             .field("metrics", &self.metrics)
@@ -358,7 +369,7 @@ fn defaults(
         .set_default("lease.retained_max", DEFAULT_RETAINED_MAX as u64)?
         .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))?
         .set_default("runtime.worker_threads", DEFAULT_WORKER_THREADS as u64)?
-        .set_default("runtime.busy_poll_us", 0u64)
+        .set_default("runtime.busy_poll_after_answer_us", 0u64)
 }
 
 /// The `REDLEASE__*` variables as two sources. `REDLEASE__MASTERS` and
@@ -420,17 +431,17 @@ impl Raw {
                 "runtime.worker_threads: must be at most {MAX_WORKER_THREADS} (0: one per CPU)"
             ));
         }
-        let busy_poll = Duration::from_micros(self.runtime.busy_poll_us);
-        if busy_poll > MAX_BUSY_POLL {
-            let most = MAX_BUSY_POLL.as_micros();
-            p.push(format!(
-                "runtime.busy_poll_us: must be at most {most} (0: never)"
-            ));
-        } else if !busy_poll.is_zero() && worker_threads != 1 {
-            // With several workers, the one asleep in the I/O driver holds the sockets: the
-            // polling one cannot look at them, and polls for nothing.
-            p.push("runtime.busy_poll_us: needs runtime.worker_threads = 1".into());
-        }
+        let busy_poll = match self.runtime.busy_poll_us {
+            Some(us) => check_busy_poll("runtime.busy_poll_us", us, worker_threads, &mut p),
+            None if worker_threads == 1 => DEFAULT_BUSY_POLL,
+            None => Duration::ZERO,
+        };
+        let busy_poll_after_answer = check_busy_poll(
+            "runtime.busy_poll_after_answer_us",
+            self.runtime.busy_poll_after_answer_us,
+            worker_threads,
+            &mut p,
+        );
         let auth = self.auth.validate(&mut p);
         let http = self.http.validate(&mut p);
         let metrics = self.metrics.validate(listen.as_ref(), &mut p);
@@ -444,6 +455,7 @@ impl Raw {
                 shutdown_grace,
                 worker_threads,
                 busy_poll,
+                busy_poll_after_answer,
                 auth,
                 http,
                 metrics,
@@ -451,6 +463,21 @@ impl Raw {
             _ => Err(ConfigError::Invalid(p)),
         }
     }
+}
+
+/// A busy-polling window of `us` microseconds set under `key`: at most [`MAX_BUSY_POLL`], and
+/// only on a runtime of one thread.
+fn check_busy_poll(key: &str, us: u64, worker_threads: usize, p: &mut Vec<String>) -> Duration {
+    let window = Duration::from_micros(us);
+    if window > MAX_BUSY_POLL {
+        let most = MAX_BUSY_POLL.as_micros();
+        p.push(format!("{key}: must be at most {most} (0: never)"));
+    } else if !window.is_zero() && worker_threads != 1 {
+        // With several workers, the one asleep in the I/O driver holds the sockets: the
+        // polling one cannot look at them, and polls for nothing.
+        p.push(format!("{key}: needs runtime.worker_threads = 1"));
+    }
+    window
 }
 
 impl RawLease {

@@ -6,7 +6,7 @@
 
 use std::sync::LazyLock;
 
-use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, MeterProvider as _};
+use opentelemetry::metrics::{BoundCounter, Counter, Gauge, Histogram, Meter, MeterProvider as _};
 use opentelemetry::metrics::{ObservableCounter, ObservableGauge};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, Registry, TextEncoder};
@@ -30,6 +30,11 @@ pub const CHECK_OUTCOMES: [&str; 3] = ["read", "unread", "unchecked"];
 /// refused for want of a quorum (`no_quorum`), because the lease had ended (`lease_lost`), or
 /// over the cap of open holds (`too_many_holds`).
 pub const REENTRY_OUTCOMES: [&str; 4] = ["entered", "no_quorum", "lease_lost", "too_many_holds"];
+
+/// Outcomes of a request under busy polling: polled and answered within its window
+/// (`answered_in_window`), polled and answered after it or never (`outlasted_window`), or not
+/// polled because the requests before it did not pay (`not_polled`).
+pub const BUSY_POLL_OUTCOMES: [&str; 3] = ["answered_in_window", "outlasted_window", "not_polled"];
 
 /// The exporter's registry and provider, made and installed as the global provider once.
 static EXPORTER: LazyLock<(Registry, SdkMeterProvider)> = LazyLock::new(|| {
@@ -103,9 +108,12 @@ pub struct Metrics {
     /// `lock_reentries_total`: re-entries of a lease, by `outcome` (one of
     /// [`REENTRY_OUTCOMES`]).
     pub reentries: Counter<u64>,
-    /// `sidecar_busy_poll_seconds_total` (s): time of the runtime's busy-polling spells after
-    /// requests, the requests served meanwhile included (`runtime.busy_poll_us`).
+    /// `sidecar_busy_poll_seconds_total` (s): time of the runtime's busy-polling spells, the
+    /// requests served meanwhile included (`runtime.busy_poll_us`).
     pub busy_poll: Counter<f64>,
+    /// `sidecar_busy_poll_requests_total`: requests under busy polling, bound to each
+    /// `outcome` of [`BUSY_POLL_OUTCOMES`], in its order.
+    pub busy_poll_requests: [BoundCounter<u64>; 3],
     /// `process_cpu_seconds_total` (s): user + system CPU time of this process, read at scrape.
     _process_cpu: ObservableCounter<f64>,
     /// `process_resident_memory_bytes`: resident memory of this process, read at scrape.
@@ -206,10 +214,15 @@ impl Metrics {
             busy_poll: meter
                 .f64_counter("sidecar_busy_poll_seconds")
                 .with_unit("s")
-                .with_description(
-                    "Time of busy-polling spells after requests (runtime.busy_poll_us)",
-                )
+                .with_description("Time of busy-polling spells (runtime.busy_poll_us)")
                 .build(),
+            busy_poll_requests: {
+                let requests = counter(
+                    "sidecar_busy_poll_requests",
+                    "Requests under busy polling, by outcome",
+                );
+                BUSY_POLL_OUTCOMES.map(|outcome| requests.bind(&label("outcome", outcome)))
+            },
             _process_cpu: meter
                 .f64_observable_counter("process_cpu_seconds")
                 .with_unit("s")
@@ -248,6 +261,9 @@ impl Metrics {
             counter.add(0, &[]);
         }
         self.busy_poll.add(0.0, &[]);
+        for requests in &self.busy_poll_requests {
+            requests.add(0);
+        }
         for reason in LOST_REASONS {
             self.leases_lost.add(0, &label("reason", reason));
         }

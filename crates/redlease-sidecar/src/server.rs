@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use self::busy_poll::BusyPoll;
+use self::busy_poll::{BusyPoll, Windows};
 pub use self::listener::{ListenError, Listener, SocketFile, UNIX_SOCKET_MODE};
 use crate::api::auth::ApiToken;
 use crate::api::guard::Guard;
@@ -45,8 +45,8 @@ pub struct Sidecar {
     metrics_listener: Option<Listener>,
     grace: Duration,
     http: HttpSettings,
-    /// `runtime.busy_poll_us`.
-    busy_poll: Duration,
+    /// `runtime.busy_poll_us` and `runtime.busy_poll_after_answer_us`.
+    busy_poll: Windows,
     _probe: ProbeGuard,
 }
 
@@ -96,7 +96,10 @@ impl Sidecar {
             metrics_listener: None,
             grace: settings.shutdown_grace,
             http: settings.http.clone(),
-            busy_poll: settings.busy_poll,
+            busy_poll: Windows {
+                request: settings.busy_poll,
+                after_answer: settings.busy_poll_after_answer,
+            },
             _probe: probe,
         })
     }

@@ -108,36 +108,58 @@ fn the_runtime_takes_one_thread_unless_told_otherwise() {
     );
 }
 
-/// `runtime.busy_poll_us`: off by default, up to a millisecond, on one runtime thread only.
+/// `runtime.busy_poll_us`: 100 µs by default on one runtime thread and off on several, up to
+/// a millisecond, and only on one thread when set; `runtime.busy_poll_after_answer_us`: off by
+/// default, with the same bounds.
 #[test]
-fn busy_polling_is_off_unless_asked_for_and_at_most_a_millisecond() {
-    let window = |value: &str| load(&[ONE_MASTER[0], ("REDLEASE__RUNTIME__BUSY_POLL_US", value)]);
-    assert_eq!(load(ONE_MASTER).unwrap().busy_poll, Duration::ZERO);
-    assert_eq!(window("100").unwrap().busy_poll, Duration::from_micros(100));
-    assert_eq!(window("1000").unwrap().busy_poll, MAX_BUSY_POLL);
-    let refused = problems(window("1001"));
-    assert_eq!(refused.len(), 1);
-    assert!(
-        refused[0].starts_with("runtime.busy_poll_us:"),
-        "{refused:?}"
-    );
-    assert!(window("-1").is_err());
-    // One runtime thread polls; with several, the one asleep holds the sockets.
-    let threads = |n: &str| {
-        load(&[
-            ONE_MASTER[0],
-            ("REDLEASE__RUNTIME__BUSY_POLL_US", "100"),
-            ("REDLEASE__RUNTIME__WORKER_THREADS", n),
-        ])
+fn busy_polling_windows_have_their_defaults_and_bounds() {
+    const REQUEST: &str = "REDLEASE__RUNTIME__BUSY_POLL_US";
+    const AFTER: &str = "REDLEASE__RUNTIME__BUSY_POLL_AFTER_ANSWER_US";
+    const THREADS: &str = "REDLEASE__RUNTIME__WORKER_THREADS";
+    let with = |vars: &[(&'static str, &'static str)]| {
+        let mut all = vec![ONE_MASTER[0]];
+        all.extend_from_slice(vars);
+        load(&all)
     };
-    for n in ["0", "2"] {
-        let refused = problems(threads(n));
+    let defaults = load(ONE_MASTER).unwrap();
+    assert_eq!(defaults.busy_poll, DEFAULT_BUSY_POLL);
+    assert_eq!(defaults.busy_poll_after_answer, Duration::ZERO);
+    for threads in ["0", "2"] {
+        let several = with(&[(THREADS, threads)]).unwrap();
         assert_eq!(
-            refused,
-            ["runtime.busy_poll_us: needs runtime.worker_threads = 1"]
+            several.busy_poll,
+            Duration::ZERO,
+            "off by default on {threads}"
         );
     }
-    assert!(threads("1").is_ok());
+    for key in [REQUEST, AFTER] {
+        let window = |value: &'static str| with(&[(key, value)]);
+        let read = |s: Settings| {
+            if key == REQUEST {
+                s.busy_poll
+            } else {
+                s.busy_poll_after_answer
+            }
+        };
+        assert_eq!(read(window("0").unwrap()), Duration::ZERO);
+        assert_eq!(read(window("250").unwrap()), Duration::from_micros(250));
+        assert_eq!(read(window("1000").unwrap()), MAX_BUSY_POLL);
+        let refused = problems(window("1001"));
+        assert_eq!(refused.len(), 1);
+        assert!(refused[0].contains("must be at most 1000"), "{refused:?}");
+        assert!(window("-1").is_err());
+        // One runtime thread polls; with several, the one asleep holds the sockets.
+        for threads in ["0", "2"] {
+            let refused = problems(with(&[(key, "100"), (THREADS, threads)]));
+            let name = key.trim_start_matches("REDLEASE__RUNTIME__").to_lowercase();
+            assert_eq!(
+                refused,
+                [format!("runtime.{name}: needs runtime.worker_threads = 1")]
+            );
+            assert!(with(&[(key, "0"), (THREADS, threads)]).is_ok());
+        }
+        assert!(with(&[(key, "100"), (THREADS, "1")]).is_ok());
+    }
 }
 
 /// An environment variable beats the file; keys the environment does not name keep the file's.

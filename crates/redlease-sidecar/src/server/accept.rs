@@ -31,7 +31,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Serves `router` behind `guard` on `listener` until `stop` resolves, then drains the
 /// connections; returns once they are all closed. `abort` drops every connection at once.
-/// Requests mark `busy_poll`, when there is one.
+/// Requests tell `busy_poll` of their arrival and answer, when there is one.
 pub(super) async fn serve(
     listener: Listener,
     (router, guard, busy_poll): (Router, Arc<Guard>, Option<Arc<BusyPoll>>),

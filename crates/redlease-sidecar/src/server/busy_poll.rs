@@ -1,26 +1,35 @@
-//! Busy polling (`runtime.busy_poll_us`): for a short window after a request comes in and after
-//! its answer goes out, one task keeps the runtime's thread polling its sockets instead of
-//! sleeping, so that the masters' replies and the app's next request find it awake.
+//! Busy polling (`runtime.busy_poll_us`, `runtime.busy_poll_after_answer_us`): while a request
+//! waits on the masters, and for an optional window after each answer, one task keeps the
+//! runtime's thread polling its sockets instead of sleeping, so that the masters' replies (and
+//! the app's next request) find it awake; it stops polling where that does not pay.
 //!
 //! A sleeping thread is woken by the kernel when bytes arrive for it; on a VM, waking a vCPU
 //! that halted costs tens of microseconds, once for each request and each round of replies
 //! (`bench/README.md`, "The sidecar hop"). A thread that is still polling takes the bytes at
-//! its next look. The price is CPU, spent polling where the thread would have slept: the
-//! window after each request's arrival and answer, and all the time while requests keep
-//! coming within it.
+//! its next look. Polling in place of a sleep and a wake-up costs about what they cost, as
+//! long as what it waits for comes within the window; so the policy ([`Policy`]) polls only:
 //!
-//! The polling task yields to the runtime on each turn (`tokio::task::yield_now`), which has
-//! the runtime look at its sockets and timers without sleeping and run whatever became ready
-//! before the task's next turn; every other task runs as it would. The settings allow it only
-//! on a runtime of one thread: with several, the worker asleep in the I/O driver holds the
-//! sockets, and the polling one could not look at them.
+//! - from a request's arrival until its answer, for at most the window: no longer than the
+//!   masters take to reply, and never while the thread waits for nothing;
+//! - while most recent polled requests were answered within the window. Each one answered in
+//!   it adds a credit, each one answered after it (masters too far away, or a blocking
+//!   acquisition that waits) takes two; with none left, only one request in [`PROBE_EVERY`]
+//!   is polled, to find out whether polling pays again.
+//!
+//! Each turn of the polling task first offers the CPU to any other thread that wants it
+//! (`sched_yield`, about a microsecond when none does), so that polling never keeps the app, or
+//! a master on the same machine, from running: they run in its turns instead of waiting for
+//! the scheduler to take the CPU from a busy thread. Then the task yields to the runtime
+//! (`tokio::task::yield_now`), which has the runtime look at its sockets and timers without
+//! sleeping and run whatever became ready before the task's next turn; every other task runs
+//! as it would. Only a runtime of one thread polls: with several, the worker asleep in the I/O
+//! driver holds the sockets, and the polling one could not look at them.
 
 // The real clock, even in a test that pauses tokio's: polling spends real time, and a spell
 // would never end on a paused clock that the polling itself keeps from advancing.
 #![allow(clippy::disallowed_types)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::{Handle, RuntimeFlavor};
@@ -30,148 +39,220 @@ use crate::metrics::METRICS;
 
 /// How often a spell's time so far is added to `sidecar_busy_poll_seconds_total`.
 const COUNT_EVERY: Duration = Duration::from_millis(100);
+/// With no credit left, one request in this many is polled all the same.
+pub(crate) const PROBE_EVERY: u32 = 16;
+/// The most credit the policy holds: after a long run of requests answered in their window,
+/// half this many windows outlasted in a row stop the polling.
+const CREDIT_MAX: u32 = 16;
+/// The credit a window outlasted takes: polling goes on while over two thirds of the polled
+/// requests are answered in their window.
+const OUTLASTED_COST: u32 = 2;
+/// The credit at start: two windows outlasted (a fresh sidecar's first requests wait for its
+/// connections and scripts) do not stop the polling yet.
+const INITIAL_CREDIT: u32 = 2 * OUTLASTED_COST;
 
-/// The window and the time of the last request's arrival or answer.
+/// Indices into `METRICS.busy_poll_requests` (the order of `BUSY_POLL_OUTCOMES`).
+const ANSWERED_IN_WINDOW: usize = 0;
+const OUTLASTED_WINDOW: usize = 1;
+const NOT_POLLED: usize = 2;
+
+/// The windows of `runtime.busy_poll_us` and `runtime.busy_poll_after_answer_us`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Windows {
+    /// From a request's arrival, while it is in progress.
+    pub(crate) request: Duration,
+    /// After each answer, for the app's next request.
+    pub(crate) after_answer: Duration,
+}
+
+/// The shared state of the polling task and the connections' requests.
 pub(crate) struct BusyPoll {
-    window: Duration,
-    /// Where the marks count from.
-    origin: Instant,
-    /// When a request last came in or was answered, in nanoseconds since `origin`.
-    last_mark: AtomicU64,
-    /// The polling task is in a spell (it looks at `last_mark` before it stops).
-    polling: AtomicBool,
+    policy: Mutex<Policy>,
+    /// There is a request window: requests are counted by whether they were polled.
+    request_window: bool,
     /// Starts a spell when the task is not in one.
     start: Notify,
 }
 
+/// What a request's arrival decided, handed back with its answer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Arrival {
+    at: Instant,
+    polled: bool,
+}
+
 impl BusyPoll {
-    /// Busy polling for `window` after each mark; none when `window` is zero, or when the
-    /// runtime this is called on is not one of one thread (the settings require one, but a
-    /// program embedding the sidecar brings its own).
-    pub(crate) fn new(window: Duration) -> Option<Arc<Self>> {
-        if window.is_zero() {
+    /// Busy polling within `windows`; none when both are zero, or when the runtime this is
+    /// called on is not one of one thread (the settings require one for a window they were
+    /// given, but a program embedding the sidecar brings its own runtime).
+    pub(crate) fn new(windows: Windows) -> Option<Arc<Self>> {
+        if windows.request.is_zero() && windows.after_answer.is_zero() {
             return None;
         }
         let flavor = Handle::try_current().map(|runtime| runtime.runtime_flavor());
         if !matches!(flavor, Ok(RuntimeFlavor::CurrentThread)) {
-            tracing::warn!("runtime.busy_poll_us needs a runtime of one thread: not polling");
+            tracing::info!("busy polling needs a runtime of one thread: not polling");
             return None;
         }
         Some(Arc::new(Self {
-            window,
-            origin: Instant::now(),
-            last_mark: AtomicU64::new(0),
-            polling: AtomicBool::new(false),
+            policy: Mutex::new(Policy::new(windows)),
+            request_window: !windows.request.is_zero(),
             start: Notify::new(),
         }))
     }
 
-    /// A request came in, or its answer went out: poll for the window from now.
-    pub(crate) fn mark(&self) {
-        self.last_mark
-            .store(self.nanos(Instant::now()), Ordering::SeqCst);
-        if !self.polling.load(Ordering::SeqCst) {
+    /// A request came in (not an event stream, which waits on nothing in particular).
+    pub(crate) fn arrive(&self) -> Arrival {
+        let now = Instant::now();
+        let (polled, start) = self.policy().arrive(now);
+        if start {
             self.start.notify_one();
+        }
+        if !polled && self.request_window {
+            METRICS.busy_poll_requests[NOT_POLLED].add(1);
+        }
+        Arrival { at: now, polled }
+    }
+
+    /// The answer to the request that came in at `arrival` was sent, or given up.
+    pub(crate) fn answer(&self, arrival: Arrival) {
+        let now = Instant::now();
+        let (in_window, start) = self.policy().answer(arrival, now);
+        if start {
+            self.start.notify_one();
+        }
+        if let Some(in_window) = in_window {
+            let kind = if in_window {
+                ANSWERED_IN_WINDOW
+            } else {
+                OUTLASTED_WINDOW
+            };
+            METRICS.busy_poll_requests[kind].add(1);
         }
     }
 
-    /// The polling task: a spell after each mark that finds it idle, lasting until no mark
-    /// came for the window. Its time goes to `sidecar_busy_poll_seconds_total` at least every
-    /// [`COUNT_EVERY`] of a spell, so that a spell kept up by steady traffic shows as it lasts.
-    /// Runs until dropped.
+    /// The polling task: a spell whenever a request or an answer starts one, lasting while
+    /// the policy keeps polling. Its time goes to `sidecar_busy_poll_seconds_total` at least
+    /// every [`COUNT_EVERY`] of a spell, so that a spell kept up by steady traffic shows as it
+    /// lasts. Runs until dropped.
     pub(crate) async fn run(self: Arc<Self>) {
         loop {
             self.start.notified().await;
             let mut counted = Instant::now();
-            self.polling.store(true, Ordering::SeqCst);
             loop {
-                loop {
-                    let now = Instant::now();
-                    if !self.within_window(now) {
-                        break;
-                    }
-                    if now.duration_since(counted) >= COUNT_EVERY {
-                        METRICS
-                            .busy_poll
-                            .add(now.duration_since(counted).as_secs_f64(), &[]);
-                        counted = now;
-                    }
-                    tokio::task::yield_now().await;
-                }
-                self.polling.store(false, Ordering::SeqCst);
-                // A mark between the last look and the flag going down did not start a spell:
-                // look once more, now that a mark would.
-                if !self.within_window(Instant::now()) {
+                let now = Instant::now();
+                if !self.policy().keep_polling(now) {
                     break;
                 }
-                self.polling.store(true, Ordering::SeqCst);
+                if now.duration_since(counted) >= COUNT_EVERY {
+                    METRICS
+                        .busy_poll
+                        .add(now.duration_since(counted).as_secs_f64(), &[]);
+                    counted = now;
+                }
+                std::thread::yield_now();
+                tokio::task::yield_now().await;
             }
             METRICS.busy_poll.add(counted.elapsed().as_secs_f64(), &[]);
         }
     }
 
-    fn within_window(&self, now: Instant) -> bool {
-        let last = self.last_mark.load(Ordering::SeqCst);
-        keeps_polling(last, self.nanos(now), self.window)
-    }
-
-    fn nanos(&self, at: Instant) -> u64 {
-        let since = at.saturating_duration_since(self.origin).as_nanos();
-        u64::try_from(since).unwrap_or(u64::MAX)
+    fn policy(&self) -> MutexGuard<'_, Policy> {
+        // Every change leaves the policy consistent: a poisoned one is still usable.
+        self.policy
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// Whether polling goes on at `now` after the last mark at `last` (nanoseconds since one
-/// origin): until `window` has passed since it.
-fn keeps_polling(last: u64, now: u64, window: Duration) -> bool {
-    let window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
-    now.saturating_sub(last) < window
+/// When to poll: a pure function of the requests' arrivals and answers and of `now`.
+#[derive(Debug)]
+pub(crate) struct Policy {
+    windows: Windows,
+    /// Polled requests not answered yet.
+    in_progress: u32,
+    /// The latest polled request's arrival.
+    last_arrival: Option<Instant>,
+    /// The latest answer, when answers start a window of their own.
+    last_answer: Option<Instant>,
+    /// Requests answered in their window lately; polling needs some (see [`PROBE_EVERY`]).
+    credit: u32,
+    /// Requests that came in with no credit, for the probes.
+    uncredited: u32,
+    /// The task is in a spell, or has been told to start one.
+    polling: bool,
+}
+
+impl Policy {
+    pub(crate) fn new(windows: Windows) -> Self {
+        Policy {
+            windows,
+            in_progress: 0,
+            last_arrival: None,
+            last_answer: None,
+            credit: INITIAL_CREDIT,
+            uncredited: 0,
+            polling: false,
+        }
+    }
+
+    /// A request came in at `now`: whether it is polled, and whether the task must be told
+    /// to start a spell.
+    pub(crate) fn arrive(&mut self, now: Instant) -> (bool, bool) {
+        if self.windows.request.is_zero() {
+            return (false, false);
+        }
+        let polled = if self.credit > 0 {
+            true
+        } else {
+            self.uncredited = self.uncredited.wrapping_add(1);
+            self.uncredited.is_multiple_of(PROBE_EVERY)
+        };
+        if !polled {
+            return (false, false);
+        }
+        self.in_progress += 1;
+        self.last_arrival = Some(now);
+        (true, self.begin())
+    }
+
+    /// The answer to the request of `arrival` went out at `now`: whether it came within its
+    /// window (for a polled request), and whether the task must be told to start a spell.
+    pub(crate) fn answer(&mut self, arrival: Arrival, now: Instant) -> (Option<bool>, bool) {
+        let in_window = arrival.polled.then(|| {
+            self.in_progress = self.in_progress.saturating_sub(1);
+            let in_window = now.saturating_duration_since(arrival.at) <= self.windows.request;
+            self.credit = if in_window {
+                (self.credit + 1).min(CREDIT_MAX)
+            } else {
+                self.credit.saturating_sub(OUTLASTED_COST)
+            };
+            in_window
+        });
+        if self.windows.after_answer.is_zero() {
+            return (in_window, false);
+        }
+        self.last_answer = Some(now);
+        (in_window, self.begin())
+    }
+
+    /// Whether the task polls on at `now`; when not, its spell is over (under the same lock as
+    /// the arrivals and answers that start one, so none is missed).
+    pub(crate) fn keep_polling(&mut self, now: Instant) -> bool {
+        let within = |since: Option<Instant>, window: Duration| {
+            since.is_some_and(|at| now.saturating_duration_since(at) < window)
+        };
+        let waiting = self.in_progress > 0 && within(self.last_arrival, self.windows.request);
+        let next = within(self.last_answer, self.windows.after_answer);
+        self.polling = waiting || next;
+        self.polling
+    }
+
+    /// A spell is wanted: whether the task must be told (it is not in one).
+    fn begin(&mut self) -> bool {
+        !std::mem::replace(&mut self.polling, true)
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn polling_lasts_the_window_after_the_last_mark() {
-        let window = Duration::from_micros(100);
-        assert!(keeps_polling(1_000, 1_000, window));
-        assert!(keeps_polling(1_000, 100_999, window));
-        assert!(!keeps_polling(1_000, 101_000, window));
-        // A mark stored after the clock was read is no older than it.
-        assert!(keeps_polling(2_000, 1_000, window));
-    }
-
-    #[test]
-    fn no_window_no_polling() {
-        assert!(BusyPoll::new(Duration::ZERO).is_none());
-    }
-
-    /// Only a runtime of one thread polls: with more, the worker asleep holds the sockets.
-    #[test]
-    fn only_a_runtime_of_one_thread_polls() {
-        let window = Duration::from_micros(100);
-        let runtime = |builder: &mut tokio::runtime::Builder| builder.build().unwrap();
-        let one = runtime(&mut tokio::runtime::Builder::new_current_thread());
-        assert!(one.block_on(async { BusyPoll::new(window) }).is_some());
-        let several = runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2));
-        assert!(several.block_on(async { BusyPoll::new(window) }).is_none());
-        assert!(BusyPoll::new(window).is_none(), "no runtime at all");
-    }
-
-    /// A spell ends by itself once no mark comes for the window.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_spell_ends_when_marks_stop() {
-        let busy = BusyPoll::new(Duration::from_millis(5)).expect("a window");
-        let task = tokio::spawn(Arc::clone(&busy).run());
-        busy.mark();
-        tokio::task::yield_now().await;
-        assert!(busy.polling.load(Ordering::SeqCst), "a mark starts a spell");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(
-            !busy.polling.load(Ordering::SeqCst),
-            "the spell outlived its window"
-        );
-        task.abort();
-    }
-}
+mod tests;

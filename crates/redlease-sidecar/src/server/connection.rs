@@ -21,7 +21,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use super::busy_poll::BusyPoll;
+use super::busy_poll::{Arrival, BusyPoll};
 use super::conn_io::{Activity, Deadlines, GuardedIo};
 use super::listener::Identify;
 use crate::api::error::PROBLEM_JSON;
@@ -47,7 +47,7 @@ pub(super) struct Serving {
     pub(super) drain: CancellationToken,
     /// The grace period is over: drop the connection.
     pub(super) abort: CancellationToken,
-    /// Marked as each request comes in and as its answer is done with.
+    /// Told of each request's arrival and of its answer (but an event stream's).
     pub(super) busy_poll: Option<Arc<BusyPoll>>,
 }
 
@@ -151,18 +151,20 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         self.activity.dispatch();
-        if let Some(busy_poll) = &self.busy_poll {
-            busy_poll.mark();
-        }
         let streaming = is_event_stream(&request);
         if streaming {
             self.activity.want_socket();
             let conn = StreamConn(Arc::clone(&self.activity) as _);
             request.extensions_mut().insert(conn);
         }
+        // An event stream waits on nothing in particular: no busy polling for it.
+        let busy_poll = match &self.busy_poll {
+            Some(busy_poll) if !streaming => Some((Arc::clone(busy_poll), busy_poll.arrive())),
+            _ => None,
+        };
         let finished = Finished {
             activity: Arc::clone(&self.activity),
-            busy_poll: self.busy_poll.clone(),
+            busy_poll,
         };
         let refused = match self.guard.admit(&request) {
             Err(refused) => Some(refused.into_response()),
@@ -217,14 +219,15 @@ fn typed(response: Response<Body>) -> Response<Body> {
 /// Marks the request finished when dropped (its answer sent whole, or abandoned).
 struct Finished {
     activity: Arc<Activity>,
-    busy_poll: Option<Arc<BusyPoll>>,
+    /// Busy polling, and what it made of the request's arrival.
+    busy_poll: Option<(Arc<BusyPoll>, Arrival)>,
 }
 
 impl Drop for Finished {
     fn drop(&mut self) {
         self.activity.finish();
-        if let Some(busy_poll) = &self.busy_poll {
-            busy_poll.mark();
+        if let Some((busy_poll, arrival)) = &self.busy_poll {
+            busy_poll.answer(*arrival);
         }
     }
 }
