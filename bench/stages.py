@@ -23,6 +23,7 @@ STAGES = [
     ("engine: fan-out, quorum, release follow-up", r"redlease_engine::"),
     ("lease manager (track, release task, watch)", r"redlease_sidecar::lease|redlease_sidecar::batch"),
     ("handlers and guard", r"redlease_sidecar::api|redlease_sidecar::server::connection::ConnService|Guard::admit"),
+    ("busy polling (its turns, the CPU offered to other threads)", r"redlease_sidecar::server::busy_poll"),
     ("HTTP server (hyper)", r"hyper::proto|hyper::server|redlease_sidecar::server"),
     ("routing and middleware (axum, tower)", r"^axum|^tower|tower_http|matchit"),
     ("HTTP client (reqwest, hyper client)", r"reqwest|hyper_util::client|hyper::client|redlease_client::|redlease_testkit::http"),
