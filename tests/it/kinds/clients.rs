@@ -62,6 +62,16 @@ fn hold_for(kind: Kind) -> Duration {
     }
 }
 
+/// How long a client waits after its release before it asks again: a writer gives readers a
+/// turn (writers that ask again at once keep a writer waiting all the time, and a waiting
+/// writer holds new readers back), everyone else asks at once.
+fn pause_after(kind: Kind) -> Duration {
+    match kind {
+        Kind::Rw(RwMode::Write) => random_ms(200, 600),
+        _ => Duration::ZERO,
+    }
+}
+
 /// The window resource of a lease's slots: `pool#<slot>`, `pool#<slot>,<slot>` for several
 /// (see `record::per_slot`).
 fn slot_resource(slots: impl IntoIterator<Item = u64>) -> String {
@@ -166,6 +176,7 @@ impl SidecarClient {
             if self.kind == Kind::Reentry && confirmed {
                 stale.push(lease);
             }
+            tokio::time::sleep(pause_after(self.kind)).await;
         }
     }
 
@@ -341,6 +352,7 @@ impl LibraryClient {
             self.record.count("library grants");
             let lease = self.hold(lease).await;
             let _ = engine.release(&lease.resource, lease.id).await;
+            tokio::time::sleep(pause_after(self.kind)).await;
         }
         engine.settle(Duration::from_secs(3)).await;
     }

@@ -14,12 +14,23 @@
 //! - while most recent polled requests were answered within the window. Each one answered in
 //!   it adds a credit, each one answered after it (masters too far away, or a blocking
 //!   acquisition that waits) takes two; with none left, only one request in [`PROBE_EVERY`]
-//!   is polled, to find out whether polling pays again.
+//!   is polled, to find out whether polling pays again. A request answered before the
+//!   polling took a turn waited on nothing (`/livez`, `/metrics`, a refusal): it leaves the
+//!   credit as it is, so that such requests do not keep the polling up for far masters.
+//!
+//! A spell lasts while a polled request is in progress and the latest one came in less than
+//! the window ago: a request that waits long (a blocking acquisition) does not keep it up
+//! past the window after the latest arrival.
 //!
 //! Each turn of the polling task first offers the CPU to any other thread that wants it
 //! (`sched_yield`, about a microsecond when none does), so that polling never keeps the app, or
 //! a master on the same machine, from running: they run in its turns instead of waiting for
-//! the scheduler to take the CPU from a busy thread. Then the task yields to the runtime
+//! the scheduler to take the CPU from a busy thread. A thread that keeps the CPU for
+//! [`CPU_TAKEN`] or more once offered it runs for whole time slices (a CPU-bound neighbour):
+//! there, a poller waits a slice for each turn it offers, where a sleeping thread would be
+//! woken ahead of the neighbour. Such a turn ends the spell and takes all credit, and each
+//! time it happens the probes come half as often (down to one request in
+//! [`MAX_PROBE_EVERY`]), until a probe is answered in its window again. Then the task yields to the runtime
 //! (`tokio::task::yield_now`), which has the runtime look at its sockets and timers without
 //! sleeping and run whatever became ready before the task's next turn; every other task runs
 //! as it would. Only a runtime of one thread polls: with several, the worker asleep in the I/O
@@ -41,6 +52,11 @@ use crate::metrics::METRICS;
 const COUNT_EVERY: Duration = Duration::from_millis(100);
 /// With no credit left, one request in this many is polled all the same.
 pub(crate) const PROBE_EVERY: u32 = 16;
+/// The rarest probes, after turns that lost the CPU to a CPU-bound neighbour.
+pub(crate) const MAX_PROBE_EVERY: u32 = 4096;
+/// An offer of the CPU that kept the polling thread off it this long went to a thread that
+/// runs for whole time slices (a master or an app answering a request takes tens of µs).
+pub(crate) const CPU_TAKEN: Duration = Duration::from_micros(500);
 /// The most credit the policy holds: after a long run of requests answered in their window,
 /// half this many windows outlasted in a row stop the polling.
 const CREDIT_MAX: u32 = 16;
@@ -79,6 +95,8 @@ pub(crate) struct BusyPoll {
 pub(crate) struct Arrival {
     at: Instant,
     polled: bool,
+    /// The polling task's turns so far when the request came in.
+    turns: u64,
 }
 
 impl BusyPoll {
@@ -104,14 +122,14 @@ impl BusyPoll {
     /// A request came in (not an event stream, which waits on nothing in particular).
     pub(crate) fn arrive(&self) -> Arrival {
         let now = Instant::now();
-        let (polled, start) = self.policy().arrive(now);
+        let (arrival, start) = self.policy().arrive(now);
         if start {
             self.start.notify_one();
         }
-        if !polled && self.request_window {
+        if !arrival.polled && self.request_window {
             METRICS.busy_poll_requests[NOT_POLLED].add(1);
         }
-        Arrival { at: now, polled }
+        arrival
     }
 
     /// The answer to the request that came in at `arrival` was sent, or given up.
@@ -150,7 +168,12 @@ impl BusyPoll {
                         .add(now.duration_since(counted).as_secs_f64(), &[]);
                     counted = now;
                 }
+                let offered = Instant::now();
                 std::thread::yield_now();
+                if offered.elapsed() >= CPU_TAKEN {
+                    self.policy().cpu_taken();
+                    break;
+                }
                 tokio::task::yield_now().await;
             }
             METRICS.busy_poll.add(counted.elapsed().as_secs_f64(), &[]);
@@ -179,6 +202,10 @@ pub(crate) struct Policy {
     credit: u32,
     /// Requests that came in with no credit, for the probes.
     uncredited: u32,
+    /// With no credit, one request in this many is polled.
+    probe_every: u32,
+    /// Turns the polling task has taken (each look at `keep_polling`).
+    turns: u64,
     /// The task is in a spell, or has been told to start one.
     polling: bool,
 }
@@ -192,28 +219,34 @@ impl Policy {
             last_answer: None,
             credit: INITIAL_CREDIT,
             uncredited: 0,
+            probe_every: PROBE_EVERY,
+            turns: 0,
             polling: false,
         }
     }
 
-    /// A request came in at `now`: whether it is polled, and whether the task must be told
-    /// to start a spell.
-    pub(crate) fn arrive(&mut self, now: Instant) -> (bool, bool) {
-        if self.windows.request.is_zero() {
-            return (false, false);
-        }
-        let polled = if self.credit > 0 {
+    /// A request came in at `now`: what was decided for it (whether it is polled), and
+    /// whether the task must be told to start a spell.
+    pub(crate) fn arrive(&mut self, now: Instant) -> (Arrival, bool) {
+        let polled = if self.windows.request.is_zero() {
+            false
+        } else if self.credit > 0 {
             true
         } else {
             self.uncredited = self.uncredited.wrapping_add(1);
-            self.uncredited.is_multiple_of(PROBE_EVERY)
+            self.uncredited.is_multiple_of(self.probe_every)
+        };
+        let arrival = Arrival {
+            at: now,
+            polled,
+            turns: self.turns,
         };
         if !polled {
-            return (false, false);
+            return (arrival, false);
         }
         self.in_progress += 1;
         self.last_arrival = Some(now);
-        (true, self.begin())
+        (arrival, self.begin())
     }
 
     /// The answer to the request of `arrival` went out at `now`: whether it came within its
@@ -222,11 +255,14 @@ impl Policy {
         let in_window = arrival.polled.then(|| {
             self.in_progress = self.in_progress.saturating_sub(1);
             let in_window = now.saturating_duration_since(arrival.at) <= self.windows.request;
-            self.credit = if in_window {
-                (self.credit + 1).min(CREDIT_MAX)
-            } else {
-                self.credit.saturating_sub(OUTLASTED_COST)
-            };
+            // Answered before the polling took a turn: it waited on nothing.
+            let waited = self.turns != arrival.turns;
+            if waited && in_window {
+                self.credit = (self.credit + 1).min(CREDIT_MAX);
+                self.probe_every = PROBE_EVERY;
+            } else if waited {
+                self.credit = self.credit.saturating_sub(OUTLASTED_COST);
+            }
             in_window
         });
         if self.windows.after_answer.is_zero() {
@@ -239,6 +275,7 @@ impl Policy {
     /// Whether the task polls on at `now`; when not, its spell is over (under the same lock as
     /// the arrivals and answers that start one, so none is missed).
     pub(crate) fn keep_polling(&mut self, now: Instant) -> bool {
+        self.turns = self.turns.wrapping_add(1);
         let within = |since: Option<Instant>, window: Duration| {
             since.is_some_and(|at| now.saturating_duration_since(at) < window)
         };
@@ -246,6 +283,15 @@ impl Policy {
         let next = within(self.last_answer, self.windows.after_answer);
         self.polling = waiting || next;
         self.polling
+    }
+
+    /// A turn lost the CPU for [`CPU_TAKEN`] or more: the spell is over, the credit gone,
+    /// and the probes come half as often.
+    pub(crate) fn cpu_taken(&mut self) {
+        self.polling = false;
+        self.credit = 0;
+        self.uncredited = 0;
+        self.probe_every = (self.probe_every * 2).min(MAX_PROBE_EVERY);
     }
 
     /// A spell is wanted: whether the task must be told (it is not in one).

@@ -157,9 +157,12 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             let conn = StreamConn(Arc::clone(&self.activity) as _);
             request.extensions_mut().insert(conn);
         }
-        // An event stream waits on nothing in particular: no busy polling for it.
+        // A stream (a lease's events, an election's observers) waits on nothing in particular
+        // and stays open: no busy polling for it.
         let busy_poll = match &self.busy_poll {
-            Some(busy_poll) if !streaming => Some((Arc::clone(busy_poll), busy_poll.arrive())),
+            Some(busy_poll) if !opens_a_stream(&request) => {
+                Some((Arc::clone(busy_poll), busy_poll.arrive()))
+            }
             _ => None,
         };
         let finished = Finished {
@@ -195,6 +198,14 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 /// A request that may open an event stream (`GET …/events`): a suffix compare, no more.
 fn is_event_stream<B>(request: &Request<B>) -> bool {
     request.method() == axum::http::Method::GET && request.uri().path().ends_with("/events")
+}
+
+/// A request that may open a stream of Server-Sent Events: a lease's events, or an
+/// election's observers (`GET …/observe`).
+fn opens_a_stream<B>(request: &Request<B>) -> bool {
+    let path = request.uri().path();
+    is_event_stream(request)
+        || (request.method() == axum::http::Method::GET && path.ends_with("/observe"))
 }
 
 /// A layer's own refusal, which is not problem+json (the request timeout's bare 408, the body
@@ -264,5 +275,30 @@ impl hyper::body::Body for TrackedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str, path: &str) -> Request<()> {
+        let request = Request::builder().method(method).uri(path);
+        request.body(()).expect("a valid request")
+    }
+
+    /// Streams are left out of busy polling: a lease's events and an election's observers,
+    /// and nothing else.
+    #[test]
+    fn streams_are_told_from_requests_that_wait_on_the_masters() {
+        assert!(opens_a_stream(&request("GET", "/v1/leases/abc/events")));
+        assert!(opens_a_stream(&request("GET", "/v1/elections/db/observe")));
+        assert!(!opens_a_stream(&request("POST", "/v1/locks/db/acquire")));
+        assert!(!opens_a_stream(&request("GET", "/v1/elections/db")));
+        assert!(!opens_a_stream(&request("DELETE", "/v1/leases/abc")));
+        assert!(!opens_a_stream(&request(
+            "POST",
+            "/v1/elections/db/observe"
+        )));
     }
 }

@@ -16,8 +16,20 @@ fn request_window() -> Policy {
     })
 }
 
-fn arrival(at: Instant, polled: bool) -> Arrival {
-    Arrival { at, polled }
+/// Whether a request arriving at `at` is polled, whether it starts a spell, and its arrival.
+fn arrive(policy: &mut Policy, at: Instant) -> (bool, bool, Arrival) {
+    let (arrival, start) = policy.arrive(at);
+    (arrival.polled, start, arrival)
+}
+
+/// A request that arrives at `at`, waits while the polling takes a turn, and is answered
+/// `took` later: whether it was polled, and whether it was answered in its window.
+fn cycle(policy: &mut Policy, at: Instant, took: Duration) -> (bool, Option<bool>) {
+    let (polled, _, arrival) = arrive(policy, at);
+    policy.keep_polling(at + took / 2);
+    let (in_window, _) = policy.answer(arrival, at + took);
+    policy.keep_polling(at + took);
+    (polled, in_window)
 }
 
 /// A request is polled from its arrival until its answer, and no longer.
@@ -25,13 +37,10 @@ fn arrival(at: Instant, polled: bool) -> Arrival {
 fn a_request_is_polled_from_its_arrival_to_its_answer() {
     let mut policy = request_window();
     let t0 = Instant::now();
-    assert_eq!(
-        policy.arrive(t0),
-        (true, true),
-        "polled, and a spell starts"
-    );
-    assert!(policy.keep_polling(t0 + us(60)));
-    let (in_window, start) = policy.answer(arrival(t0, true), t0 + us(60));
+    let (polled, start, arrival) = arrive(&mut policy, t0);
+    assert!(polled && start, "polled, and a spell starts");
+    assert!(policy.keep_polling(t0 + us(30)));
+    let (in_window, start) = policy.answer(arrival, t0 + us(60));
     assert_eq!((in_window, start), (Some(true), false));
     assert!(
         !policy.keep_polling(t0 + us(61)),
@@ -45,11 +54,12 @@ fn a_request_is_polled_from_its_arrival_to_its_answer() {
 fn polling_ends_with_the_window_even_unanswered() {
     let mut policy = request_window();
     let t0 = Instant::now();
-    policy.arrive(t0);
+    arrive(&mut policy, t0);
     assert!(policy.keep_polling(t0 + WINDOW - us(1)));
     assert!(!policy.keep_polling(t0 + WINDOW));
     // A later request polls for its own window.
-    assert_eq!(policy.arrive(t0 + us(500)), (true, true));
+    let (polled, start, _) = arrive(&mut policy, t0 + us(500));
+    assert!(polled && start);
     assert!(policy.keep_polling(t0 + us(550)));
 }
 
@@ -59,17 +69,20 @@ fn polling_ends_with_the_window_even_unanswered() {
 fn only_an_arrival_outside_a_spell_starts_one() {
     let mut policy = request_window();
     let t0 = Instant::now();
-    assert_eq!(policy.arrive(t0), (true, true));
-    assert_eq!(policy.arrive(t0 + us(10)), (true, false));
+    let (_, start, first) = arrive(&mut policy, t0);
+    assert!(start);
+    let (_, start, second) = arrive(&mut policy, t0 + us(10));
+    assert!(!start, "a spell is on");
     assert!(policy.keep_polling(t0 + us(20)));
-    policy.answer(arrival(t0, true), t0 + us(30));
+    policy.answer(first, t0 + us(30));
     assert!(
         policy.keep_polling(t0 + us(40)),
         "one request is still in progress"
     );
-    policy.answer(arrival(t0 + us(10), true), t0 + us(50));
+    policy.answer(second, t0 + us(50));
     assert!(!policy.keep_polling(t0 + us(60)));
-    assert_eq!(policy.arrive(t0 + us(70)), (true, true));
+    let (_, start, _) = arrive(&mut policy, t0 + us(70));
+    assert!(start);
 }
 
 /// Requests answered after their window (masters too far for polling to pay) take the credit
@@ -78,26 +91,24 @@ fn only_an_arrival_outside_a_spell_starts_one() {
 #[test]
 fn polling_stops_where_it_does_not_pay_and_probes_for_its_return() {
     let mut policy = request_window();
-    let mut t = Instant::now();
-    let mut cycle = |policy: &mut Policy, took: Duration| {
-        let (polled, _) = policy.arrive(t);
-        let (in_window, _) = policy.answer(arrival(t, polled), t + took);
-        policy.keep_polling(t + took);
-        t += us(1_000);
-        (polled, in_window)
+    let t0 = Instant::now();
+    let mut n = 0;
+    let mut next = |policy: &mut Policy, took: Duration| {
+        n += 1;
+        cycle(policy, t0 + us(1_000 * n), took)
     };
     // Masters a millisecond away: the credit the policy starts with goes in two requests.
     for _ in 0..INITIAL_CREDIT / OUTLASTED_COST {
-        assert_eq!(cycle(&mut policy, us(1_000)), (true, Some(false)));
+        assert_eq!(next(&mut policy, us(1_000)), (true, Some(false)));
     }
     let polled: Vec<bool> = (0..2 * PROBE_EVERY)
-        .map(|_| cycle(&mut policy, us(1_000)).0)
+        .map(|_| next(&mut policy, us(1_000)).0)
         .collect();
     let probes = polled.iter().filter(|polled| **polled).count();
     assert_eq!(probes, 2, "one probe in {PROBE_EVERY}");
     // The masters come near: the next probe pays, and every request after it is polled.
-    while !cycle(&mut policy, us(50)).0 {}
-    assert!((0..10).all(|_| cycle(&mut policy, us(50)) == (true, Some(true))));
+    while !next(&mut policy, us(50)).0 {}
+    assert!((0..10).all(|_| next(&mut policy, us(50)) == (true, Some(true))));
 }
 
 /// After a run of requests answered in their window, a single slow one does not stop the
@@ -106,36 +117,114 @@ fn polling_stops_where_it_does_not_pay_and_probes_for_its_return() {
 fn credit_survives_one_slow_request_but_not_a_run_of_them() {
     let mut policy = request_window();
     let t0 = Instant::now();
-    let mut n = 0u64;
-    let mut cycle = |policy: &mut Policy, took: Duration| {
-        let at = t0 + us(1_000 * n);
+    let mut n = 0;
+    let mut next = |policy: &mut Policy, took: Duration| {
         n += 1;
-        let (polled, _) = policy.arrive(at);
-        policy.answer(arrival(at, polled), at + took);
-        polled
+        cycle(policy, t0 + us(10_000 * n), took).0
     };
     for _ in 0..CREDIT_MAX {
-        assert!(cycle(&mut policy, us(50)));
+        assert!(next(&mut policy, us(50)));
     }
-    assert!(cycle(&mut policy, us(5_000)), "a blocking acquisition");
+    assert!(next(&mut policy, us(5_000)), "a blocking acquisition");
     assert!(
-        cycle(&mut policy, us(50)),
+        next(&mut policy, us(50)),
         "still polled after one slow request"
     );
     // One slow request in four: over two thirds answered in their window.
     for _ in 0..50 {
-        let slow = cycle(&mut policy, us(5_000));
-        let fast = (0..3).all(|_| cycle(&mut policy, us(50)));
+        let slow = next(&mut policy, us(5_000));
+        let fast = (0..3).all(|_| next(&mut policy, us(50)));
         assert!(slow && fast, "polling stopped at one slow request in four");
     }
-    let slow_run = (0..20)
-        .take_while(|_| cycle(&mut policy, us(5_000)))
-        .count();
+    let slow_run = (0..20).take_while(|_| next(&mut policy, us(5_000))).count();
     assert_eq!(
         slow_run,
         (CREDIT_MAX / OUTLASTED_COST) as usize,
         "a run of slow requests stops the polling"
     );
+}
+
+/// Requests the sidecar answers before the polling takes a turn (`/livez`, a refusal) waited
+/// on nothing: they neither keep up nor bring back the polling.
+#[test]
+fn requests_answered_before_a_turn_leave_the_credit_alone() {
+    let mut policy = request_window();
+    let t0 = Instant::now();
+    let mut at = t0;
+    let mut quick = |policy: &mut Policy| {
+        at += us(1_000);
+        let (_, _, arrival) = arrive(policy, at);
+        let (in_window, _) = policy.answer(arrival, at + us(5));
+        policy.keep_polling(at + us(5));
+        in_window
+    };
+    // Health checks between acquisitions to far masters.
+    for round in 0..20 {
+        for _ in 0..10 {
+            quick(&mut policy);
+        }
+        cycle(&mut policy, t0 + us(100_000 + 10_000 * round), us(1_000));
+    }
+    let polled = (0..2 * PROBE_EVERY)
+        .filter(|i| {
+            cycle(
+                &mut policy,
+                t0 + us(500_000 + 10_000 * u64::from(*i)),
+                us(1_000),
+            )
+            .0
+        })
+        .count();
+    assert!(
+        polled <= 2,
+        "{polled} requests to far masters polled amid health checks"
+    );
+    // With no credit, the probe among quick requests, answered in its window, brings none
+    // back: the next request to the far masters is not polled.
+    for _ in 0..PROBE_EVERY {
+        quick(&mut policy);
+    }
+    assert!(!cycle(&mut policy, t0 + us(2_000_000), us(1_000)).0);
+}
+
+/// A turn that lost the CPU to a CPU-bound neighbour ends the spell and the credit; each one
+/// makes the probes half as frequent, down to one in `MAX_PROBE_EVERY`; a probe answered in
+/// its window brings the polling back, with probes as frequent as at first.
+#[test]
+fn a_cpu_bound_neighbour_stops_the_polling_and_spaces_the_probes() {
+    let mut policy = request_window();
+    let t0 = Instant::now();
+    let mut n = 0;
+    let mut next = |policy: &mut Policy, took: Duration| {
+        n += 1;
+        cycle(policy, t0 + us(1_000 * n), took).0
+    };
+    // A request in progress; a turn of its spell loses the CPU: the spell is over.
+    let (polled, start, arrival) = arrive(&mut policy, t0);
+    assert!(polled && start);
+    policy.cpu_taken();
+    assert!(!policy.polling, "the spell is over");
+    policy.answer(arrival, t0 + us(3_000));
+    // Probes every 32 requests now: the first of them pays and brings the polling back.
+    let unpolled = (0..1_000)
+        .take_while(|_| !next(&mut policy, us(50)))
+        .count();
+    assert_eq!(unpolled, 2 * PROBE_EVERY as usize - 1);
+    assert!(next(&mut policy, us(50)), "polling is back");
+    // Each loss of the CPU halves the probes' frequency, down to the rarest.
+    for _ in 0..20 {
+        policy.cpu_taken();
+    }
+    let unpolled = (0..10_000)
+        .take_while(|_| !next(&mut policy, us(50)))
+        .count();
+    assert_eq!(unpolled, MAX_PROBE_EVERY as usize - 1);
+    // A probe that paid restores the first frequency.
+    policy.cpu_taken();
+    let unpolled = (0..10_000)
+        .take_while(|_| !next(&mut policy, us(50)))
+        .count();
+    assert_eq!(unpolled, 2 * PROBE_EVERY as usize - 1);
 }
 
 /// With a window after each answer, the thread polls for the app's next request; that window
@@ -147,8 +236,9 @@ fn an_answer_window_keeps_polling_for_the_next_request() {
         after_answer: WINDOW,
     });
     let t0 = Instant::now();
-    assert_eq!(policy.arrive(t0), (false, false), "no request window");
-    let (in_window, start) = policy.answer(arrival(t0, false), t0 + us(40));
+    let (polled, start, arrival) = arrive(&mut policy, t0);
+    assert!(!polled && !start, "no request window");
+    let (in_window, start) = policy.answer(arrival, t0 + us(40));
     assert_eq!((in_window, start), (None, true));
     assert!(policy.keep_polling(t0 + us(40) + WINDOW - us(1)));
     assert!(!policy.keep_polling(t0 + us(40) + WINDOW));
@@ -178,8 +268,8 @@ fn only_a_runtime_of_one_thread_polls() {
     assert!(BusyPoll::new(windows).is_none(), "no runtime at all");
 }
 
-/// On a runtime: a request's arrival starts a spell, its answer ends it, and a request never
-/// answered is polled for its window only.
+/// On a runtime: a request's arrival has the task take turns, its answer ends the spell, and
+/// a request never answered is polled for its window only.
 #[tokio::test(flavor = "current_thread")]
 async fn spells_end_with_the_answer_or_the_window() {
     let windows = Windows {
@@ -188,19 +278,27 @@ async fn spells_end_with_the_answer_or_the_window() {
     };
     let busy = BusyPoll::new(windows).expect("a window");
     let task = tokio::spawn(Arc::clone(&busy).run());
+    let turns = || busy.policy().turns;
     let polling = || busy.policy().polling;
 
+    tokio::task::yield_now().await;
+    assert_eq!(turns(), 0, "no spell before a request");
     let first = busy.arrive();
     tokio::task::yield_now().await;
-    assert!(polling(), "an arrival starts a spell");
+    tokio::task::yield_now().await;
+    assert!(turns() > 0, "an arrival starts a spell");
     busy.answer(first);
     tokio::task::yield_now().await;
     tokio::task::yield_now().await;
     assert!(!polling(), "the answer ended the spell");
+    let after = turns();
+    tokio::task::yield_now().await;
+    assert_eq!(turns(), after, "no turns between spells");
 
     let _never_answered = busy.arrive();
     tokio::task::yield_now().await;
-    assert!(polling());
+    tokio::task::yield_now().await;
+    assert!(turns() > after);
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!polling(), "the spell outlived its window");
     task.abort();
