@@ -288,12 +288,7 @@ impl ServeProcess {
         stderr: std::process::Stdio,
         env: &[(&str, &str)],
     ) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let listen = format!("127.0.0.1:{port}");
+        let listen = free_loopback_addr();
         let masters = fleet.urls().join(",");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
             .args(["serve", "--masters", &masters, "--listen", &listen])
@@ -390,12 +385,7 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
     ];
     for (polling, env) in configurations {
         // Scraped on the metrics listener, which does not count its own requests.
-        let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let metrics_listen = format!("127.0.0.1:{metrics_port}");
+        let metrics_listen = free_loopback_addr();
         let mut env = env.to_vec();
         env.push(("REDLEASE__METRICS__LISTEN", &metrics_listen));
         let serve = ServeProcess::start_with_env(&fleet, &[], std::process::Stdio::null(), &env);
@@ -478,6 +468,12 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
         }
         assert_eq!(serve.terminate().await, Some(0));
     }
+}
+
+/// A loopback address on a port the kernel just handed out.
+fn free_loopback_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", listener.local_addr().unwrap().port())
 }
 
 /// Voluntary context switches of every thread of process `pid`: how often its threads slept.

@@ -32,6 +32,26 @@ fn cycle(policy: &mut Policy, at: Instant, took: Duration) -> (bool, Option<bool
     (polled, in_window)
 }
 
+/// Requests one after another, `spacing` apart, each answered `took` after it came in.
+struct Sequence {
+    t0: Instant,
+    spacing: Duration,
+    sent: u32,
+}
+
+impl Sequence {
+    fn new(spacing: Duration) -> Self {
+        let (t0, sent) = (Instant::now(), 0);
+        Sequence { t0, spacing, sent }
+    }
+
+    /// The next request (see [`cycle`]): whether it was polled, and answered in its window.
+    fn next(&mut self, policy: &mut Policy, took: Duration) -> (bool, Option<bool>) {
+        self.sent += 1;
+        cycle(policy, self.t0 + self.spacing * self.sent, took)
+    }
+}
+
 /// A request is polled from its arrival until its answer, and no longer.
 #[test]
 fn a_request_is_polled_from_its_arrival_to_its_answer() {
@@ -91,24 +111,19 @@ fn only_an_arrival_outside_a_spell_starts_one() {
 #[test]
 fn polling_stops_where_it_does_not_pay_and_probes_for_its_return() {
     let mut policy = request_window();
-    let t0 = Instant::now();
-    let mut n = 0;
-    let mut next = |policy: &mut Policy, took: Duration| {
-        n += 1;
-        cycle(policy, t0 + us(1_000 * n), took)
-    };
+    let mut requests = Sequence::new(us(1_000));
     // Masters a millisecond away: the credit the policy starts with goes in two requests.
     for _ in 0..INITIAL_CREDIT / OUTLASTED_COST {
-        assert_eq!(next(&mut policy, us(1_000)), (true, Some(false)));
+        assert_eq!(requests.next(&mut policy, us(1_000)), (true, Some(false)));
     }
     let polled: Vec<bool> = (0..2 * PROBE_EVERY)
-        .map(|_| next(&mut policy, us(1_000)).0)
+        .map(|_| requests.next(&mut policy, us(1_000)).0)
         .collect();
     let probes = polled.iter().filter(|polled| **polled).count();
     assert_eq!(probes, 2, "one probe in {PROBE_EVERY}");
     // The masters come near: the next probe pays, and every request after it is polled.
-    while !next(&mut policy, us(50)).0 {}
-    assert!((0..10).all(|_| next(&mut policy, us(50)) == (true, Some(true))));
+    while !requests.next(&mut policy, us(50)).0 {}
+    assert!((0..10).all(|_| requests.next(&mut policy, us(50)) == (true, Some(true))));
 }
 
 /// After a run of requests answered in their window, a single slow one does not stop the
@@ -116,12 +131,8 @@ fn polling_stops_where_it_does_not_pay_and_probes_for_its_return() {
 #[test]
 fn credit_survives_one_slow_request_but_not_a_run_of_them() {
     let mut policy = request_window();
-    let t0 = Instant::now();
-    let mut n = 0;
-    let mut next = |policy: &mut Policy, took: Duration| {
-        n += 1;
-        cycle(policy, t0 + us(10_000 * n), took).0
-    };
+    let mut requests = Sequence::new(us(10_000));
+    let mut next = |policy: &mut Policy, took: Duration| requests.next(policy, took).0;
     for _ in 0..CREDIT_MAX {
         assert!(next(&mut policy, us(50)));
     }
@@ -194,11 +205,8 @@ fn requests_answered_before_a_turn_leave_the_credit_alone() {
 fn a_cpu_bound_neighbour_stops_the_polling_and_spaces_the_probes() {
     let mut policy = request_window();
     let t0 = Instant::now();
-    let mut n = 0;
-    let mut next = |policy: &mut Policy, took: Duration| {
-        n += 1;
-        cycle(policy, t0 + us(1_000 * n), took).0
-    };
+    let mut requests = Sequence::new(us(1_000));
+    let mut next = |policy: &mut Policy, took: Duration| requests.next(policy, took).0;
     // A request in progress; a turn of its spell loses the CPU: the spell is over.
     let (polled, start, arrival) = arrive(&mut policy, t0);
     assert!(polled && start);
