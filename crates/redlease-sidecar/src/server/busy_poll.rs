@@ -30,11 +30,13 @@
 //! there, a poller waits a slice for each turn it offers, where a sleeping thread would be
 //! woken ahead of the neighbour. Such a turn ends the spell and takes all credit, and each
 //! time it happens the probes come half as often (down to one request in
-//! [`MAX_PROBE_EVERY`]), until a probe is answered in its window again. Then the task yields to the runtime
-//! (`tokio::task::yield_now`), which has the runtime look at its sockets and timers without
-//! sleeping and run whatever became ready before the task's next turn; every other task runs
-//! as it would. Only a runtime of one thread polls: with several, the worker asleep in the I/O
-//! driver holds the sockets, and the polling one could not look at them.
+//! [`MAX_PROBE_EVERY`]), until a probe is answered in its window again.
+//!
+//! Then the task yields to the runtime (`tokio::task::yield_now`), which has the runtime look
+//! at its sockets and timers without sleeping and run whatever became ready before the task's
+//! next turn; every other task runs as it would. Only a runtime of one thread polls: with
+//! several, the worker asleep in the I/O driver holds the sockets, and the polling one could
+//! not look at them.
 
 // The real clock, even in a test that pauses tokio's: polling spends real time, and a spell
 // would never end on a paused clock that the polling itself keeps from advancing.

@@ -47,7 +47,7 @@ pub(super) struct Serving {
     pub(super) drain: CancellationToken,
     /// The grace period is over: drop the connection.
     pub(super) abort: CancellationToken,
-    /// Told of each request's arrival and of its answer (but an event stream's).
+    /// Told of each request's arrival and of its answer (but a stream's).
     pub(super) busy_poll: Option<Arc<BusyPoll>>,
 }
 
