@@ -86,8 +86,6 @@ pub(crate) struct Windows {
 /// The shared state of the polling task and the connections' requests.
 pub(crate) struct BusyPoll {
     policy: Mutex<Policy>,
-    /// There is a request window: requests are counted by whether they were polled.
-    request_window: bool,
     /// Starts a spell when the task is not in one.
     start: Notify,
 }
@@ -116,19 +114,22 @@ impl BusyPoll {
         }
         Some(Arc::new(Self {
             policy: Mutex::new(Policy::new(windows)),
-            request_window: !windows.request.is_zero(),
             start: Notify::new(),
         }))
     }
 
-    /// A request came in (not an event stream, which waits on nothing in particular).
+    /// A request came in (not a stream, which waits on nothing in particular). Without a
+    /// request window, no request is polled, nor counted as not polled.
     pub(crate) fn arrive(&self) -> Arrival {
-        let now = Instant::now();
-        let (arrival, start) = self.policy().arrive(now);
+        let (arrival, start, request_window) = {
+            let mut policy = self.policy();
+            let (arrival, start) = policy.arrive(Instant::now());
+            (arrival, start, !policy.windows.request.is_zero())
+        };
         if start {
             self.start.notify_one();
         }
-        if !arrival.polled && self.request_window {
+        if !arrival.polled && request_window {
             METRICS.busy_poll_requests[NOT_POLLED].add(1);
         }
         arrival
@@ -170,9 +171,9 @@ impl BusyPoll {
                         .add(now.duration_since(counted).as_secs_f64(), &[]);
                     counted = now;
                 }
-                let offered = Instant::now();
+                // Offered at `now`: what came between takes microseconds, against CPU_TAKEN.
                 std::thread::yield_now();
-                if offered.elapsed() >= CPU_TAKEN {
+                if now.elapsed() >= CPU_TAKEN {
                     self.policy().cpu_taken();
                     break;
                 }
