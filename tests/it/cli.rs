@@ -416,12 +416,7 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
         );
         let metrics = http.get(format!("http://{metrics_listen}/metrics"));
         let text = metrics.send().await.unwrap().text().await.unwrap();
-        let sample = |series: &str| {
-            text.lines()
-                .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-                .and_then(|value| value.parse::<f64>().ok())
-                .unwrap_or_else(|| panic!("{series} missing:\n{text}"))
-        };
+        let sample = |series: &str| crate::support::sample(&text, series);
         let polled = sample("sidecar_busy_poll_seconds_total");
         let outcome = |kind: &str| {
             sample(&format!(

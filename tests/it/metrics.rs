@@ -4,6 +4,8 @@ use redlease_testkit::sidecar::TestSidecar;
 use redlease_testkit::TestFleet;
 use serde_json::json;
 
+use crate::support::sample;
+
 /// After a little traffic, `/metrics` has the documented series under the exact names the
 /// alerts use, never a resource name in a label, and passes `promtool check metrics`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,14 +73,6 @@ async fn metrics_expose_the_names_operators_query() {
     );
     assert!(!text.contains("otel_scope"), "scope labels on every series");
     promtool_accepts(&text);
-}
-
-/// The value of the sample named exactly `series` (name and labels) in exposition `text`.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{series} missing from:\n{text}"))
 }
 
 /// `promtool check metrics` (Debian's prometheus package, installed by scripts/install-deps.sh).

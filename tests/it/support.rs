@@ -36,3 +36,12 @@ pub async fn acquire_then_release(
     let status = released.status().as_u16();
     (lease, Some(status))
 }
+
+/// The value of the sample named exactly `series` (name and labels) in exposition `text`;
+/// a series missing fails the test.
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{series} missing from:\n{text}"))
+}
