@@ -49,9 +49,9 @@ REQUEST_WINDOW = "REDLEASE__RUNTIME__BUSY_POLL_US"
 AFTER_ANSWER_WINDOW = "REDLEASE__RUNTIME__BUSY_POLL_AFTER_ANSWER_US"
 # The busy polling of the placement probe's sidecars and of the CPU-at-rates sidecars.
 POLLING = {
-    "off": {REQUEST_WINDOW: "0"},
+    "off": {REQUEST_WINDOW: "0", AFTER_ANSWER_WINDOW: "0"},
+    "only while requests wait": {AFTER_ANSWER_WINDOW: "0"},
     "as shipped": {},
-    "also 100 µs after each answer": {AFTER_ANSWER_WINDOW: "100"},
 }
 WARMUP = 20
 CLIENTS = 16

@@ -6,8 +6,8 @@
 #   ROUNDS=5 DURATION=5s bench/hop.sh
 #   LOAD_THREADS=0 bench/hop.sh   # the load generator on one thread per CPU (default: one)
 #   SIDECAR_NICE=-10 bench/hop.sh # the sidecars at nice -10 (a container's own CPU share; root)
-#   BUSY_POLL_US=0 bench/hop.sh  # the sidecars with busy polling off (runtime.busy_poll_us = 0)
-#   BUSY_POLL_AFTER_ANSWER_US=100 bench/hop.sh  # also polling 100 µs after each answer
+#   BUSY_POLL_US=0 BUSY_POLL_AFTER_ANSWER_US=0 bench/hop.sh  # the sidecars' busy polling off
+#   BUSY_POLL_AFTER_ANSWER_US=0 bench/hop.sh  # polling only while requests wait on the masters
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MASTERS=5 scripts/fleet.sh python3 bench/hop.py

@@ -376,8 +376,11 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
     let fleet = TestFleet::start(3);
     let mut sleeps_without = None;
     let configurations: [(&str, &[(&str, &str)]); 3] = [
-        ("off", &[(REQUEST, "0")]),
-        ("while requests wait", &[(REQUEST, "1000")]),
+        ("off", &[(REQUEST, "0"), (AFTER_ANSWER, "0")]),
+        (
+            "while requests wait",
+            &[(REQUEST, "1000"), (AFTER_ANSWER, "0")],
+        ),
         (
             "after answers too",
             &[(REQUEST, "1000"), (AFTER_ANSWER, "1000")],
@@ -425,10 +428,19 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
         };
         let (answered, outlasted) = (outcome("answered_in_window"), outcome("outlasted_window"));
         let requests = answered + outlasted + outcome("not_polled");
+        let after_answer = |kind: &str| {
+            sample(&format!(
+                "sidecar_busy_poll_answers_total{{outcome=\"{kind}\"}}"
+            ))
+        };
+        let next_in_window = after_answer("next_request_in_window");
+        let answers =
+            next_in_window + after_answer("outlasted_window") + after_answer("not_polled");
         match (polling, sleeps_without) {
             ("off", _) => {
-                assert_eq!(polled, 0.0, "polled with runtime.busy_poll_us = 0");
+                assert_eq!(polled, 0.0, "polled with both windows 0");
                 assert_eq!(requests, 0.0, "requests counted with no request window");
+                assert_eq!(answers, 0.0, "answers counted with no answer window");
                 sleeps_without = Some(sleeps);
             }
             (_, Some(without)) => {
@@ -451,11 +463,22 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
                         sleeps < without,
                         "{polling}: the thread slept {sleeps} times, {without} times without"
                     );
+                    assert_eq!(answers, 0.0, "answers counted with no answer window");
                 } else {
                     // Polling after answers too, hardly ever (9 in one run).
                     assert!(
                         sleeps * 2 < without,
                         "{polling}: the thread slept {sleeps} times, {without} times without"
+                    );
+                    // Every answer but the last is judged by the request after it, or counted
+                    // as not polled after; this client's next request comes within the window.
+                    assert!(
+                        (200.0..=201.0).contains(&answers),
+                        "{polling}: {answers} answers counted"
+                    );
+                    assert!(
+                        next_in_window >= 100.0,
+                        "{polling}: {next_in_window} answers followed by a request in the window"
                     );
                 }
             }

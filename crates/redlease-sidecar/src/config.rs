@@ -65,8 +65,10 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_WORKER_THREADS: usize = 1;
 /// The most `runtime.worker_threads` accepted.
 pub const MAX_WORKER_THREADS: usize = 256;
-/// `runtime.busy_poll_us` on a runtime of one thread: above the masters' round trip on a
-/// near fleet (`bench/README.md`, "The sidecar hop"); farther masters stop the polling.
+/// `runtime.busy_poll_us` and `runtime.busy_poll_after_answer_us` on a runtime of one thread:
+/// above the masters' round trip on a near fleet, and above an app's time between the answer
+/// and its next request when it locks back to back (`bench/README.md`, "The sidecar hop");
+/// farther masters, and apps whose requests come further apart, stop the polling.
 pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(100);
 /// The longest `runtime.busy_poll_us` and `runtime.busy_poll_after_answer_us` accepted: past a
 /// millisecond, polling only burns CPU.
@@ -95,8 +97,9 @@ pub struct Settings {
     /// rather than sleeping, after a request comes in and until its answer goes out; zero:
     /// never. By default [`DEFAULT_BUSY_POLL`] on a runtime of one thread, else zero.
     pub busy_poll: Duration,
-    /// Key `runtime.busy_poll_after_answer_us`: how long the runtime keeps polling after each
-    /// answer, for the app's next request; zero (the default): not at all.
+    /// Key `runtime.busy_poll_after_answer_us`: how long at most the runtime keeps polling
+    /// after an answer, for the app's next request; zero: never. By default
+    /// [`DEFAULT_BUSY_POLL`] on a runtime of one thread, else zero.
     pub busy_poll_after_answer: Duration,
     /// Keys `auth.*`.
     pub auth: AuthSettings,
@@ -204,7 +207,8 @@ struct RawRuntime {
     worker_threads: usize,
     /// No default of its own: it depends on `worker_threads`.
     busy_poll_us: Option<u64>,
-    busy_poll_after_answer_us: u64,
+    /// No default of its own: it depends on `worker_threads`.
+    busy_poll_after_answer_us: Option<u64>,
 }
 
 // === impl Settings ===
@@ -368,8 +372,7 @@ fn defaults(
         .set_default("lease.shadow_multiplier", DEFAULT_SHADOW_MULTIPLIER)?
         .set_default("lease.retained_max", DEFAULT_RETAINED_MAX as u64)?
         .set_default("shutdown.grace_ms", ms(DEFAULT_SHUTDOWN_GRACE))?
-        .set_default("runtime.worker_threads", DEFAULT_WORKER_THREADS as u64)?
-        .set_default("runtime.busy_poll_after_answer_us", 0u64)
+        .set_default("runtime.worker_threads", DEFAULT_WORKER_THREADS as u64)
 }
 
 /// The `REDLEASE__*` variables as two sources. `REDLEASE__MASTERS` and
@@ -431,16 +434,15 @@ impl Raw {
                 "runtime.worker_threads: must be at most {MAX_WORKER_THREADS} (0: one per CPU)"
             ));
         }
-        let busy_poll = match self.runtime.busy_poll_us {
-            Some(us) => check_busy_poll("runtime.busy_poll_us", us, worker_threads, &mut p),
+        let mut window = |key: &str, set: Option<u64>| match set {
+            Some(us) => check_busy_poll(key, us, worker_threads, &mut p),
             None if worker_threads == 1 => DEFAULT_BUSY_POLL,
             None => Duration::ZERO,
         };
-        let busy_poll_after_answer = check_busy_poll(
+        let busy_poll = window("runtime.busy_poll_us", self.runtime.busy_poll_us);
+        let busy_poll_after_answer = window(
             "runtime.busy_poll_after_answer_us",
             self.runtime.busy_poll_after_answer_us,
-            worker_threads,
-            &mut p,
         );
         let auth = self.auth.validate(&mut p);
         let http = self.http.validate(&mut p);

@@ -36,6 +36,13 @@ pub const REENTRY_OUTCOMES: [&str; 4] = ["entered", "no_quorum", "lease_lost", "
 /// polled because the requests before it did not pay (`not_polled`).
 pub const BUSY_POLL_OUTCOMES: [&str; 3] = ["answered_in_window", "outlasted_window", "not_polled"];
 
+/// Outcomes of an answer under busy polling: polled after, and the next request came within
+/// the answer window (`next_request_in_window`); polled after, and it came later
+/// (`outlasted_window`); or not polled after because the answers before it did not pay
+/// (`not_polled`).
+pub const BUSY_POLL_ANSWER_OUTCOMES: [&str; 3] =
+    ["next_request_in_window", "outlasted_window", "not_polled"];
+
 /// The exporter's registry and provider, made and installed as the global provider once.
 static EXPORTER: LazyLock<(Registry, SdkMeterProvider)> = LazyLock::new(|| {
     let (registry, provider) = exported_provider();
@@ -109,11 +116,16 @@ pub struct Metrics {
     /// [`REENTRY_OUTCOMES`]).
     pub reentries: Counter<u64>,
     /// `sidecar_busy_poll_seconds_total` (s): time of the runtime's busy-polling spells, the
-    /// requests served meanwhile included (`runtime.busy_poll_us`).
+    /// requests served meanwhile included (`runtime.busy_poll_us`,
+    /// `runtime.busy_poll_after_answer_us`).
     pub busy_poll: Counter<f64>,
     /// `sidecar_busy_poll_requests_total`: requests under busy polling, bound to each
     /// `outcome` of [`BUSY_POLL_OUTCOMES`], in its order.
     pub busy_poll_requests: [BoundCounter<u64>; 3],
+    /// `sidecar_busy_poll_answers_total`: answers under busy polling
+    /// (`runtime.busy_poll_after_answer_us`), bound to each `outcome` of
+    /// [`BUSY_POLL_ANSWER_OUTCOMES`], in its order.
+    pub busy_poll_answers: [BoundCounter<u64>; 3],
     /// `process_cpu_seconds_total` (s): user + system CPU time of this process, read at scrape.
     _process_cpu: ObservableCounter<f64>,
     /// `process_resident_memory_bytes`: resident memory of this process, read at scrape.
@@ -214,7 +226,7 @@ impl Metrics {
             busy_poll: meter
                 .f64_counter("sidecar_busy_poll_seconds")
                 .with_unit("s")
-                .with_description("Time of busy-polling spells (runtime.busy_poll_us)")
+                .with_description("Time of busy-polling spells (runtime.busy_poll_*)")
                 .build(),
             busy_poll_requests: {
                 let requests = counter(
@@ -222,6 +234,13 @@ impl Metrics {
                     "Requests under busy polling, by outcome",
                 );
                 BUSY_POLL_OUTCOMES.map(|outcome| requests.bind(&label("outcome", outcome)))
+            },
+            busy_poll_answers: {
+                let answers = counter(
+                    "sidecar_busy_poll_answers",
+                    "Answers under busy polling, by outcome",
+                );
+                BUSY_POLL_ANSWER_OUTCOMES.map(|outcome| answers.bind(&label("outcome", outcome)))
             },
             _process_cpu: meter
                 .f64_observable_counter("process_cpu_seconds")
@@ -261,8 +280,12 @@ impl Metrics {
             counter.add(0, &[]);
         }
         self.busy_poll.add(0.0, &[]);
-        for requests in &self.busy_poll_requests {
-            requests.add(0);
+        for counter in self
+            .busy_poll_requests
+            .iter()
+            .chain(&self.busy_poll_answers)
+        {
+            counter.add(0);
         }
         for reason in LOST_REASONS {
             self.leases_lost.add(0, &label("reason", reason));

@@ -108,9 +108,8 @@ fn the_runtime_takes_one_thread_unless_told_otherwise() {
     );
 }
 
-/// `runtime.busy_poll_us`: 100 µs by default on one runtime thread and off on several, up to
-/// a millisecond, and only on one thread when set; `runtime.busy_poll_after_answer_us`: off by
-/// default, with the same bounds.
+/// `runtime.busy_poll_us` and `runtime.busy_poll_after_answer_us`: 100 µs by default on one
+/// runtime thread and off on several, up to a millisecond, and only on one thread when set.
 #[test]
 fn busy_polling_windows_have_their_defaults_and_bounds() {
     const REQUEST: &str = "REDLEASE__RUNTIME__BUSY_POLL_US";
@@ -123,12 +122,12 @@ fn busy_polling_windows_have_their_defaults_and_bounds() {
     };
     let defaults = load(ONE_MASTER).unwrap();
     assert_eq!(defaults.busy_poll, DEFAULT_BUSY_POLL);
-    assert_eq!(defaults.busy_poll_after_answer, Duration::ZERO);
+    assert_eq!(defaults.busy_poll_after_answer, DEFAULT_BUSY_POLL);
     for threads in ["0", "2"] {
         let several = with(&[(THREADS, threads)]).unwrap();
         assert_eq!(
-            several.busy_poll,
-            Duration::ZERO,
+            (several.busy_poll, several.busy_poll_after_answer),
+            (Duration::ZERO, Duration::ZERO),
             "off by default on {threads}"
         );
     }

@@ -9,7 +9,11 @@ use ::config::builder::DefaultState;
 use ::config::{Config, ConfigBuilder, File, FileFormat, Map, Value, ValueKind};
 
 /// The settings that have no default (left out, they are derived from others).
-const KEYS_WITHOUT_DEFAULT: [&str; 2] = ["http.max_waiters", "runtime.busy_poll_us"];
+const KEYS_WITHOUT_DEFAULT: [&str; 3] = [
+    "http.max_waiters",
+    "runtime.busy_poll_us",
+    "runtime.busy_poll_after_answer_us",
+];
 
 /// One line per unknown key of the file `file` and of the `REDLEASE__*` variables `env`
 /// (`LOG_FORMAT_ENV` aside, which the command line reads), given the defaults that name every

@@ -1,7 +1,7 @@
 //! Busy polling (`runtime.busy_poll_us`, `runtime.busy_poll_after_answer_us`): while a request
-//! waits on the masters, and for an optional window after each answer, one task keeps the
-//! runtime's thread polling its sockets instead of sleeping, so that the masters' replies (and
-//! the app's next request) find it awake; it stops polling where that does not pay.
+//! waits on the masters, and for a window after each answer, one task keeps the runtime's
+//! thread polling its sockets instead of sleeping, so that the masters' replies and the app's
+//! next request find it awake; it stops polling where that does not pay.
 //!
 //! A sleeping thread is woken by the kernel when bytes arrive for it; on a VM, waking a vCPU
 //! that halted costs tens of microseconds, once for each request and each round of replies
@@ -21,6 +21,13 @@
 //! A spell lasts while a polled request is in progress and the latest one came in less than
 //! the window ago: a request that waits long (a blocking acquisition) does not keep it up
 //! past the window after the latest arrival.
+//!
+//! After an answer, the thread polls for the app's next request only while that pays as well:
+//! each polled answer whose next request (from any connection) came within the answer window
+//! adds a credit of its own, each one followed by none takes four, and with none left only one
+//! answer in [`PROBE_EVERY`] is polled after. An app that locks back to back keeps it up; apps
+//! whose requests come further apart than the window (steady traffic at moderate rates, an
+//! idle app) stop it after a few answers.
 //!
 //! Each turn of the polling task first offers the CPU to any other thread that wants it
 //! (`sched_yield`, about a microsecond when none does), so that polling never keeps the app, or
@@ -65,12 +72,21 @@ const CREDIT_MAX: u32 = 16;
 /// The credit a window outlasted takes: polling goes on while over two thirds of the polled
 /// requests are answered in their window.
 const OUTLASTED_COST: u32 = 2;
+/// The credit an answer window outlasted takes (no request came within it): polling after
+/// answers goes on while over four fifths of them are followed by a request within it. A
+/// window outlasted costs the whole window in CPU, one that pays about what the sleep and
+/// wake-up it replaces would: an app that locks back to back keeps it, steady traffic from
+/// several apps at moderate rates (a request in the window after most answers, not four in
+/// five) stops it.
+const NEXT_OUTLASTED_COST: u32 = 4;
 /// The credit at start: two windows outlasted (a fresh sidecar's first requests wait for its
 /// connections and scripts) do not stop the polling yet.
 const INITIAL_CREDIT: u32 = 2 * OUTLASTED_COST;
 
-/// Indices into `METRICS.busy_poll_requests` (the order of `BUSY_POLL_OUTCOMES`).
+/// Indices into `METRICS.busy_poll_requests` and `METRICS.busy_poll_answers` (the orders of
+/// `BUSY_POLL_OUTCOMES` and `BUSY_POLL_ANSWER_OUTCOMES`).
 const ANSWERED_IN_WINDOW: usize = 0;
+const NEXT_REQUEST_IN_WINDOW: usize = 0;
 const OUTLASTED_WINDOW: usize = 1;
 const NOT_POLLED: usize = 2;
 
@@ -97,6 +113,20 @@ pub(crate) struct Arrival {
     polled: bool,
     /// The polling task's turns so far when the request came in.
     turns: u64,
+    /// Whether this request came within the answer window after the latest answer polled
+    /// after; `None` when no such answer waited for it.
+    next_in_window: Option<bool>,
+}
+
+/// What an answer going out decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Answered {
+    /// For a polled request: whether it was answered within the request window.
+    pub(crate) in_window: Option<bool>,
+    /// With an answer window: whether the thread polls after this answer.
+    pub(crate) polled_after: Option<bool>,
+    /// The task must be told to start a spell.
+    pub(crate) start: bool,
 }
 
 impl BusyPoll {
@@ -132,17 +162,28 @@ impl BusyPoll {
         if !arrival.polled && request_window {
             METRICS.busy_poll_requests[NOT_POLLED].add(1);
         }
+        if let Some(next_in_window) = arrival.next_in_window {
+            let kind = if next_in_window {
+                NEXT_REQUEST_IN_WINDOW
+            } else {
+                OUTLASTED_WINDOW
+            };
+            METRICS.busy_poll_answers[kind].add(1);
+        }
         arrival
     }
 
     /// The answer to the request that came in at `arrival` was sent, or given up.
     pub(crate) fn answer(&self, arrival: Arrival) {
         let now = Instant::now();
-        let (in_window, start) = self.policy().answer(arrival, now);
-        if start {
+        let answered = self.policy().answer(arrival, now);
+        if answered.start {
             self.start.notify_one();
         }
-        if let Some(in_window) = in_window {
+        if answered.polled_after == Some(false) {
+            METRICS.busy_poll_answers[NOT_POLLED].add(1);
+        }
+        if let Some(in_window) = answered.in_window {
             let kind = if in_window {
                 ANSWERED_IN_WINDOW
             } else {
@@ -205,7 +246,14 @@ pub(crate) struct Policy {
     credit: u32,
     /// Requests that came in with no credit, for the probes.
     uncredited: u32,
-    /// With no credit, one request in this many is polled.
+    /// Polled answers followed by the next request within the answer window lately; polling
+    /// after an answer needs some.
+    next_credit: u32,
+    /// Answers that went out with no `next_credit`, for the probes.
+    uncredited_answers: u32,
+    /// The latest answer polled after, until the next arrival tells whether that paid.
+    watched_answer: Option<Instant>,
+    /// With no credit, one request (or answer) in this many is polled (after).
     probe_every: u32,
     /// Turns the polling task has taken (each look at `keep_polling`).
     turns: u64,
@@ -222,6 +270,9 @@ impl Policy {
             last_answer: None,
             credit: INITIAL_CREDIT,
             uncredited: 0,
+            next_credit: INITIAL_CREDIT,
+            uncredited_answers: 0,
+            watched_answer: None,
             probe_every: PROBE_EVERY,
             turns: 0,
             polling: false,
@@ -231,6 +282,18 @@ impl Policy {
     /// A request came in at `now`: what was decided for it (whether it is polled), and
     /// whether the task must be told to start a spell.
     pub(crate) fn arrive(&mut self, now: Instant) -> (Arrival, bool) {
+        let next_in_window = self
+            .watched_answer
+            .take()
+            .map(|answered| now.saturating_duration_since(answered) < self.windows.after_answer);
+        if let Some(next_in_window) = next_in_window {
+            if next_in_window {
+                self.next_credit = (self.next_credit + 1).min(CREDIT_MAX);
+                self.probe_every = PROBE_EVERY;
+            } else {
+                self.next_credit = self.next_credit.saturating_sub(NEXT_OUTLASTED_COST);
+            }
+        }
         let polled = if self.windows.request.is_zero() {
             false
         } else if self.credit > 0 {
@@ -243,6 +306,7 @@ impl Policy {
             at: now,
             polled,
             turns: self.turns,
+            next_in_window,
         };
         if !polled {
             return (arrival, false);
@@ -253,8 +317,9 @@ impl Policy {
     }
 
     /// The answer to the request of `arrival` went out at `now`: whether it came within its
-    /// window (for a polled request), and whether the task must be told to start a spell.
-    pub(crate) fn answer(&mut self, arrival: Arrival, now: Instant) -> (Option<bool>, bool) {
+    /// window (for a polled request), whether the thread polls after it, and whether the task
+    /// must be told to start a spell.
+    pub(crate) fn answer(&mut self, arrival: Arrival, now: Instant) -> Answered {
         let in_window = arrival.polled.then(|| {
             self.in_progress = self.in_progress.saturating_sub(1);
             let in_window = now.saturating_duration_since(arrival.at) <= self.windows.request;
@@ -268,11 +333,29 @@ impl Policy {
             }
             in_window
         });
+        let mut answered = Answered {
+            in_window,
+            polled_after: None,
+            start: false,
+        };
         if self.windows.after_answer.is_zero() {
-            return (in_window, false);
+            return answered;
         }
-        self.last_answer = Some(now);
-        (in_window, self.begin())
+        let polled_after = if self.next_credit > 0 {
+            true
+        } else {
+            self.uncredited_answers = self.uncredited_answers.wrapping_add(1);
+            self.uncredited_answers.is_multiple_of(self.probe_every)
+        };
+        answered.polled_after = Some(polled_after);
+        if polled_after {
+            // An answer polled after, not yet followed by a request, is not judged: the one
+            // the next request follows is.
+            self.watched_answer = Some(now);
+            self.last_answer = Some(now);
+            answered.start = self.begin();
+        }
+        answered
     }
 
     /// Whether the task polls on at `now`; when not, its spell is over (under the same lock as
@@ -288,12 +371,16 @@ impl Policy {
         self.polling
     }
 
-    /// A turn lost the CPU for [`CPU_TAKEN`] or more: the spell is over, the credit gone,
+    /// A turn lost the CPU for [`CPU_TAKEN`] or more: the spell is over, both credits gone,
     /// and the probes come half as often.
     pub(crate) fn cpu_taken(&mut self) {
         self.polling = false;
         self.credit = 0;
         self.uncredited = 0;
+        self.next_credit = 0;
+        self.uncredited_answers = 0;
+        self.watched_answer = None;
+        self.last_answer = None;
         self.probe_every = (self.probe_every * 2).min(MAX_PROBE_EVERY);
     }
 

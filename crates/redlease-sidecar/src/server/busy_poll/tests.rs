@@ -27,7 +27,7 @@ fn arrive(policy: &mut Policy, at: Instant) -> (bool, bool, Arrival) {
 fn cycle(policy: &mut Policy, at: Instant, took: Duration) -> (bool, Option<bool>) {
     let (polled, _, arrival) = arrive(policy, at);
     policy.keep_polling(at + took / 2);
-    let (in_window, _) = policy.answer(arrival, at + took);
+    let in_window = policy.answer(arrival, at + took).in_window;
     policy.keep_polling(at + took);
     (polled, in_window)
 }
@@ -60,8 +60,9 @@ fn a_request_is_polled_from_its_arrival_to_its_answer() {
     let (polled, start, arrival) = arrive(&mut policy, t0);
     assert!(polled && start, "polled, and a spell starts");
     assert!(policy.keep_polling(t0 + us(30)));
-    let (in_window, start) = policy.answer(arrival, t0 + us(60));
-    assert_eq!((in_window, start), (Some(true), false));
+    let answered = policy.answer(arrival, t0 + us(60));
+    assert_eq!((answered.in_window, answered.start), (Some(true), false));
+    assert_eq!(answered.polled_after, None, "no answer window");
     assert!(
         !policy.keep_polling(t0 + us(61)),
         "nothing in progress: the thread may sleep"
@@ -165,7 +166,7 @@ fn requests_answered_before_a_turn_leave_the_credit_alone() {
     let mut quick = |policy: &mut Policy| {
         at += us(1_000);
         let (_, _, arrival) = arrive(policy, at);
-        let (in_window, _) = policy.answer(arrival, at + us(5));
+        let in_window = policy.answer(arrival, at + us(5)).in_window;
         policy.keep_polling(at + us(5));
         in_window
     };
@@ -235,21 +236,142 @@ fn a_cpu_bound_neighbour_stops_the_polling_and_spaces_the_probes() {
     assert_eq!(unpolled, 2 * PROBE_EVERY as usize - 1);
 }
 
-/// With a window after each answer, the thread polls for the app's next request; that window
-/// holds without a request window (whose arrivals are then not polled).
-#[test]
-fn an_answer_window_keeps_polling_for_the_next_request() {
-    let mut policy = Policy::new(Windows {
+fn answer_window() -> Policy {
+    Policy::new(Windows {
         request: Duration::ZERO,
         after_answer: WINDOW,
-    });
+    })
+}
+
+/// With a window after each answer, the thread polls for the app's next request, for the
+/// window at most; that window holds without a request window (whose arrivals are then not
+/// polled).
+#[test]
+fn an_answer_window_keeps_polling_for_the_next_request() {
+    let mut policy = answer_window();
     let t0 = Instant::now();
     let (polled, start, arrival) = arrive(&mut policy, t0);
     assert!(!polled && !start, "no request window");
-    let (in_window, start) = policy.answer(arrival, t0 + us(40));
-    assert_eq!((in_window, start), (None, true));
+    let answered = policy.answer(arrival, t0 + us(40));
+    assert_eq!(
+        answered,
+        Answered {
+            in_window: None,
+            polled_after: Some(true),
+            start: true
+        }
+    );
     assert!(policy.keep_polling(t0 + us(40) + WINDOW - us(1)));
     assert!(!policy.keep_polling(t0 + us(40) + WINDOW));
+}
+
+/// Requests one at a time, each answered `took` after it came in, the next one coming `gap`
+/// after that answer; `n` of them: whether the thread polled after each answer, and whether
+/// each arrival came within the window after the answer polled after before it.
+fn back_to_back(
+    policy: &mut Policy,
+    t0: Instant,
+    gap: Duration,
+    n: usize,
+) -> (Vec<bool>, Vec<Option<bool>>) {
+    let took = us(50);
+    let (mut polled_after, mut judged) = (Vec::new(), Vec::new());
+    let mut at = t0;
+    for _ in 0..n {
+        let (arrival, _) = policy.arrive(at);
+        judged.push(arrival.next_in_window);
+        let answered = policy.answer(arrival, at + took);
+        polled_after.push(answered.polled_after == Some(true));
+        policy.keep_polling(at + took + gap.min(WINDOW));
+        at += took + gap;
+    }
+    (polled_after, judged)
+}
+
+/// An app that locks back to back (its next request within the window) keeps the thread
+/// polling after every answer.
+#[test]
+fn an_app_locking_back_to_back_keeps_the_answer_window() {
+    let mut policy = answer_window();
+    let (polled_after, judged) = back_to_back(&mut policy, Instant::now(), us(30), 200);
+    assert!(polled_after.iter().all(|&polled| polled));
+    assert_eq!(judged[0], None, "no answer before the first request");
+    assert!(judged[1..].iter().all(|&j| j == Some(true)));
+}
+
+/// Requests further apart than the window stop the polling after answers within a few of
+/// them; one answer in `PROBE_EVERY` is polled after all the same, and a probe followed by a
+/// request in its window brings the polling back.
+#[test]
+fn requests_further_apart_stop_the_answer_window_and_probes_bring_it_back() {
+    let mut policy = answer_window();
+    let t0 = Instant::now();
+    let (polled_after, judged) = back_to_back(&mut policy, t0, us(500), 400);
+    let first_unpolled = polled_after.iter().position(|&p| !p).expect("it stops");
+    assert!(
+        first_unpolled <= 3,
+        "stopped after {first_unpolled} answers"
+    );
+    assert_eq!(judged[1], Some(false));
+    let later = &polled_after[first_unpolled..];
+    let probes = later.iter().filter(|&&p| p).count();
+    assert_eq!(probes, later.len() / PROBE_EVERY as usize, "{later:?}");
+    // The app speeds up: the next probe pays, and the thread polls after every answer again.
+    let (polled_after, _) = back_to_back(&mut policy, t0 + us(1_000_000), us(30), 40);
+    let back = polled_after.iter().position(|&p| p).expect("a probe");
+    assert!(back < PROBE_EVERY as usize);
+    assert!(polled_after[back..].iter().all(|&polled| polled));
+}
+
+/// The answer window's credit is its own: masters too far for the request window do not stop
+/// the polling for an app's next request, nor the other way round.
+#[test]
+fn the_two_windows_keep_credits_of_their_own() {
+    let mut policy = Policy::new(Windows {
+        request: WINDOW,
+        after_answer: WINDOW,
+    });
+    let t0 = Instant::now();
+    // Masters 300 µs away, an app whose next request comes 20 µs after each answer.
+    let mut at = t0;
+    let mut last = None;
+    for _ in 0..100 {
+        let (arrival, _) = policy.arrive(at);
+        policy.keep_polling(at + us(10));
+        let answered = policy.answer(arrival, at + us(300));
+        last = Some((arrival.polled, answered.polled_after));
+        at += us(320);
+    }
+    assert_eq!(last, Some((false, Some(true))));
+    // Masters near, an app whose requests come 2 ms apart.
+    let mut policy = Policy::new(Windows {
+        request: WINDOW,
+        after_answer: WINDOW,
+    });
+    for _ in 0..100 {
+        let (arrival, _) = policy.arrive(at);
+        policy.keep_polling(at + us(10));
+        let answered = policy.answer(arrival, at + us(50));
+        last = Some((arrival.polled, answered.polled_after));
+        at += us(2_000);
+    }
+    assert_eq!(last, Some((true, Some(false))));
+}
+
+/// A CPU-bound neighbour ends the answer window's credit too, and spaces its probes.
+#[test]
+fn a_cpu_bound_neighbour_stops_the_answer_window() {
+    let mut policy = answer_window();
+    let t0 = Instant::now();
+    let (arrival, _) = policy.arrive(t0);
+    assert_eq!(policy.answer(arrival, t0 + us(50)).polled_after, Some(true));
+    policy.cpu_taken();
+    assert!(!policy.keep_polling(t0 + us(60)), "the spell is over");
+    // Back to back all the same: one answer in 32 is polled after, until one pays.
+    let (polled_after, _) = back_to_back(&mut policy, t0 + us(1_000), us(30), 100);
+    let first = polled_after.iter().position(|&p| p).expect("a probe");
+    assert_eq!(first, 2 * PROBE_EVERY as usize - 1);
+    assert!(polled_after[first + 1..].iter().all(|&polled| polled));
 }
 
 #[test]
