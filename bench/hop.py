@@ -8,8 +8,8 @@ a loopback round-trip probe (`redis-benchmark -t ping -c 1` against one master),
 sequential, 16-client parallel and 16x4 contended workloads of `redlease load`, taking turns
 between the engine (`--masters`) and the sidecar (`--sidecar`, over TCP and over a Unix
 socket). The sidecar's CPU time per acquire+release cycle comes from /proc/PID/stat around
-each of its workloads; the masters' CPU time and reads per cycle, and how much of the time the
-sidecar's thread ran, waited for a CPU (its schedstat) and was preempted (its involuntary
+each of its workloads; the masters' CPU time and reads per cycle (also with the engine held to
+the sidecar's 16-client throughput), and how much of the time the sidecar's thread ran, waited for a CPU (its schedstat) and was preempted (its involuntary
 context switches), around the 16-client workload.
 Prints the medians of the rounds as markdown, a placement probe (a
 trivial round trip to a sidecar and to a master, from the server's CPU and from the other
@@ -54,6 +54,8 @@ POLLING = {
     "as shipped": {},
 }
 WARMUP = 20
+# The engine in the 16-client workload, held (`--rate`) to the TCP sidecar's throughput.
+AT_SIDECAR_RATE = "engine at the sidecar's rate"
 CLIENTS = 16
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -297,6 +299,17 @@ def main():
                         report["sidecar_running"] = (ran - sched_before[0]) / wall * 100
                         report["sidecar_waiting"] = (waited - sched_before[1]) / wall * 100
                     runs.setdefault((name, workload), []).append(report)
+                if workload == "parallel":
+                    # The engine held to the TCP sidecar's throughput of this round: what the
+                    # masters' work per cycle owes to the rate rather than to the sidecar.
+                    rate = str(round(runs[("sidecar", "parallel")][-1]["ops_per_s"]))
+                    masters_before = masters_work(master_pids)
+                    report = load([*targets["engine"], "--rate", rate], workload)
+                    cycles = report["ops"] + report["errors"] + WARMUP * report["clients"]
+                    masters_after = masters_work(master_pids)
+                    report["masters_cpu_us"] = (masters_after[0] - masters_before[0]) / cycles * 1e6
+                    report["masters_reads"] = (masters_after[1] - masters_before[1]) / cycles
+                    runs.setdefault((AT_SIDECAR_RATE, workload), []).append(report)
     finally:
         for proc in sidecars.values():
             proc.terminate()
@@ -341,7 +354,7 @@ def main():
     print("| target | masters' CPU µs/cycle | masters' reads/cycle | sidecar running % "
           "| sidecar waiting for a CPU % | sidecar preempted/cycle |")
     print("|---|---|---|---|---|---|")
-    for name in targets:
+    for name in [*targets, AT_SIDECAR_RATE]:
         reports = runs[(name, "parallel")]
         sched = (f"{med([r['sidecar_running'] for r in reports]):.0f} | "
                  f"{med([r['sidecar_waiting'] for r in reports]):.0f} | "
