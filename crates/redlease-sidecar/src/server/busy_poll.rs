@@ -52,6 +52,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use opentelemetry::metrics::BoundCounter;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Notify;
 
@@ -84,11 +85,21 @@ const NEXT_OUTLASTED_COST: u32 = 4;
 const INITIAL_CREDIT: u32 = 2 * OUTLASTED_COST;
 
 /// Indices into `METRICS.busy_poll_requests` and `METRICS.busy_poll_answers` (the orders of
-/// `BUSY_POLL_OUTCOMES` and `BUSY_POLL_ANSWER_OUTCOMES`).
-const ANSWERED_IN_WINDOW: usize = 0;
-const NEXT_REQUEST_IN_WINDOW: usize = 0;
+/// `BUSY_POLL_OUTCOMES` and `BUSY_POLL_ANSWER_OUTCOMES`): what was waited for came within the
+/// window, or after it; or nothing was polled.
+const IN_WINDOW: usize = 0;
 const OUTLASTED_WINDOW: usize = 1;
 const NOT_POLLED: usize = 2;
+
+/// Counts a window that paid (`in_window`) or was outlasted, in `outcomes`.
+fn count_window(outcomes: &[BoundCounter<u64>; 3], in_window: bool) {
+    let outcome = if in_window {
+        IN_WINDOW
+    } else {
+        OUTLASTED_WINDOW
+    };
+    outcomes[outcome].add(1);
+}
 
 /// The windows of `runtime.busy_poll_us` and `runtime.busy_poll_after_answer_us`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,12 +174,7 @@ impl BusyPoll {
             METRICS.busy_poll_requests[NOT_POLLED].add(1);
         }
         if let Some(next_in_window) = arrival.next_in_window {
-            let kind = if next_in_window {
-                NEXT_REQUEST_IN_WINDOW
-            } else {
-                OUTLASTED_WINDOW
-            };
-            METRICS.busy_poll_answers[kind].add(1);
+            count_window(&METRICS.busy_poll_answers, next_in_window);
         }
         arrival
     }
@@ -184,12 +190,7 @@ impl BusyPoll {
             METRICS.busy_poll_answers[NOT_POLLED].add(1);
         }
         if let Some(in_window) = answered.in_window {
-            let kind = if in_window {
-                ANSWERED_IN_WINDOW
-            } else {
-                OUTLASTED_WINDOW
-            };
-            METRICS.busy_poll_requests[kind].add(1);
+            count_window(&METRICS.busy_poll_requests, in_window);
         }
     }
 

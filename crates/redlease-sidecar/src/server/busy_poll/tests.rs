@@ -327,35 +327,28 @@ fn requests_further_apart_stop_the_answer_window_and_probes_bring_it_back() {
 /// the polling for an app's next request, nor the other way round.
 #[test]
 fn the_two_windows_keep_credits_of_their_own() {
-    let mut policy = Policy::new(Windows {
-        request: WINDOW,
-        after_answer: WINDOW,
-    });
-    let t0 = Instant::now();
+    // With both windows, 100 requests each answered `took` after it came in, the next one
+    // coming `gap` after that answer: whether the last was polled, and polled after.
+    let last_of_100 = |took: Duration, gap: Duration| {
+        let mut policy = Policy::new(Windows {
+            request: WINDOW,
+            after_answer: WINDOW,
+        });
+        let mut at = Instant::now();
+        let mut last = None;
+        for _ in 0..100 {
+            let (arrival, _) = policy.arrive(at);
+            policy.keep_polling(at + us(10));
+            let answered = policy.answer(arrival, at + took);
+            last = Some((arrival.polled, answered.polled_after));
+            at += took + gap;
+        }
+        last
+    };
     // Masters 300 µs away, an app whose next request comes 20 µs after each answer.
-    let mut at = t0;
-    let mut last = None;
-    for _ in 0..100 {
-        let (arrival, _) = policy.arrive(at);
-        policy.keep_polling(at + us(10));
-        let answered = policy.answer(arrival, at + us(300));
-        last = Some((arrival.polled, answered.polled_after));
-        at += us(320);
-    }
-    assert_eq!(last, Some((false, Some(true))));
+    assert_eq!(last_of_100(us(300), us(20)), Some((false, Some(true))));
     // Masters near, an app whose requests come 2 ms apart.
-    let mut policy = Policy::new(Windows {
-        request: WINDOW,
-        after_answer: WINDOW,
-    });
-    for _ in 0..100 {
-        let (arrival, _) = policy.arrive(at);
-        policy.keep_polling(at + us(10));
-        let answered = policy.answer(arrival, at + us(50));
-        last = Some((arrival.polled, answered.polled_after));
-        at += us(2_000);
-    }
-    assert_eq!(last, Some((true, Some(false))));
+    assert_eq!(last_of_100(us(50), us(1_950)), Some((true, Some(false))));
 }
 
 /// A CPU-bound neighbour ends the answer window's credit too, and spaces its probes.
