@@ -181,10 +181,18 @@ async fn a_chosen_expiry_is_not_a_lost_lease() {
         .wait_for("lock_leases_lost_total{reason=\"not_ours\"}", 1.0)
         .await;
     assert_eq!(lost_total(&lost), 1.0, "{lost}");
-    assert_eq!(sample(&lost, "lock_leases_expired_total"), 1.0, "{lost}");
+    assert_eq!(
+        crate::support::sample(&lost, "lock_leases_expired_total"),
+        1.0,
+        "{lost}"
+    );
     // Both ended leases stay readable, and the gauge of the cap counts them.
     let retained = serve.wait_for("lock_retained_leases", 2.0).await;
-    assert_eq!(sample(&retained, "lock_retained_leases"), 2.0, "{retained}");
+    assert_eq!(
+        crate::support::sample(&retained, "lock_retained_leases"),
+        2.0,
+        "{retained}"
+    );
 
     let metrics_listen = serve.metrics.clone();
     let log = serve.stop().await;
@@ -248,14 +256,6 @@ fn lost_total(text: &str) -> f64 {
         .filter(|l| l.starts_with("lock_leases_lost_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-/// The value of the sample named exactly `series` in exposition `text` (0 when absent).
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// The API's and the metrics listener's addresses, from the start-up line of the log `log`
@@ -357,7 +357,8 @@ impl Serve {
                 .text()
                 .await
                 .unwrap();
-            if sample(&text, series) >= value {
+            // A series not yet exported has not reached it.
+            if crate::support::sample_if_any(&text, series).is_some_and(|now| now >= value) {
                 return text;
             }
             assert!(

@@ -40,8 +40,12 @@ pub async fn acquire_then_release(
 /// The value of the sample named exactly `series` (name and labels) in exposition `text`;
 /// a series missing fails the test.
 pub fn sample(text: &str, series: &str) -> f64 {
+    sample_if_any(text, series).unwrap_or_else(|| panic!("{series} missing from:\n{text}"))
+}
+
+/// The value of the sample named exactly `series` in exposition `text`, if it is there.
+pub fn sample_if_any(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{series} missing from:\n{text}"))
 }

@@ -31,14 +31,7 @@ async fn sample(sidecar: &TestSidecar, series: &str) -> f64 {
         .text()
         .await
         .unwrap();
-    let value = text
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '));
-    value
-        .unwrap_or_else(|| panic!("{series} missing from:\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
+    crate::support::sample(&text, series)
 }
 
 /// With 3 of 5 masters frozen a re-entry answers 503 `no_quorum` and opens no hold (the
