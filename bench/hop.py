@@ -43,7 +43,8 @@ PIN = ["taskset", "-c", PIN_CPU] if PIN_CPU else []
 # The sidecars' `runtime.busy_poll_us` (e.g. 0: off). Empty: the default (100 µs while a
 # request waits on the masters).
 BUSY_POLL_US = os.environ.get("BUSY_POLL_US", "")
-# The sidecars' `runtime.busy_poll_after_answer_us` (e.g. 100). Empty: the default (0).
+# The sidecars' `runtime.busy_poll_after_answer_us` (e.g. 0: off). Empty: the default (100 µs
+# after an answer, while the app's next request tends to come within it).
 BUSY_POLL_AFTER_ANSWER_US = os.environ.get("BUSY_POLL_AFTER_ANSWER_US", "")
 REQUEST_WINDOW = "REDLEASE__RUNTIME__BUSY_POLL_US"
 AFTER_ANSWER_WINDOW = "REDLEASE__RUNTIME__BUSY_POLL_AFTER_ANSWER_US"
@@ -55,7 +56,7 @@ POLLING = {
 }
 WARMUP = 20
 # The engine in the 16-client workload, held (`--rate`) to the TCP sidecar's throughput.
-AT_SIDECAR_RATE = "engine at the sidecar's rate"
+AT_SIDECAR_RATE = "engine at the sidecar's rate (open loop)"
 CLIENTS = 16
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -4,7 +4,8 @@
 Starts one sidecar (TCP) for each busy polling of hop.POLLING (off, only while requests wait,
 as shipped) on the fleet in $REDLEASE__MASTERS, then for each of $ROUNDS rounds (default 15)
 runs the sequential workload of `redlease load` ($SEQ_OPS acquire+release cycles, default
-4000) against the library engine and against each sidecar, taking turns. Prints, per target,
+4000) against the library engine and against each sidecar, taking turns (each round starting
+one target further on). Prints, per target,
 the median p50 and throughput of the rounds, the sidecar's CPU per cycle (/proc), and what
 each sidecar's `sidecar_busy_poll_*_total` counters say of its windows.
 """
@@ -36,8 +37,12 @@ def main():
         targets = {"engine": (None, ["--masters", masters])}
         targets.update({name: (proc, ["--sidecar", f"http://127.0.0.1:{port}"])
                         for name, (proc, port) in sidecars.items()})
-        for _ in range(ROUNDS):
-            for name, (proc, target) in targets.items():
+        order = list(targets)
+        for round_ in range(ROUNDS):
+            # Each round starts one target further on, so that no target always runs first.
+            shift = round_ % len(order)
+            for name in order[shift:] + order[:shift]:
+                proc, target = targets[name]
                 before = hop.cpu_seconds(proc.pid) if proc else 0
                 report = hop.load(target, "sequential")
                 cycles = report["ops"] + report["errors"] + hop.WARMUP

@@ -363,7 +363,7 @@ async fn serve_runs_on_the_runtime_threads_configured() {
     }
 }
 
-/// `redlease serve`'s busy polling. Off (`runtime.busy_poll_us = 0`), it never polls. With a
+/// `redlease serve`'s busy polling. Off (both windows 0), it never polls. With a
 /// request window, its thread polls from each request's arrival until its answer: it no longer
 /// sleeps while the masters reply, every request is counted in
 /// `sidecar_busy_poll_requests_total`, and it sleeps between requests. With a window after
@@ -470,8 +470,9 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
                         sleeps * 2 < without,
                         "{polling}: the thread slept {sleeps} times, {without} times without"
                     );
-                    // Every answer but the last is judged by the request after it, or counted
-                    // as not polled after; this client's next request comes within the window.
+                    // One client at a time: every answer but the last is judged by the request
+                    // after it, or counted as not polled after; its next request comes within
+                    // the window.
                     assert!(
                         (200.0..=201.0).contains(&answers),
                         "{polling}: {answers} answers counted"

@@ -124,7 +124,8 @@ pub struct Metrics {
     pub busy_poll_requests: [BoundCounter<u64>; 3],
     /// `sidecar_busy_poll_answers_total`: answers under busy polling
     /// (`runtime.busy_poll_after_answer_us`), bound to each `outcome` of
-    /// [`BUSY_POLL_ANSWER_OUTCOMES`], in its order.
+    /// [`BUSY_POLL_ANSWER_OUTCOMES`], in its order: `not_polled` as an answer goes out, the
+    /// others as a request judges the latest answer polled after before it.
     pub busy_poll_answers: [BoundCounter<u64>; 3],
     /// `process_cpu_seconds_total` (s): user + system CPU time of this process, read at scrape.
     _process_cpu: ObservableCounter<f64>,

@@ -22,10 +22,11 @@
 //! the window ago: a request that waits long (a blocking acquisition) does not keep it up
 //! past the window after the latest arrival.
 //!
-//! After an answer, the thread polls for the app's next request only while that pays as well:
-//! each polled answer whose next request (from any connection) came within the answer window
-//! adds a credit of its own, each one followed by none takes four, and with none left only one
-//! answer in [`PROBE_EVERY`] is polled after. An app that locks back to back keeps it up; apps
+//! After an answer, the thread polls for the app's next request only while that pays as well,
+//! and stops when a request comes: the latest answer polled after before a request (from any
+//! connection) adds a credit of its own when that request came within the answer window, and
+//! takes four when it came later; with none left only one answer in [`PROBE_EVERY`] is polled
+//! after. An app that locks back to back keeps it up; apps
 //! whose requests come further apart than the window (steady traffic at moderate rates, an
 //! idle app) stop it after a few answers.
 //!
@@ -83,6 +84,9 @@ const NEXT_OUTLASTED_COST: u32 = 4;
 /// The credit at start: two windows outlasted (a fresh sidecar's first requests wait for its
 /// connections and scripts) do not stop the polling yet.
 const INITIAL_CREDIT: u32 = 2 * OUTLASTED_COST;
+/// The answer window's credit at start: two windows outlasted (an app setting up between its
+/// first requests) do not stop it yet.
+const INITIAL_NEXT_CREDIT: u32 = 2 * NEXT_OUTLASTED_COST;
 
 /// Indices into `METRICS.busy_poll_requests` and `METRICS.busy_poll_answers` (the orders of
 /// `BUSY_POLL_OUTCOMES` and `BUSY_POLL_ANSWER_OUTCOMES`): what was waited for came within the
@@ -124,6 +128,8 @@ pub(crate) struct Arrival {
     polled: bool,
     /// The polling task's turns so far when the request came in.
     turns: u64,
+    /// Turns that lost the CPU so far when the request came in (see [`Policy::cpu_taken`]).
+    cpu_losses: u64,
     /// Whether this request came within the answer window after the latest answer polled
     /// after; `None` when no such answer waited for it.
     next_in_window: Option<bool>,
@@ -258,6 +264,9 @@ pub(crate) struct Policy {
     probe_every: u32,
     /// Turns the polling task has taken (each look at `keep_polling`).
     turns: u64,
+    /// Turns that lost the CPU to a CPU-bound neighbour so far: a request in progress at such a
+    /// loss earns no credit when it is answered.
+    cpu_losses: u64,
     /// The task is in a spell, or has been told to start one.
     polling: bool,
 }
@@ -271,11 +280,12 @@ impl Policy {
             last_answer: None,
             credit: INITIAL_CREDIT,
             uncredited: 0,
-            next_credit: INITIAL_CREDIT,
+            next_credit: INITIAL_NEXT_CREDIT,
             uncredited_answers: 0,
             watched_answer: None,
             probe_every: PROBE_EVERY,
             turns: 0,
+            cpu_losses: 0,
             polling: false,
         }
     }
@@ -283,6 +293,9 @@ impl Policy {
     /// A request came in at `now`: what was decided for it (whether it is polled), and
     /// whether the task must be told to start a spell.
     pub(crate) fn arrive(&mut self, now: Instant) -> (Arrival, bool) {
+        // The next request has come: the polling after the answers before it is over (the
+        // request window, if it polls for this one, takes over).
+        self.last_answer = None;
         let next_in_window = self
             .watched_answer
             .take()
@@ -307,6 +320,7 @@ impl Policy {
             at: now,
             polled,
             turns: self.turns,
+            cpu_losses: self.cpu_losses,
             next_in_window,
         };
         if !polled {
@@ -326,7 +340,11 @@ impl Policy {
             let in_window = now.saturating_duration_since(arrival.at) <= self.windows.request;
             // Answered before the polling took a turn: it waited on nothing.
             let waited = self.turns != arrival.turns;
-            if waited && in_window {
+            // In progress when a turn lost the CPU: whatever it says, the neighbour is there.
+            let before_a_loss = self.cpu_losses != arrival.cpu_losses;
+            if before_a_loss {
+                // No credit, and the probes stay as spaced as the loss left them.
+            } else if waited && in_window {
                 self.credit = (self.credit + 1).min(CREDIT_MAX);
                 self.probe_every = PROBE_EVERY;
             } else if waited {
@@ -350,8 +368,8 @@ impl Policy {
         };
         answered.polled_after = Some(polled_after);
         if polled_after {
-            // An answer polled after, not yet followed by a request, is not judged: the one
-            // the next request follows is.
+            // Only the latest answer polled after before a request is judged by it: an
+            // earlier one, followed by this answer rather than by a request, is not.
             self.watched_answer = Some(now);
             self.last_answer = Some(now);
             answered.start = self.begin();
@@ -375,6 +393,7 @@ impl Policy {
     /// A turn lost the CPU for [`CPU_TAKEN`] or more: the spell is over, both credits gone,
     /// and the probes come half as often.
     pub(crate) fn cpu_taken(&mut self) {
+        self.cpu_losses = self.cpu_losses.wrapping_add(1);
         self.polling = false;
         self.credit = 0;
         self.uncredited = 0;

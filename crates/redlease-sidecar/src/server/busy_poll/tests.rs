@@ -299,7 +299,7 @@ fn an_app_locking_back_to_back_keeps_the_answer_window() {
     assert!(judged[1..].iter().all(|&j| j == Some(true)));
 }
 
-/// Requests further apart than the window stop the polling after answers within a few of
+/// Requests further apart than the window stop the polling after answers after two of
 /// them; one answer in `PROBE_EVERY` is polled after all the same, and a probe followed by a
 /// request in its window brings the polling back.
 #[test]
@@ -308,9 +308,9 @@ fn requests_further_apart_stop_the_answer_window_and_probes_bring_it_back() {
     let t0 = Instant::now();
     let (polled_after, judged) = back_to_back(&mut policy, t0, us(500), 400);
     let first_unpolled = polled_after.iter().position(|&p| !p).expect("it stops");
-    assert!(
-        first_unpolled <= 3,
-        "stopped after {first_unpolled} answers"
+    assert_eq!(
+        first_unpolled, 2,
+        "two windows outlasted stop it, one does not"
     );
     assert_eq!(judged[1], Some(false));
     let later = &polled_after[first_unpolled..];
@@ -424,5 +424,85 @@ async fn spells_end_with_the_answer_or_the_window() {
     assert!(turns() > after);
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!polling(), "the spell outlived its window");
+    task.abort();
+}
+
+/// A request's arrival ends the polling after the answer before it: with masters too far for
+/// the request window, the thread does not go on polling through the request's wait.
+#[test]
+fn an_arrival_ends_the_answer_window() {
+    let mut policy = Policy::new(Windows {
+        request: WINDOW,
+        after_answer: WINDOW,
+    });
+    let mut at = Instant::now();
+    // Masters 300 µs away spend the request window's credit; the app's next request comes
+    // 20 µs after each answer.
+    for _ in 0..20 {
+        let (arrival, _) = policy.arrive(at);
+        policy.keep_polling(at + us(10));
+        policy.answer(arrival, at + us(300));
+        at += us(320);
+    }
+    let (arrival, _) = policy.arrive(at);
+    assert!(!arrival.polled, "the request window stopped");
+    assert!(
+        !policy.keep_polling(at + us(10)),
+        "the answer window's polling ended with the arrival"
+    );
+    let answered = policy.answer(arrival, at + us(300));
+    assert_eq!(
+        answered.polled_after,
+        Some(true),
+        "it polls after answers still"
+    );
+    assert!(policy.keep_polling(at + us(310)));
+}
+
+/// A request in progress when a turn lost the CPU earns no credit when it is answered in its
+/// window, and leaves the probes as spaced as the loss made them.
+#[test]
+fn a_request_in_progress_at_a_lost_turn_earns_no_credit() {
+    let mut policy = request_window();
+    let t0 = Instant::now();
+    let (polled, _, arrival) = arrive(&mut policy, t0);
+    assert!(polled);
+    policy.keep_polling(t0 + us(10));
+    policy.cpu_taken();
+    assert_eq!(policy.answer(arrival, t0 + us(60)).in_window, Some(true));
+    let mut requests = Sequence::new(us(1_000));
+    let unpolled = (0..1_000)
+        .take_while(|_| !requests.next(&mut policy, us(50)).0)
+        .count();
+    assert_eq!(
+        unpolled,
+        2 * PROBE_EVERY as usize - 1,
+        "no credit, probes spaced"
+    );
+}
+
+/// On a runtime: an answer starts a spell, and the next request's arrival ends it.
+#[tokio::test(flavor = "current_thread")]
+async fn an_answer_starts_a_spell_and_the_next_request_ends_it() {
+    let windows = Windows {
+        request: Duration::ZERO,
+        after_answer: Duration::from_millis(50),
+    };
+    let busy = BusyPoll::new(windows).expect("a window");
+    let task = tokio::spawn(Arc::clone(&busy).run());
+    let turns = || busy.policy().turns;
+    let polling = || busy.policy().polling;
+
+    let first = busy.arrive();
+    tokio::task::yield_now().await;
+    assert_eq!(turns(), 0, "no request window: no spell for a request");
+    busy.answer(first);
+    tokio::task::yield_now().await;
+    tokio::task::yield_now().await;
+    assert!(turns() > 0 && polling(), "the answer started a spell");
+    let _next = busy.arrive();
+    tokio::task::yield_now().await;
+    tokio::task::yield_now().await;
+    assert!(!polling(), "the next request ended it");
     task.abort();
 }
