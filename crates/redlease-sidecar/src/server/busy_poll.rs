@@ -258,8 +258,9 @@ pub(crate) struct Policy {
     next_credit: u32,
     /// Answers that went out with no `next_credit`, for the probes.
     uncredited_answers: u32,
-    /// The latest answer polled after, until the next arrival tells whether that paid.
-    watched_answer: Option<Instant>,
+    /// The latest answer polled after (when, and `cpu_losses` then), until the next arrival
+    /// tells whether that paid.
+    watched_answer: Option<(Instant, u64)>,
     /// With no credit, one request (or answer) in this many is polled (after).
     probe_every: u32,
     /// Turns the polling task has taken (each look at `keep_polling`).
@@ -296,12 +297,15 @@ impl Policy {
         // The next request has come: the polling after the answers before it is over (the
         // request window, if it polls for this one, takes over).
         self.last_answer = None;
-        let next_in_window = self
-            .watched_answer
-            .take()
-            .map(|answered| now.saturating_duration_since(answered) < self.windows.after_answer);
-        if let Some(next_in_window) = next_in_window {
-            if next_in_window {
+        let judged = self.watched_answer.take().map(|(answered, cpu_losses)| {
+            let in_window = now.saturating_duration_since(answered) < self.windows.after_answer;
+            (in_window, cpu_losses != self.cpu_losses)
+        });
+        let next_in_window = judged.map(|(in_window, _)| in_window);
+        if let Some((in_window, before_a_loss)) = judged {
+            if before_a_loss {
+                // Counted, but no credit: the probes stay as spaced as the loss left them.
+            } else if in_window {
                 self.next_credit = (self.next_credit + 1).min(CREDIT_MAX);
                 self.probe_every = PROBE_EVERY;
             } else {
@@ -370,7 +374,7 @@ impl Policy {
         if polled_after {
             // Only the latest answer polled after before a request is judged by it: an
             // earlier one, followed by this answer rather than by a request, is not.
-            self.watched_answer = Some(now);
+            self.watched_answer = Some((now, self.cpu_losses));
             self.last_answer = Some(now);
             answered.start = self.begin();
         }
@@ -399,7 +403,6 @@ impl Policy {
         self.uncredited = 0;
         self.next_credit = 0;
         self.uncredited_answers = 0;
-        self.watched_answer = None;
         self.last_answer = None;
         self.probe_every = (self.probe_every * 2).min(MAX_PROBE_EVERY);
     }
