@@ -249,15 +249,11 @@ pub(crate) struct Policy {
     last_arrival: Option<Instant>,
     /// The latest answer, when answers start a window of their own.
     last_answer: Option<Instant>,
-    /// Requests answered in their window lately; polling needs some (see [`PROBE_EVERY`]).
-    credit: u32,
-    /// Requests that came in with no credit, for the probes.
-    uncredited: u32,
+    /// Requests answered in their window lately; polling for a request needs some.
+    credit: Credit,
     /// Polled answers followed by the next request within the answer window lately; polling
     /// after an answer needs some.
-    next_credit: u32,
-    /// Answers that went out with no `next_credit`, for the probes.
-    uncredited_answers: u32,
+    next_credit: Credit,
     /// The latest answer polled after (when, and `cpu_losses` then), until the next arrival
     /// tells whether that paid.
     watched_answer: Option<(Instant, u64)>,
@@ -279,10 +275,8 @@ impl Policy {
             in_progress: 0,
             last_arrival: None,
             last_answer: None,
-            credit: INITIAL_CREDIT,
-            uncredited: 0,
-            next_credit: INITIAL_NEXT_CREDIT,
-            uncredited_answers: 0,
+            credit: Credit::new(INITIAL_CREDIT, OUTLASTED_COST),
+            next_credit: Credit::new(INITIAL_NEXT_CREDIT, NEXT_OUTLASTED_COST),
             watched_answer: None,
             probe_every: PROBE_EVERY,
             turns: 0,
@@ -306,20 +300,12 @@ impl Policy {
             if before_a_loss {
                 // Counted, but no credit: the probes stay as spaced as the loss left them.
             } else if in_window {
-                self.next_credit = (self.next_credit + 1).min(CREDIT_MAX);
-                self.probe_every = PROBE_EVERY;
+                self.next_credit.paid(&mut self.probe_every);
             } else {
-                self.next_credit = self.next_credit.saturating_sub(NEXT_OUTLASTED_COST);
+                self.next_credit.outlasted();
             }
         }
-        let polled = if self.windows.request.is_zero() {
-            false
-        } else if self.credit > 0 {
-            true
-        } else {
-            self.uncredited = self.uncredited.wrapping_add(1);
-            self.uncredited.is_multiple_of(self.probe_every)
-        };
+        let polled = !self.windows.request.is_zero() && self.credit.polls(self.probe_every);
         let arrival = Arrival {
             at: now,
             polled,
@@ -349,10 +335,9 @@ impl Policy {
             if before_a_loss {
                 // No credit, and the probes stay as spaced as the loss left them.
             } else if waited && in_window {
-                self.credit = (self.credit + 1).min(CREDIT_MAX);
-                self.probe_every = PROBE_EVERY;
+                self.credit.paid(&mut self.probe_every);
             } else if waited {
-                self.credit = self.credit.saturating_sub(OUTLASTED_COST);
+                self.credit.outlasted();
             }
             in_window
         });
@@ -364,12 +349,7 @@ impl Policy {
         if self.windows.after_answer.is_zero() {
             return answered;
         }
-        let polled_after = if self.next_credit > 0 {
-            true
-        } else {
-            self.uncredited_answers = self.uncredited_answers.wrapping_add(1);
-            self.uncredited_answers.is_multiple_of(self.probe_every)
-        };
+        let polled_after = self.next_credit.polls(self.probe_every);
         answered.polled_after = Some(polled_after);
         if polled_after {
             // Only the latest answer polled after before a request is judged by it: an
@@ -399,10 +379,8 @@ impl Policy {
     pub(crate) fn cpu_taken(&mut self) {
         self.cpu_losses = self.cpu_losses.wrapping_add(1);
         self.polling = false;
-        self.credit = 0;
-        self.uncredited = 0;
-        self.next_credit = 0;
-        self.uncredited_answers = 0;
+        self.credit.clear();
+        self.next_credit.clear();
         self.last_answer = None;
         self.probe_every = (self.probe_every * 2).min(MAX_PROBE_EVERY);
     }
@@ -410,6 +388,54 @@ impl Policy {
     /// A spell is wanted: whether the task must be told (it is not in one).
     fn begin(&mut self) -> bool {
         !std::mem::replace(&mut self.polling, true)
+    }
+}
+
+/// One window's credit: what it earned lately, and its probes while it has none.
+#[derive(Debug)]
+struct Credit {
+    held: u32,
+    /// Requests (or answers) that came with no credit held, for the probes.
+    uncredited: u32,
+    /// What a window outlasted takes.
+    outlasted_cost: u32,
+}
+
+impl Credit {
+    fn new(held: u32, outlasted_cost: u32) -> Self {
+        Credit {
+            held,
+            uncredited: 0,
+            outlasted_cost,
+        }
+    }
+
+    /// Whether to poll for the next one: with credit held, yes; with none, one in
+    /// `probe_every` (see [`PROBE_EVERY`]).
+    fn polls(&mut self, probe_every: u32) -> bool {
+        if self.held > 0 {
+            return true;
+        }
+        self.uncredited = self.uncredited.wrapping_add(1);
+        self.uncredited.is_multiple_of(probe_every)
+    }
+
+    /// A window paid: one more credit (up to [`CREDIT_MAX`]), and the probes, should the
+    /// credit run out, as frequent as at first.
+    fn paid(&mut self, probe_every: &mut u32) {
+        self.held = (self.held + 1).min(CREDIT_MAX);
+        *probe_every = PROBE_EVERY;
+    }
+
+    /// A window was outlasted.
+    fn outlasted(&mut self) {
+        self.held = self.held.saturating_sub(self.outlasted_cost);
+    }
+
+    /// No credit left, and the count toward the next probe from nought.
+    fn clear(&mut self) {
+        self.held = 0;
+        self.uncredited = 0;
     }
 }
 
