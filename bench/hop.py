@@ -226,6 +226,17 @@ def load(target, workload):
     return report
 
 
+def load_on_masters(target, workload, master_pids):
+    """`load`, with the masters' CPU (µs) and reads per cycle around it in its report."""
+    before = masters_work(master_pids)
+    report = load(target, workload)
+    after = masters_work(master_pids)
+    cycles = report["ops"] + report["errors"] + WARMUP * report["clients"]
+    report["masters_cpu_us"] = (after[0] - before[0]) / cycles * 1e6
+    report["masters_reads"] = (after[1] - before[1]) / cycles
+    return report
+
+
 RATES = [int(r) for r in os.environ.get("RATES", "100,1000,3000").split(",") if r]
 
 
@@ -283,13 +294,10 @@ def main():
                     proc = sidecars.get(name)
                     before = (cpu_seconds(proc.pid), ctx_switches(proc.pid)) if proc else None
                     sched_before = scheduled_seconds(proc.pid) if proc else None
-                    masters_before, started = masters_work(master_pids), time.monotonic()
-                    report = load(target, workload)
+                    started = time.monotonic()
+                    report = load_on_masters(target, workload, master_pids)
                     wall = time.monotonic() - started
                     cycles = report["ops"] + report["errors"] + WARMUP * report["clients"]
-                    masters_after = masters_work(master_pids)
-                    report["masters_cpu_us"] = (masters_after[0] - masters_before[0]) / cycles * 1e6
-                    report["masters_reads"] = (masters_after[1] - masters_before[1]) / cycles
                     if proc:
                         used = cpu_seconds(proc.pid) - before[0]
                         report["sidecar_cpu_us"] = used / cycles * 1e6
@@ -304,12 +312,8 @@ def main():
                     # The engine held to the TCP sidecar's throughput of this round: what the
                     # masters' work per cycle owes to the rate rather than to the sidecar.
                     rate = str(round(runs[("sidecar", "parallel")][-1]["ops_per_s"]))
-                    masters_before = masters_work(master_pids)
-                    report = load([*targets["engine"], "--rate", rate], workload)
-                    cycles = report["ops"] + report["errors"] + WARMUP * report["clients"]
-                    masters_after = masters_work(master_pids)
-                    report["masters_cpu_us"] = (masters_after[0] - masters_before[0]) / cycles * 1e6
-                    report["masters_reads"] = (masters_after[1] - masters_before[1]) / cycles
+                    report = load_on_masters([*targets["engine"], "--rate", rate], workload,
+                                             master_pids)
                     runs.setdefault((AT_SIDECAR_RATE, workload), []).append(report)
     finally:
         for proc in sidecars.values():
