@@ -480,6 +480,14 @@ fn validate_text(text: &str, max_bytes: usize) -> Result<(), &'static str> {
     if text.len() > max_bytes {
         return Err("too long");
     }
+    // Most names are ASCII: its control characters are C0 and DEL, and it has no format
+    // characters (the first is U+00AD), so a check of the bytes decides, at a word a time.
+    if text.is_ascii() {
+        return match text.bytes().any(|b| b.is_ascii_control()) {
+            true => Err("must not contain control characters"),
+            false => Ok(()),
+        };
+    }
     if text.chars().any(char::is_control) {
         return Err("must not contain control characters");
     }
@@ -552,6 +560,20 @@ mod tests {
         assert!(validate_resource("").is_err());
         assert!(validate_resource("a\nb").is_err());
         assert!(validate_resource("a\u{7f}b").is_err());
+    }
+
+    /// An ASCII name (checked byte by byte) gets the verdict of the rule on characters, for
+    /// every ASCII character, alone and beside a non-ASCII one (checked by characters).
+    #[test]
+    fn ascii_names_follow_the_rule_on_characters() {
+        for byte in 0u8..128 {
+            let c = char::from(byte);
+            let refused = c.is_control() || is_invisible_format(c);
+            for name in [format!("job{c}"), format!("é{c}")] {
+                assert_eq!(validate_resource(&name).is_err(), refused, "{name:?}");
+                assert_eq!(validate_owner(&name).is_err(), refused, "{name:?}");
+            }
+        }
     }
 
     /// Lock names of every kind map to their own keys and back; a semaphore's slots share
