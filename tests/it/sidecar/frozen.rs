@@ -3,7 +3,7 @@
 //! reads a stream over TCP or the sidecar's Unix socket), frozen with SIGSTOP while its kernel
 //! keeps the connection open: its auto-renewed lease is released as idle within the idle
 //! timeout and a blocked acquirer gets the resource. A reader that keeps reading keeps its
-//! lease past many idle timeouts.
+//! lease past many idle timeouts. A frozen election observer's stream is ended the same way.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -28,6 +28,8 @@ const RENEWAL_PERIOD: Duration = Duration::from_millis(TTL_MS / 2);
 
 /// Names what the reader process reads: `tcp <addr> <path>` or `unix <socket> <path>`.
 const READER_ENV: &str = "REDLEASE_TEST_STREAM_READER";
+/// A file the reader process creates once it has read the first bytes of its stream.
+const READER_OPENED_ENV: &str = "REDLEASE_TEST_STREAM_READER_OPENED";
 /// The reader process gives up after this, whatever happens to the test that started it.
 const READER_LIFETIME: Duration = Duration::from_secs(60);
 
@@ -61,13 +63,20 @@ impl Api {
             Api::Unix(socket) => format!("unix {} {path}", socket.display()),
         };
         let test = "sidecar::frozen::event_stream_reader_process";
+        let dir = tempfile::tempdir().unwrap();
+        let opened = dir.path().join("opened");
         let mut child = Command::new(std::env::current_exe().unwrap());
         child
             .args(["--ignored", "--exact", test, "--test-threads=1", "--quiet"])
             .env(READER_ENV, target)
+            .env(READER_OPENED_ENV, &opened)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        Reader(child.spawn().unwrap())
+        Reader {
+            child: child.spawn().unwrap(),
+            opened,
+            _dir: dir,
+        }
     }
 
     async fn acquire(&self, body: Value) -> (u16, Value) {
@@ -77,11 +86,21 @@ impl Api {
 }
 
 /// A reader process: frozen with SIGSTOP; on drop, thawed and killed (only this pid).
-struct Reader(Child);
+struct Reader {
+    child: Child,
+    /// Created by the process once its stream's first bytes came.
+    opened: PathBuf,
+    _dir: tempfile::TempDir,
+}
 
 impl Reader {
     fn pid(&self) -> Pid {
-        Pid::from_raw(self.0.id() as i32)
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    /// Returns once the process has read the first bytes of its stream.
+    async fn wait_open(&self) {
+        assert_eventually!(self.opened.exists(), 10, "the reader's stream did not open");
     }
 
     fn freeze(&self) {
@@ -92,8 +111,8 @@ impl Reader {
 impl Drop for Reader {
     fn drop(&mut self) {
         let _ = kill(self.pid(), Signal::SIGCONT);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -213,9 +232,50 @@ async fn a_reading_stream_keeps_its_lease_past_many_idle_timeouts() {
     assert!(still["validity_ms"].as_u64().unwrap() > 0, "{still}");
 }
 
+/// An election's observer is held to a lease stream's rule, over loopback TCP: while it reads,
+/// its stream stays open past several idle timeouts, holding the only place among
+/// `http.max_event_streams`; frozen, it has its stream ended within the idle timeout and a
+/// few heartbeats, and the next observer gets the place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_observer_gives_its_stream_back() {
+    let fleet = TestFleet::start(3);
+    let idle = IDLE.as_millis().to_string();
+    let env = [
+        ("REDLEASE__HTTP__MAX_EVENT_STREAMS", "1"),
+        ("REDLEASE__LEASE__IDLE_TIMEOUT_MS", idle.as_str()),
+    ];
+    let sidecar = TestSidecar::start(&fleet, &env).await;
+    let api = Api::Tcp(sidecar.addr);
+    let url = format!("{}/v1/elections/other/observe", sidecar.base);
+    let observe = || async {
+        let answer = sidecar
+            .http
+            .get(&url)
+            .timeout(Duration::from_secs(2))
+            .send();
+        answer.await.unwrap().status().as_u16()
+    };
+    let reader = api.reader("/v1/elections/db/observe");
+    reader.wait_open().await;
+    assert_eq!(observe().await, 429, "the reader's stream holds no place");
+    tokio::time::sleep(3 * IDLE).await;
+    assert_eq!(observe().await, 429, "a reading observer lost its stream");
+    reader.freeze();
+    let frozen = Instant::now();
+    assert_eventually!(
+        observe().await == 200,
+        3,
+        "the frozen observer's stream still holds its place"
+    );
+    let took = frozen.elapsed();
+    eprintln!("the frozen observer's place was free {took:?} after it froze");
+    assert!(took < IDLE + 4 * IDLE / 4, "free {took:?} after the freeze");
+}
+
 /// Not a test of its own: the reader process of the tests above, which run this binary on it
 /// with `REDLEASE_TEST_STREAM_READER` set; without it, it does nothing. It asks for the stream
-/// and reads it as it comes until the sidecar closes it (or a minute passed).
+/// and reads it as it comes until the sidecar closes it (or a minute passed), and says when its
+/// first bytes came (in the file `REDLEASE_TEST_STREAM_READER_OPENED` names, when set).
 #[test]
 #[ignore = "the frozen-reader tests run it as a child process"]
 fn event_stream_reader_process() {
@@ -229,11 +289,18 @@ fn event_stream_reader_process() {
         _ => Box::new(std::os::unix::net::UnixStream::connect(parts[1]).unwrap()),
     };
     stream.write_all(request.as_bytes()).unwrap();
+    let opened = std::env::var_os(READER_OPENED_ENV);
     let started = Instant::now();
     let mut buf = [0u8; 4096];
+    let mut first = true;
     while started.elapsed() < READER_LIFETIME {
         if matches!(stream.read(&mut buf), Ok(0) | Err(_)) {
             return;
+        }
+        if std::mem::take(&mut first) {
+            if let Some(opened) = &opened {
+                std::fs::write(opened, b"").unwrap();
+            }
         }
     }
 }

@@ -11,26 +11,25 @@ use std::time::Duration;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 use utoipa::ToSchema;
 
 use super::body::{JsonBody, Millis};
 use super::error::ApiError;
+use super::events::{count_check, reader_sample, StreamConn};
 use super::handlers::{acquire_request, answer_acquisition, lease_id, renew_error, resource_path};
 use super::requests::{AcquireBody, LeaseIdParam};
 use super::AppState;
 use crate::keys::validate_value;
+use crate::lease::reading::{heartbeat_period, ReadingChecks, Sample};
 use crate::lease::{AcquireKind, LeaseView};
 use crate::redlock::election::DEFAULT_OBSERVE_POLL;
 use crate::redlock::Leadership;
-
-/// How often an observe stream sends a heartbeat (an empty comment line) while nothing
-/// changes, so that a client's and a proxy's idle timeouts do not close it.
-const OBSERVE_HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// Body of `POST /v1/elections/{resource}/campaign`: the acquire body's fields and the value
 /// the leader proclaims (unknown fields are refused; `null` is the same as leaving a field
@@ -230,7 +229,9 @@ pub(super) async fn show(
 /// `unknown`, each with the election as `GET` answers it, sent whenever the state, the
 /// leader, its term or its value changes. The masters are read every 200 ms and at once when
 /// a leader resigns or proclaims. Each open stream holds one of `http.max_event_streams`
-/// permits until its client goes; the sidecar's shutdown ends it.
+/// permits until it ends: when its client goes, when its client has read nothing of it for
+/// `lease.idle_timeout_ms` (checked as a lease's event stream is, before each heartbeat), or
+/// at the sidecar's shutdown.
 #[utoipa::path(
     get,
     path = "/v1/elections/{resource}/observe",
@@ -243,7 +244,9 @@ pub(super) async fn show(
             `vacant`, `unknown`, and `data:` the election (`ElectionView`). The first comes at \
             once; then one per change (the validity aside). Terms never go back on one stream: \
             a read showing a lower term than one sent is sent as `unknown`. Heartbeats (`:`) \
-            every 5 s.",
+            every quarter of the sidecar's `lease.idle_timeout_ms` (50 ms to 5 s); a client \
+            on this host that has read nothing of the stream for `lease.idle_timeout_ms` has \
+            its stream ended.",
         content_type = "text/event-stream",
         body = String,
     )),
@@ -251,6 +254,7 @@ pub(super) async fn show(
 pub(super) async fn observe(
     State(state): State<AppState>,
     resource: Result<Path<String>, PathRejection>,
+    conn: Option<Extension<StreamConn>>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let resource = resource_path(resource)?;
     let permit = Arc::clone(&state.streams)
@@ -260,21 +264,95 @@ pub(super) async fn observe(
             ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams", detail)
         })?;
     let observer = state.engine.observe(&resource, DEFAULT_OBSERVE_POLL)?;
+    let reader = ObserverReader::new(
+        resource,
+        conn.map(|Extension(conn)| conn),
+        state.manager.policy().idle_timeout,
+        Instant::now(),
+    );
     // The stream ends at shutdown, so that it holds no connection the drain waits for.
     let closing = Box::pin(state.manager.closing());
     let stream = futures_util::stream::unfold(
-        (observer, permit, closing),
-        |(mut observer, permit, mut closing)| async move {
-            let told = tokio::select! {
-                told = observer.next() => told,
+        (observer, reader, permit, closing),
+        |(mut observer, mut reader, permit, mut closing)| async move {
+            // A read of the masters cut short by a heartbeat is made again at once: the
+            // observer keeps what a read told only once the read is whole.
+            let event = tokio::select! {
+                told = observer.next() => {
+                    let view = ElectionView::from(&told);
+                    let data = serde_json::to_string(&view).unwrap_or_default();
+                    Event::default().event(told.state()).data(data)
+                }
+                _ = reader.heartbeat.tick() => {
+                    if reader.gone().await {
+                        return None;
+                    }
+                    Event::default().comment("")
+                }
                 _ = &mut closing => return None,
             };
-            let view = ElectionView::from(&told);
-            let data = serde_json::to_string(&view).unwrap_or_default();
-            let event = Event::default().event(told.state()).data(data);
-            Some((Ok(event), (observer, permit, closing)))
+            Some((Ok(event), (observer, reader, permit, closing)))
         },
     );
-    let heartbeat = KeepAlive::new().interval(OBSERVE_HEARTBEAT).text("");
-    Ok(Sse::new(stream).keep_alive(heartbeat))
+    Ok(Sse::new(stream))
+}
+
+/// The client of one observe stream, checked before each heartbeat as a lease's event stream
+/// is: a client that has read nothing for the idle timeout (a frozen or stuck process, whose
+/// kernel keeps the connection open) is gone, and its stream gives its permit back.
+struct ObserverReader {
+    resource: String,
+    conn: Option<StreamConn>,
+    heartbeat: Interval,
+    checks: ReadingChecks,
+    /// The latest instant the client was proven to read at (its opening at first), or the last
+    /// check that could not tell (a client off this host is not judged).
+    alive: Instant,
+    idle_timeout: Duration,
+    recheck: Duration,
+}
+
+impl ObserverReader {
+    fn new(
+        resource: String,
+        conn: Option<StreamConn>,
+        idle_timeout: Duration,
+        now: Instant,
+    ) -> Self {
+        let period = heartbeat_period(idle_timeout);
+        let mut heartbeat = tokio::time::interval_at(now + period, period);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Self {
+            resource,
+            conn,
+            heartbeat,
+            checks: ReadingChecks::new(now),
+            alive: now,
+            idle_timeout,
+            recheck: period / 10,
+        }
+    }
+
+    /// Checks how far the client has read; `true` once it has read nothing for the idle
+    /// timeout.
+    async fn gone(&mut self) -> bool {
+        let sample = reader_sample(self.conn.as_ref(), self.recheck).await;
+        let now = Instant::now();
+        let proof = self.checks.observe(now, sample);
+        count_check(sample, proof);
+        match (sample, proof) {
+            (Sample::Unchecked, _) => self.alive = now,
+            (_, Some(at)) => self.alive = self.alive.max(at),
+            (_, None) => {}
+        }
+        let gone = now.saturating_duration_since(self.alive) > self.idle_timeout;
+        if gone {
+            tracing::warn!(
+                resource = %self.resource,
+                "an election's observer has read nothing for its idle timeout: its stream \
+                 is ended"
+            );
+        }
+        gone
+    }
 }

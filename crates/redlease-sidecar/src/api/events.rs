@@ -225,14 +225,7 @@ impl Feed {
         let now = Instant::now();
         let sample = self.sample().await;
         let proof = self.checks.observe(now, sample);
-        let outcome = match (sample, proof) {
-            (Sample::Unchecked, _) => "unchecked",
-            (_, Some(_)) => "read",
-            (_, None) => "unread",
-        };
-        METRICS
-            .stream_checks
-            .add(1, &metrics::label("outcome", outcome));
+        count_check(sample, proof);
         if let Some(at) = proof {
             self.guard.alive_at(at);
         }
@@ -247,17 +240,36 @@ impl Feed {
     }
 
     async fn sample(&self) -> Sample {
-        let socket = self.conn.as_ref().and_then(|conn| conn.0.socket());
-        let Some(socket) = socket else {
-            return Sample::Unchecked;
-        };
-        let first = sample_of(&socket);
-        if first != Sample::Drained(false) {
-            return first;
-        }
-        tokio::time::sleep(self.recheck).await;
-        sample_of(&socket)
+        reader_sample(self.conn.as_ref(), self.recheck).await
     }
+}
+
+/// How far the app on `conn` has read, as the kernel tells: a Unix check that finds something
+/// unconsumed looks again `recheck` later (an event sent a moment before the check may not
+/// have been read yet).
+pub(super) async fn reader_sample(conn: Option<&StreamConn>, recheck: Duration) -> Sample {
+    let socket = conn.and_then(|conn| conn.0.socket());
+    let Some(socket) = socket else {
+        return Sample::Unchecked;
+    };
+    let first = sample_of(&socket);
+    if first != Sample::Drained(false) {
+        return first;
+    }
+    tokio::time::sleep(recheck).await;
+    sample_of(&socket)
+}
+
+/// Counts a check of a stream's reader in `lock_event_stream_checks_total`.
+pub(super) fn count_check(sample: Sample, proof: Option<Instant>) {
+    let outcome = match (sample, proof) {
+        (Sample::Unchecked, _) => "unchecked",
+        (_, Some(_)) => "read",
+        (_, None) => "unread",
+    };
+    METRICS
+        .stream_checks
+        .add(1, &metrics::label("outcome", outcome));
 }
 
 /// The kernel's answer for `socket` as a check's sample.

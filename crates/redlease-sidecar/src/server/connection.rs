@@ -151,7 +151,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         self.activity.dispatch();
-        let streaming = is_event_stream(&request);
+        // A stream's handler checks its reader through the connection's socket.
+        let streaming = opens_a_stream(&request);
         if streaming {
             self.activity.want_socket();
             let conn = StreamConn(Arc::clone(&self.activity) as _);
@@ -160,9 +161,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         // A stream (a lease's events, an election's observers) waits on nothing in particular
         // and stays open: no busy polling for it.
         let busy_poll = match &self.busy_poll {
-            Some(busy_poll) if !opens_a_stream(&request) => {
-                Some((Arc::clone(busy_poll), busy_poll.arrive()))
-            }
+            Some(busy_poll) if !streaming => Some((Arc::clone(busy_poll), busy_poll.arrive())),
             _ => None,
         };
         let finished = Finished {
