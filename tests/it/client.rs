@@ -49,6 +49,34 @@ async fn a_lock_has_a_fencing_token_and_a_lease_id() {
     assert_eq!(fleet.lock_keys_on(&[0, 1, 2]), Vec::<String>::new());
 }
 
+/// Every resource name reaches the sidecar as given: names that are dot segments, or that
+/// hold characters a URL drops or treats apart (a tab the sidecar refuses, `%`, `[`), are
+/// each locked under their own name, or refused, never taken for another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_names_reach_the_sidecar_as_given() {
+    let fleet = TestFleet::start(3);
+    let (_sidecar, client) = sidecar(&fleet).await;
+    for resource in [
+        ".",
+        "..",
+        "a.",
+        "..a",
+        "100%",
+        "[v]^|{}",
+        "é ü",
+        "a;b=c:d@e",
+    ] {
+        let guard = client.lock(resource).send().await.unwrap();
+        assert_eq!(guard.resource(), resource);
+        let key = format!("redlease:lock:{resource}");
+        assert_eq!(fleet.lock_keys(0), [key], "{resource:?}");
+        assert!(guard.release().await.unwrap());
+    }
+    let refused = client.lock("a\tb").send().await.unwrap_err();
+    assert_eq!(refused.reason(), Some("invalid_resource"), "{refused:?}");
+    assert_eq!(fleet.lock_keys(0), Vec::<String>::new());
+}
+
 /// A second lock that waits gets the resource once the first is released, with a larger
 /// token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,6 +34,7 @@ mod hold;
 mod http;
 mod lease;
 mod own_wakes;
+mod path;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -52,6 +53,7 @@ use http::{Endpoint, Transport};
 use hyper::header::HeaderValue;
 use hyper::Method;
 pub use lease::{LeaseEnd, LeaseInfo, LeaseState};
+use path::BasePath;
 
 /// How much longer than the wait it asked for a request may take before the client gives up
 /// on it (the sidecar's own request timeout is its longest wait plus 10 s).
@@ -63,8 +65,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone, Debug)]
 pub struct Client {
     http: Transport,
-    /// The URL given, whose path (a prefix, perhaps) every request's path starts with.
+    /// The URL given.
     base: url::Url,
+    /// The URL's path (a prefix, perhaps), with which every request's path starts.
+    base_path: BasePath,
     /// The `unix:/path` URL of a sidecar on a Unix socket, as given (requests then go to
     /// `http://localhost/` over the socket).
     unix_url: Option<String>,
@@ -179,6 +183,7 @@ impl Client {
             let http = Transport::new(endpoint, HeaderValue::from_static("localhost"));
             return Ok(Self {
                 http,
+                base_path: BasePath::of(&base),
                 base,
                 unix_url: Some(url.to_string()),
             });
@@ -208,6 +213,7 @@ impl Client {
         let http = Transport::new(Endpoint::Tcp(format!("{host}:{port}")), host_header);
         Ok(Self {
             http,
+            base_path: BasePath::of(&base),
             base,
             unix_url: None,
         })
@@ -299,12 +305,7 @@ impl Client {
 
     /// The base URL's path with `segments` appended, each percent-encoded.
     fn path(&self, segments: &[&str]) -> String {
-        let mut url = self.base.clone();
-        // `new` refused URLs that cannot be a base, the only ones without path segments.
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty().extend(segments);
-        }
-        url.path().to_string()
+        self.base_path.join(segments)
     }
 }
 
