@@ -13,12 +13,13 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Extension;
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use utoipa::ToSchema;
 
+use super::answers::Json;
 use super::body::{JsonBody, Millis};
 use super::error::ApiError;
 use super::events::{count_check, reader_sample, StreamConn};

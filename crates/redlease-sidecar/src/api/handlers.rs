@@ -8,12 +8,11 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::answers::{
-    AcquireRefusal, FleetAnswer, FleetMaster, Live, Ready, ReleaseRefusal, Released,
+    AcquireRefusal, FleetAnswer, FleetMaster, Json, Live, Ready, ReleaseRefusal, Released,
 };
 use super::body::{JsonBody, OptionalJsonBody};
 use super::error::{problem_with, ApiError};

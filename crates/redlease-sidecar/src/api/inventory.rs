@@ -6,10 +6,10 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
+use super::answers::Json;
 use super::body::JsonBody;
 use super::error::{problem_with, ApiError};
 use super::handlers::resource_path;

@@ -6,9 +6,8 @@
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 
-use super::answers::{Reentered, Released};
+use super::answers::{Json, Reentered, Released};
 use super::body::OptionalJsonBody;
 use super::error::ApiError;
 use super::handlers::{lease_id, renew_error};

@@ -6,11 +6,10 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::answers::AcquireRefusal;
+use super::answers::{AcquireRefusal, Json};
 use super::body::{JsonBody, Millis};
 use super::error::{problem_with, ApiError};
 use super::handlers::{acquire_request, answer_acquisition, lease_id, renew_error, resource_path};
