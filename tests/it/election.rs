@@ -274,6 +274,30 @@ async fn observe_streams_are_capped_with_the_event_streams() {
     );
 }
 
+/// Heartbeats do not starve an observer: with the shortest heartbeat (50 ms, a 100 ms idle
+/// timeout) and three masters of five frozen, so that each read of the masters waits out the
+/// per-master timeout, reads still end and the observer is told `unknown`, then the leader
+/// once the masters thaw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_do_not_starve_an_observer_of_slow_reads() {
+    let mut fleet = TestFleet::start(5);
+    let env = [("REDLEASE__LEASE__IDLE_TIMEOUT_MS", "100")];
+    let sidecar = TestSidecar::start(&fleet, &env).await;
+    for server in &mut fleet.servers[..3] {
+        server.pause();
+    }
+    let mut events = observe(&sidecar, "db").await;
+    assert_eq!(next(&mut events, Duration::from_secs(5)).await.0, "unknown");
+    for server in &mut fleet.servers[..3] {
+        server.resume();
+    }
+    let body = json!({"owner": "a", "value": "x", "ttl_ms": 2000, "wait_ms": 5000});
+    let (status, leader) = campaign(&sidecar, "db", body).await;
+    assert_eq!(status, 200, "{leader}");
+    let (name, data) = next_known(&mut events, Duration::from_secs(5)).await;
+    assert_eq!((name.as_str(), &data["term"]), ("leader", &leader["term"]));
+}
+
 /// The sidecar's shutdown ends its observe streams, so its drain does not wait out the grace
 /// period (5 s) for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

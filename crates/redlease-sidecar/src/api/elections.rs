@@ -14,7 +14,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use utoipa::ToSchema;
@@ -273,13 +273,22 @@ pub(super) async fn observe(
     );
     // The stream ends at shutdown, so that it holds no connection the drain waits for.
     let closing = Box::pin(state.manager.closing());
+    // The changes as a stream of their own, which keeps a read of the masters in progress
+    // while a heartbeat goes out (a read cut short at every heartbeat would never end when
+    // reads take longer than the heartbeat period, as with frozen masters).
+    let changes = Box::pin(futures_util::stream::unfold(
+        observer,
+        |mut observer| async {
+            let told = observer.next().await;
+            Some((told, observer))
+        },
+    ));
     let stream = futures_util::stream::unfold(
-        (observer, reader, permit, closing),
-        |(mut observer, mut reader, permit, mut closing)| async move {
-            // A read of the masters cut short by a heartbeat is made again at once: the
-            // observer keeps what a read told only once the read is whole.
+        (changes, reader, permit, closing),
+        |(mut changes, mut reader, permit, mut closing)| async move {
             let event = tokio::select! {
-                told = observer.next() => {
+                told = changes.next() => {
+                    let told = told?;
                     let view = ElectionView::from(&told);
                     let data = serde_json::to_string(&view).unwrap_or_default();
                     Event::default().event(told.state()).data(data)
@@ -292,7 +301,7 @@ pub(super) async fn observe(
                 }
                 _ = &mut closing => return None,
             };
-            Some((Ok(event), (observer, reader, permit, closing)))
+            Some((Ok(event), (changes, reader, permit, closing)))
         },
     );
     Ok(Sse::new(stream))
