@@ -274,28 +274,51 @@ async fn observe_streams_are_capped_with_the_event_streams() {
     );
 }
 
-/// Heartbeats do not starve an observer: with the shortest heartbeat (50 ms, a 100 ms idle
-/// timeout) and three masters of five frozen, so that each read of the masters waits out the
+/// Heartbeats do not starve an observer: with heartbeats every 100 ms (a 400 ms idle timeout)
+/// and three masters of five frozen, so that each read of the masters waits out the
 /// per-master timeout, reads still end and the observer is told `unknown`, then the leader
-/// once the masters thaw.
+/// once the masters thaw. The stream is read all along (by a task of its own), as an observer
+/// must be to keep it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_do_not_starve_an_observer_of_slow_reads() {
     let mut fleet = TestFleet::start(5);
-    let env = [("REDLEASE__LEASE__IDLE_TIMEOUT_MS", "100")];
+    let env = [("REDLEASE__LEASE__IDLE_TIMEOUT_MS", "400")];
     let sidecar = TestSidecar::start(&fleet, &env).await;
     for server in &mut fleet.servers[..3] {
         server.pause();
     }
     let mut events = observe(&sidecar, "db").await;
-    assert_eq!(next(&mut events, Duration::from_secs(5)).await.0, "unknown");
+    let (told, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let reading = tokio::spawn(async move {
+        while let Some(event) = events.next(Duration::from_secs(10)).await {
+            if told.send(event).is_err() {
+                return;
+            }
+        }
+    });
+    assert_eq!(next_heard(&mut heard).await.0, "unknown");
     for server in &mut fleet.servers[..3] {
         server.resume();
     }
     let body = json!({"owner": "a", "value": "x", "ttl_ms": 2000, "wait_ms": 5000});
     let (status, leader) = campaign(&sidecar, "db", body).await;
     assert_eq!(status, 200, "{leader}");
-    let (name, data) = next_known(&mut events, Duration::from_secs(5)).await;
-    assert_eq!((name.as_str(), &data["term"]), ("leader", &leader["term"]));
+    loop {
+        let (name, data) = next_heard(&mut heard).await;
+        if name == "leader" {
+            assert_eq!(data["term"], leader["term"]);
+            break;
+        }
+    }
+    reading.abort();
+}
+
+/// The next event a reading task passed on, insisting on one within 5 s.
+async fn next_heard(
+    heard: &mut tokio::sync::mpsc::UnboundedReceiver<(String, Value)>,
+) -> (String, Value) {
+    let event = tokio::time::timeout(Duration::from_secs(5), heard.recv()).await;
+    event.ok().flatten().expect("no event within 5 s")
 }
 
 /// The sidecar's shutdown ends its observe streams, so its drain does not wait out the grace

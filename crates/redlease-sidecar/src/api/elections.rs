@@ -22,7 +22,7 @@ use utoipa::ToSchema;
 use super::answers::Json;
 use super::body::{JsonBody, Millis};
 use super::error::ApiError;
-use super::events::{count_check, reader_sample, StreamConn};
+use super::events::{count_check, reader_sample_now, StreamConn};
 use super::handlers::{acquire_request, answer_acquisition, lease_id, renew_error, resource_path};
 use super::requests::{AcquireBody, LeaseIdParam};
 use super::AppState;
@@ -294,7 +294,7 @@ pub(super) async fn observe(
                     Event::default().event(told.state()).data(data)
                 }
                 _ = reader.heartbeat.tick() => {
-                    if reader.gone().await {
+                    if reader.gone() {
                         return None;
                     }
                     Event::default().comment("")
@@ -318,8 +318,9 @@ struct ObserverReader {
     /// The latest instant the client was proven to read at (its opening at first), or the last
     /// check that could not tell (a client off this host is not judged).
     alive: Instant,
-    idle_timeout: Duration,
-    recheck: Duration,
+    /// How long the client may go without a proof of reading: the idle timeout, and at least
+    /// four heartbeat periods (a live reader's newest proof is up to two periods old).
+    unread_limit: Duration,
 }
 
 impl ObserverReader {
@@ -338,15 +339,16 @@ impl ObserverReader {
             heartbeat,
             checks: ReadingChecks::new(now),
             alive: now,
-            idle_timeout,
-            recheck: period / 10,
+            unread_limit: idle_timeout.max(4 * period),
         }
     }
 
     /// Checks how far the client has read; `true` once it has read nothing for the idle
-    /// timeout.
-    async fn gone(&mut self) -> bool {
-        let sample = reader_sample(self.conn.as_ref(), self.recheck).await;
+    /// timeout. One look at the kernel, no second look later (as a lease's stream takes over a
+    /// Unix socket): an unconsumed heartbeat proves nothing this time, and the next check
+    /// looks again, while the changes go on being told.
+    fn gone(&mut self) -> bool {
+        let sample = reader_sample_now(self.conn.as_ref());
         let now = Instant::now();
         let proof = self.checks.observe(now, sample);
         count_check(sample, proof);
@@ -355,9 +357,9 @@ impl ObserverReader {
             (_, Some(at)) => self.alive = self.alive.max(at),
             (_, None) => {}
         }
-        let gone = now.saturating_duration_since(self.alive) > self.idle_timeout;
+        let gone = now.saturating_duration_since(self.alive) > self.unread_limit;
         if gone {
-            tracing::warn!(
+            tracing::info!(
                 resource = %self.resource,
                 "an election's observer has read nothing for its idle timeout: its stream \
                  is ended"

@@ -247,17 +247,21 @@ impl Feed {
 /// How far the app on `conn` has read, as the kernel tells: a Unix check that finds something
 /// unconsumed looks again `recheck` later (an event sent a moment before the check may not
 /// have been read yet).
-pub(super) async fn reader_sample(conn: Option<&StreamConn>, recheck: Duration) -> Sample {
-    let socket = conn.and_then(|conn| conn.0.socket());
-    let Some(socket) = socket else {
-        return Sample::Unchecked;
-    };
-    let first = sample_of(&socket);
+async fn reader_sample(conn: Option<&StreamConn>, recheck: Duration) -> Sample {
+    let first = reader_sample_now(conn);
     if first != Sample::Drained(false) {
         return first;
     }
     tokio::time::sleep(recheck).await;
-    sample_of(&socket)
+    reader_sample_now(conn)
+}
+
+/// How far the app on `conn` has read, as the kernel tells now.
+pub(super) fn reader_sample_now(conn: Option<&StreamConn>) -> Sample {
+    match conn.and_then(|conn| conn.0.socket()) {
+        Some(socket) => sample_of(&socket),
+        None => Sample::Unchecked,
+    }
 }
 
 /// Counts a check of a stream's reader in `lock_event_stream_checks_total`.

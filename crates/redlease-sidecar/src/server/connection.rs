@@ -194,17 +194,18 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     }
 }
 
-/// A request that may open an event stream (`GET …/events`): a suffix compare, no more.
-fn is_event_stream<B>(request: &Request<B>) -> bool {
-    request.method() == axum::http::Method::GET && request.uri().path().ends_with("/events")
-}
-
-/// A request that may open a stream of Server-Sent Events: a lease's events, or an
-/// election's observers (`GET …/observe`).
+/// A request that may open a stream of Server-Sent Events: a lease's events
+/// (`GET /v1/leases/{id}/events`) or an election's observers
+/// (`GET /v1/elections/{resource}/observe`). Prefix and suffix compares, no more.
 fn opens_a_stream<B>(request: &Request<B>) -> bool {
     let path = request.uri().path();
-    is_event_stream(request)
-        || (request.method() == axum::http::Method::GET && path.ends_with("/observe"))
+    let between = |prefix: &str, suffix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix(suffix))
+            .is_some_and(|segment| !segment.is_empty())
+    };
+    request.method() == axum::http::Method::GET
+        && (between("/v1/leases/", "/events") || between("/v1/elections/", "/observe"))
 }
 
 /// A layer's own refusal, which is not problem+json (the request timeout's bare 408, the body
@@ -299,5 +300,10 @@ mod tests {
             "POST",
             "/v1/elections/db/observe"
         )));
+        // A resource or lease named like the stream's last segment opens none.
+        assert!(!opens_a_stream(&request("GET", "/v1/elections/observe")));
+        assert!(!opens_a_stream(&request("GET", "/v1/locks/observe")));
+        assert!(!opens_a_stream(&request("GET", "/v1/locks/events")));
+        assert!(!opens_a_stream(&request("GET", "/v1/leases/events")));
     }
 }
