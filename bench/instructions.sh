@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 if ! command -v valgrind >/dev/null 2>&1; then
   as_root=()
   [ "$(id -u)" -eq 0 ] || as_root=(sudo)
+  "${as_root[@]}" apt-get update -qq >/dev/null
   "${as_root[@]}" apt-get install -y -qq --no-install-recommends valgrind >/dev/null
 fi
 mkdir -p target/instructions
@@ -29,9 +30,11 @@ MASTERS=5 scripts/fleet.sh bash -c '
       --ops "$n" --warmup 0 --worker-threads 0
   done
   port=$(python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])")
+  servers=()
+  trap '"'"'kill "${servers[@]}" 2>/dev/null || true'"'"' EXIT
   "$bin" serve --listen "127.0.0.1:$port" 2>/dev/null &
   sidecar=$!
-  trap "kill $sidecar 2>/dev/null || true" EXIT
+  servers+=("$sidecar")
   for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
   for n in $OPS $((3 * OPS)); do
     grind "client.$n" "$bin" load --sidecar "http://127.0.0.1:$port" --workload sequential \
@@ -43,6 +46,7 @@ MASTERS=5 scripts/fleet.sh bash -c '
       valgrind --tool=callgrind --callgrind-out-file="$OUT/sidecar.$n" \
       "$bin" serve --listen "127.0.0.1:$port" >/dev/null 2>&1 &
     grinding=$!
+    servers+=("$grinding")
     for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
     "$bin" load --sidecar "http://127.0.0.1:$port" --workload sequential --ops "$n" \
       --warmup 0 --worker-threads 0 >/dev/null

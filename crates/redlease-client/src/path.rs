@@ -111,7 +111,6 @@ mod tests {
             "a\tb\n",
             "a;b=c:d@e",
             "\u{202e}",
-            "",
         ];
         for name in names {
             let path = base("http://localhost:7600").join(&["v1", "locks", name, "acquire"]);

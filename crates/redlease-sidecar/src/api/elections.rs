@@ -246,8 +246,8 @@ pub(super) async fn show(
             once; then one per change (the validity aside). Terms never go back on one stream: \
             a read showing a lower term than one sent is sent as `unknown`. Heartbeats (`:`) \
             every quarter of the sidecar's `lease.idle_timeout_ms` (50 ms to 5 s); a client \
-            on this host that has read nothing of the stream for `lease.idle_timeout_ms` has \
-            its stream ended.",
+            on this host that has read nothing of the stream for `lease.idle_timeout_ms` (four \
+            heartbeats at least) has its stream ended.",
         content_type = "text/event-stream",
         body = String,
     )),
