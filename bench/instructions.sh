@@ -3,7 +3,7 @@
 # hop: the library engine (the load generator on the masters), the sidecar (busy polling off:
 # its spins would count) and the client (the load generator on the sidecar). Each count is
 # the difference between runs of OPS and 3 × OPS cycles, divided by 2 × OPS, so start-up is
-# left out. Unlike time on a shared VM, the counts repeat within about 0.2% from run to run:
+# left out. Unlike time on a shared VM, the counts repeat within about 1% from run to run:
 # the yardstick for a change of the code on the request's path. Needs valgrind (Debian's
 # package, installed here when missing).
 #   bench/instructions.sh
