@@ -16,18 +16,18 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
-use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio::time::Instant;
 use utoipa::ToSchema;
 
 use super::answers::Json;
 use super::body::{JsonBody, Millis};
 use super::error::ApiError;
-use super::events::{count_check, reader_sample_now, StreamConn};
+use super::events::{StreamConn, StreamReader};
 use super::handlers::{acquire_request, answer_acquisition, lease_id, renew_error, resource_path};
 use super::requests::{AcquireBody, LeaseIdParam};
 use super::AppState;
 use crate::keys::validate_value;
-use crate::lease::reading::{heartbeat_period, ReadingChecks, Sample};
+use crate::lease::reading::{heartbeat_period, Sample};
 use crate::lease::{AcquireKind, LeaseView};
 use crate::redlock::election::DEFAULT_OBSERVE_POLL;
 use crate::redlock::Leadership;
@@ -265,7 +265,7 @@ pub(super) async fn observe(
             ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams", detail)
         })?;
     let observer = state.engine.observe(&resource, DEFAULT_OBSERVE_POLL)?;
-    let reader = ObserverReader::new(
+    let client = ObserverReader::new(
         resource,
         conn.map(|Extension(conn)| conn),
         state.manager.policy().idle_timeout,
@@ -284,8 +284,8 @@ pub(super) async fn observe(
         },
     ));
     let stream = futures_util::stream::unfold(
-        (changes, reader, permit, closing),
-        |(mut changes, mut reader, permit, mut closing)| async move {
+        (changes, client, permit, closing),
+        |(mut changes, mut client, permit, mut closing)| async move {
             let event = tokio::select! {
                 told = changes.next() => {
                     let told = told?;
@@ -293,15 +293,15 @@ pub(super) async fn observe(
                     let data = serde_json::to_string(&view).unwrap_or_default();
                     Event::default().event(told.state()).data(data)
                 }
-                _ = reader.heartbeat.tick() => {
-                    if reader.gone() {
+                _ = client.reader.heartbeat.tick() => {
+                    if client.gone() {
                         return None;
                     }
                     Event::default().comment("")
                 }
                 _ = &mut closing => return None,
             };
-            Some((Ok(event), (changes, reader, permit, closing)))
+            Some((Ok(event), (changes, client, permit, closing)))
         },
     );
     Ok(Sse::new(stream))
@@ -312,9 +312,7 @@ pub(super) async fn observe(
 /// kernel keeps the connection open) is gone, and its stream gives its permit back.
 struct ObserverReader {
     resource: String,
-    conn: Option<StreamConn>,
-    heartbeat: Interval,
-    checks: ReadingChecks,
+    reader: StreamReader,
     /// The latest instant the client was proven to read at (its opening at first), or the last
     /// check that could not tell (a client off this host is not judged).
     alive: Instant,
@@ -331,13 +329,9 @@ impl ObserverReader {
         now: Instant,
     ) -> Self {
         let period = heartbeat_period(idle_timeout);
-        let mut heartbeat = tokio::time::interval_at(now + period, period);
-        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         Self {
             resource,
-            conn,
-            heartbeat,
-            checks: ReadingChecks::new(now),
+            reader: StreamReader::new(conn, period, now),
             alive: now,
             unread_limit: idle_timeout.max(4 * period),
         }
@@ -348,11 +342,9 @@ impl ObserverReader {
     /// Unix socket): an unconsumed heartbeat proves nothing this time, and the next check
     /// looks again, while the changes go on being told.
     fn gone(&mut self) -> bool {
-        let sample = reader_sample_now(self.conn.as_ref());
+        let sample = self.reader.sample();
         let now = Instant::now();
-        let proof = self.checks.observe(now, sample);
-        count_check(sample, proof);
-        match (sample, proof) {
+        match (sample, self.reader.judge(now, sample)) {
             (Sample::Unchecked, _) => self.alive = now,
             (_, Some(at)) => self.alive = self.alive.max(at),
             (_, None) => {}

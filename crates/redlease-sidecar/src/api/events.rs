@@ -166,9 +166,7 @@ struct Feed {
     events: broadcast::Receiver<LeaseEvent>,
     guard: WatchGuard,
     _permit: OwnedSemaphorePermit,
-    conn: Option<StreamConn>,
-    heartbeat: Interval,
-    checks: ReadingChecks,
+    reader: StreamReader,
     /// A second look, this long after a Unix check found something unconsumed (an event sent
     /// a moment before the check may not have been read yet).
     recheck: Duration,
@@ -186,16 +184,11 @@ impl Feed {
         lease_id: String,
     ) -> Self {
         let period = heartbeat_period(guard.idle_timeout());
-        let now = Instant::now();
-        let mut heartbeat = tokio::time::interval_at(now + period, period);
-        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         Self {
             events,
             guard,
             _permit: permit,
-            conn,
-            heartbeat,
-            checks: ReadingChecks::new(now),
+            reader: StreamReader::new(conn, period, Instant::now()),
             recheck: period / 10,
             lease_id,
             told_unchecked: false,
@@ -212,7 +205,7 @@ impl Feed {
                     Err(RecvError::Lagged(_)) => continue,
                     Err(RecvError::Closed) => return None,
                 },
-                _ = self.heartbeat.tick() => {
+                _ = self.reader.heartbeat.tick() => {
                     self.check().await;
                     return Some(Next::Heartbeat);
                 }
@@ -224,8 +217,7 @@ impl Feed {
     async fn check(&mut self) {
         let now = Instant::now();
         let sample = self.sample().await;
-        let proof = self.checks.observe(now, sample);
-        count_check(sample, proof);
+        let proof = self.reader.judge(now, sample);
         if let Some(at) = proof {
             self.guard.alive_at(at);
         }
@@ -239,41 +231,62 @@ impl Feed {
         }
     }
 
+    /// How far the app has read: a Unix check that finds something unconsumed looks again
+    /// `recheck` later (an event sent a moment before the check may not have been read yet).
     async fn sample(&self) -> Sample {
-        reader_sample(self.conn.as_ref(), self.recheck).await
+        let first = self.reader.sample();
+        if first != Sample::Drained(false) {
+            return first;
+        }
+        tokio::time::sleep(self.recheck).await;
+        self.reader.sample()
     }
 }
 
-/// How far the app on `conn` has read, as the kernel tells: a Unix check that finds something
-/// unconsumed looks again `recheck` later (an event sent a moment before the check may not
-/// have been read yet).
-async fn reader_sample(conn: Option<&StreamConn>, recheck: Duration) -> Sample {
-    let first = reader_sample_now(conn);
-    if first != Sample::Drained(false) {
-        return first;
-    }
-    tokio::time::sleep(recheck).await;
-    reader_sample_now(conn)
+/// The reader of a stream (a lease's events, an election's observers), checked before each
+/// heartbeat: the stream's socket, its heartbeat, and what the checks so far found.
+pub(super) struct StreamReader {
+    conn: Option<StreamConn>,
+    /// Ticks when the next check and heartbeat are due.
+    pub(super) heartbeat: Interval,
+    checks: ReadingChecks,
 }
 
-/// How far the app on `conn` has read, as the kernel tells now.
-pub(super) fn reader_sample_now(conn: Option<&StreamConn>) -> Sample {
-    match conn.and_then(|conn| conn.0.socket()) {
-        Some(socket) => sample_of(&socket),
-        None => Sample::Unchecked,
+impl StreamReader {
+    /// The reader on `conn` (`None`: a connection the server could not tell), checked every
+    /// `period` from `now`.
+    pub(super) fn new(conn: Option<StreamConn>, period: Duration, now: Instant) -> Self {
+        let mut heartbeat = tokio::time::interval_at(now + period, period);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Self {
+            conn,
+            heartbeat,
+            checks: ReadingChecks::new(now),
+        }
     }
-}
 
-/// Counts a check of a stream's reader in `lock_event_stream_checks_total`.
-pub(super) fn count_check(sample: Sample, proof: Option<Instant>) {
-    let outcome = match (sample, proof) {
-        (Sample::Unchecked, _) => "unchecked",
-        (_, Some(_)) => "read",
-        (_, None) => "unread",
-    };
-    METRICS
-        .stream_checks
-        .add(1, &metrics::label("outcome", outcome));
+    /// How far the reader has read, as the kernel tells now.
+    pub(super) fn sample(&self) -> Sample {
+        match self.conn.as_ref().and_then(|conn| conn.0.socket()) {
+            Some(socket) => sample_of(&socket),
+            None => Sample::Unchecked,
+        }
+    }
+
+    /// Takes the check made at `now`: the instant the reader is proven to have been alive at,
+    /// if `sample` proves anything; counted in `lock_event_stream_checks_total`.
+    pub(super) fn judge(&mut self, now: Instant, sample: Sample) -> Option<Instant> {
+        let proof = self.checks.observe(now, sample);
+        let outcome = match (sample, proof) {
+            (Sample::Unchecked, _) => "unchecked",
+            (_, Some(_)) => "read",
+            (_, None) => "unread",
+        };
+        METRICS
+            .stream_checks
+            .add(1, &metrics::label("outcome", outcome));
+        proof
+    }
 }
 
 /// The kernel's answer for `socket` as a check's sample.
