@@ -208,32 +208,35 @@ def wait_for_port(port, sock=None):
     time.sleep(0.5)
 
 
-def load(target, workload):
-    args = [*PIN, BIN, "load", *target, "--workload", workload, "--json", "--warmup", str(WARMUP),
-            "--worker-threads", LOAD_THREADS]
+def load(target, workload, duration=None, warmup=WARMUP, threads=None):
+    """Runs `redlease load` on `target` (`--masters …` or `--sidecar …`, and any other options
+    of its own): its report, with the load process's CPU per cycle (`load_cpu_us`) and the
+    cycles it ran, warm-up included (`cycles`). `duration`, `warmup` and `threads` default to
+    the script's settings."""
+    args = [*PIN, BIN, "load", *target, "--workload", workload, "--json", "--warmup", str(warmup),
+            "--worker-threads", threads or LOAD_THREADS]
     if workload == "sequential":
         args += ["--ops", SEQ_OPS]
     else:
-        args += ["--clients", str(CLIENTS), "--duration", DURATION]
+        args += ["--clients", str(CLIENTS), "--duration", duration or DURATION]
     if workload == "contention":
         args += ["--resources", "4", "--hold-ms", "1"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     report = run_load(args)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cycles = report["ops"] + report["errors"] + WARMUP * report["clients"]
+    report["cycles"] = report["ops"] + report["errors"] + warmup * report["clients"]
     used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    report["load_cpu_us"] = used / cycles * 1e6
+    report["load_cpu_us"] = used / report["cycles"] * 1e6
     return report
 
 
-def load_on_masters(target, workload, master_pids):
+def load_on_masters(target, workload, master_pids, **settings):
     """`load`, with the masters' CPU (µs) and reads per cycle around it in its report."""
     before = masters_work(master_pids)
-    report = load(target, workload)
+    report = load(target, workload, **settings)
     after = masters_work(master_pids)
-    cycles = report["ops"] + report["errors"] + WARMUP * report["clients"]
-    report["masters_cpu_us"] = (after[0] - before[0]) / cycles * 1e6
-    report["masters_reads"] = (after[1] - before[1]) / cycles
+    report["masters_cpu_us"] = (after[0] - before[0]) / report["cycles"] * 1e6
+    report["masters_reads"] = (after[1] - before[1]) / report["cycles"]
     return report
 
 
@@ -297,7 +300,7 @@ def main():
                     started = time.monotonic()
                     report = load_on_masters(target, workload, master_pids)
                     wall = time.monotonic() - started
-                    cycles = report["ops"] + report["errors"] + WARMUP * report["clients"]
+                    cycles = report["cycles"]
                     if proc:
                         used = cpu_seconds(proc.pid) - before[0]
                         report["sidecar_cpu_us"] = used / cycles * 1e6

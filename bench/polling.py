@@ -45,7 +45,7 @@ def main():
                 proc, target = targets[name]
                 before = hop.cpu_seconds(proc.pid) if proc else 0
                 report = hop.load(target, "sequential")
-                cycles = report["ops"] + report["errors"] + hop.WARMUP
+                cycles = report["cycles"]
                 if proc:
                     report["sidecar_cpu_us"] = (hop.cpu_seconds(proc.pid) - before) / cycles * 1e6
                 runs.setdefault(name, []).append(report)

@@ -14,7 +14,6 @@ Prints the medians and every round's figures.
 import contextlib
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -30,25 +29,17 @@ RATE = os.environ.get("RATE", "6000")
 DURATION = os.environ.get("DURATION", "4s")
 
 
-def measure(target, sidecar, master_pids, extra):
-    """One load on `target`: its report with the CPU per cycle of the sidecar (if any), of the
-    load process and of the masters."""
-    before = (hop.cpu_seconds(sidecar.pid) if sidecar else 0.0,
-              hop.masters_work(master_pids)[0])
-    args = [hop.BIN, "load", *target, "--workload", "parallel", "--clients", "16",
-            "--worker-threads", "0", "--json", "--warmup", "0", *extra]
-    used_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    report = hop.run_load(args)
-    used_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cycles = report["ops"] + report["errors"]
-    load_cpu = (used_after.ru_utime - used_before.ru_utime
-                + used_after.ru_stime - used_before.ru_stime)
-    sidecar_cpu = hop.cpu_seconds(sidecar.pid) - before[0] if sidecar else 0.0
-    masters_cpu = hop.masters_work(master_pids)[0] - before[1]
+def measure(target, sidecar, master_pids, duration, extra=()):
+    """One load on `target` for `duration`: its report with the CPU per cycle of the sidecar
+    (if any), of the load process and of the masters."""
+    before = hop.cpu_seconds(sidecar.pid) if sidecar else 0.0
+    report = hop.load_on_masters([*target, *extra], "parallel", master_pids,
+                                 duration=duration, warmup=0, threads="0")
+    sidecar_cpu = hop.cpu_seconds(sidecar.pid) - before if sidecar else 0.0
     report["cpu_us"] = {
-        "sidecar": sidecar_cpu / cycles * 1e6,
-        "load": load_cpu / cycles * 1e6,
-        "masters": masters_cpu / cycles * 1e6,
+        "sidecar": sidecar_cpu / report["cycles"] * 1e6,
+        "load": report["load_cpu_us"],
+        "masters": report["masters_cpu_us"],
     }
     return report
 
@@ -76,7 +67,7 @@ def main():
             "sidecar (Unix socket)": (["--sidecar", f"unix:{sock}"], unix),
         }
         for target, sidecar in targets.values():
-            measure(target, sidecar, master_pids, ["--duration", "1s"])
+            measure(target, sidecar, master_pids, "1s")
         steady = {name: [] for name in targets}
         unbounded = {name: [] for name in targets}
         order = list(targets)
@@ -84,10 +75,9 @@ def main():
             turn = order[round_ % len(order):] + order[:round_ % len(order)]
             for name in turn:
                 target, sidecar = targets[name]
-                steady[name].append(measure(target, sidecar, master_pids,
-                                            ["--duration", DURATION, "--rate", RATE]))
-                unbounded[name].append(measure(target, sidecar, master_pids,
-                                               ["--duration", "3s"])["ops_per_s"])
+                steady[name].append(measure(target, sidecar, master_pids, DURATION,
+                                            ["--rate", RATE]))
+                unbounded[name].append(measure(target, sidecar, master_pids, "3s")["ops_per_s"])
                 time.sleep(0.2)
     med = statistics.median
     print(f"16 clients, a thread per CPU, {ROUNDS} rounds taking turns; medians, then each "
