@@ -17,24 +17,29 @@ use crate::lease::{LeaseEndReason, LeaseState, LeaseView};
 /// most answers are written without the buffer growing.
 const ANSWER_CAPACITY: usize = 384;
 
-/// A JSON answer (`application/json`): as axum's `Json`, but written into a `Vec` with room
-/// for a lease at once (axum's grows a `BytesMut` from 128 bytes, through a writer that
-/// checks its room at every piece).
+/// A JSON answer (`application/json`): as axum's `Json`, but written by [`encoded`].
 pub(crate) struct Json<T>(pub T);
 
 impl<T: Serialize> IntoResponse for Json<T> {
     fn into_response(self) -> Response {
-        let mut body = Vec::with_capacity(ANSWER_CAPACITY);
-        match serde_json::to_writer(&mut body, &self.0) {
-            Ok(()) => {
-                let media = HeaderValue::from_static("application/json");
-                ([(header::CONTENT_TYPE, media)], body).into_response()
-            }
-            // Only a map with keys that are not strings fails to encode: no answer has one.
-            Err(error) => {
-                tracing::error!(%error, "cannot encode an answer");
-                StatusCode::INTERNAL_SERVER_ERROR.into_response()
-            }
+        encoded(StatusCode::OK, "application/json", &self.0)
+    }
+}
+
+/// `body` as JSON of `media` with `status`, written into a `Vec` with room for a lease at once
+/// (axum's `Json` grows a `BytesMut` from 128 bytes, through a writer that checks its room at
+/// every piece). Every answer and every refusal of the API is encoded here.
+pub(crate) fn encoded(status: StatusCode, media: &'static str, body: &impl Serialize) -> Response {
+    let mut bytes = Vec::with_capacity(ANSWER_CAPACITY);
+    match serde_json::to_writer(&mut bytes, body) {
+        Ok(()) => {
+            let media = HeaderValue::from_static(media);
+            (status, [(header::CONTENT_TYPE, media)], bytes).into_response()
+        }
+        // Only a map with keys that are not strings fails to encode: no body has one.
+        Err(error) => {
+            tracing::error!(%error, "cannot encode an answer");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
     }
 }

@@ -2,11 +2,11 @@
 //! `reason`. 4xx come from the request and are not logged; a 5xx body stays opaque and the
 //! cause is logged.
 
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::answers::Problem;
+use super::answers::{encoded, Problem};
 
 /// The media type of every refusal.
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
@@ -104,15 +104,7 @@ pub(crate) fn problem_body(status: StatusCode, reason: &'static str, detail: &st
 
 /// A problem+json response with `body`.
 pub(crate) fn problem(status: StatusCode, body: &impl Serialize) -> Response {
-    let content_type = [(header::CONTENT_TYPE, PROBLEM_JSON)];
-    match serde_json::to_string(body) {
-        Ok(text) => (status, content_type, text).into_response(),
-        // Only a map with keys that are not strings fails to encode: no problem has one.
-        Err(error) => {
-            tracing::error!(%error, "cannot encode a problem");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
-    }
+    encoded(status, PROBLEM_JSON, body)
 }
 
 /// A problem+json response whose body also has the fields of `extra` (RFC 9457 extension
