@@ -95,7 +95,7 @@ pub(crate) struct Answer {
 pub(crate) struct Streaming {
     pub(crate) status: u16,
     body: Incoming,
-    conn: Conn,
+    conn: Box<Conn>,
 }
 
 /// Requests to one sidecar. Cheap to clone: clones share the pool.
@@ -109,7 +109,9 @@ struct Shared {
     /// The `Host` header: the URL's authority, or `localhost` on a Unix socket.
     host: HeaderValue,
     authorization: Option<HeaderValue>,
-    idle: Mutex<Vec<Conn>>,
+    /// Boxed: a connection (hyper's state and buffers) is moved in and out of the pool and
+    /// into each request's future, a pointer's copy instead of the whole struct's.
+    idle: Mutex<Vec<Box<Conn>>>,
 }
 
 /// One connection: hyper's handle to send on it, and the connection itself, polled only
@@ -230,7 +232,7 @@ impl Transport {
         request
     }
 
-    async fn connect(&self) -> Result<Conn, TransportError> {
+    async fn connect(&self) -> Result<Box<Conn>, TransportError> {
         let what = match &self.shared.endpoint {
             Endpoint::Tcp(authority) => format!("connect to {authority}"),
             Endpoint::Unix(path) => format!("connect to unix:{}", path.display()),
@@ -253,15 +255,15 @@ impl Transport {
         let (send, conn) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|error| TransportError::http(&error))?;
-        Ok(Conn {
+        Ok(Box::new(Conn {
             send,
             conn,
             wakes: OwnWakes::new(),
-        })
+        }))
     }
 
     /// An idle connection still open (one the sidecar closed meanwhile is dropped).
-    fn take_idle(&self) -> Option<Conn> {
+    fn take_idle(&self) -> Option<Box<Conn>> {
         loop {
             let mut conn = self.idle().pop()?;
             // Polled once: a connection the sidecar closed is over (or failed) at once.
@@ -271,14 +273,14 @@ impl Transport {
         }
     }
 
-    fn put_idle(&self, conn: Conn) {
+    fn put_idle(&self, conn: Box<Conn>) {
         let mut idle = self.idle();
         if idle.len() < MAX_IDLE {
             idle.push(conn);
         }
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Box<Conn>>> {
         // Pushes and pops only: a poisoned pool is still consistent.
         self.shared
             .idle

@@ -13,6 +13,7 @@ mod busy_poll;
 mod conn_io;
 mod connection;
 mod listener;
+mod rare;
 
 use std::future::Future;
 use std::sync::Arc;

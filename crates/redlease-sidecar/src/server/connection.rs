@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::busy_poll::{Arrival, BusyPoll};
 use super::conn_io::{Activity, Deadlines, GuardedIo};
 use super::listener::Identify;
+use super::rare::Rare;
 use crate::api::error::PROBLEM_JSON;
 use crate::api::events::StreamConn;
 use crate::api::guard::{self, Guard, PARSER_MAX_HEAD_BYTES};
@@ -56,10 +57,13 @@ pub(super) async fn serve<T>(stream: T, serving: Serving)
 where
     T: AsyncRead + AsyncWrite + Identify + Unpin + Send + 'static,
 {
-    let abort = serving.abort.clone();
+    // Both signals are polled only when they woke the task (see `Rare`), and the connection
+    // first (`biased`: no random draw per poll).
+    let abort = Rare::new(serving.abort.clone().cancelled_owned());
     tokio::select! {
-        _ = abort.cancelled() => {}
+        biased;
         _ = serve_until_done(stream, serving) => {}
+        _ = abort => {}
     }
 }
 
@@ -77,9 +81,11 @@ where
     };
     let mut conn = builder().serve_connection(TokioIo::new(io), service);
     let mut pinned = Pin::new(&mut conn);
+    let drain = Rare::new(serving.drain.cancelled_owned());
     let result = tokio::select! {
+        biased;
         result = std::future::poll_fn(|cx| pinned.as_mut().get_mut().poll_without_shutdown(cx)) => result,
-        _ = serving.drain.cancelled() => {
+        _ = drain => {
             pinned.as_mut().graceful_shutdown();
             std::future::poll_fn(|cx| pinned.as_mut().get_mut().poll_without_shutdown(cx)).await
         }
