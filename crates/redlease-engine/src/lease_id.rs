@@ -40,9 +40,10 @@ impl LeaseId {
     pub fn hex(&self) -> Hex {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut digits = [0u8; 32];
-        for (i, digit) in digits.iter_mut().enumerate() {
-            let nibble = (self.0 >> (124 - 4 * i)) & 0xf;
-            *digit = DIGITS[nibble as usize];
+        // Byte by byte, two digits each (a shift of the whole u128 per digit costs more).
+        for (pair, byte) in digits.chunks_exact_mut(2).zip(self.0.to_be_bytes()) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0xf)];
         }
         Hex(digits)
     }
@@ -99,6 +100,8 @@ mod tests {
         assert_eq!(text.parse::<LeaseId>().unwrap(), id);
         assert_eq!(parse_value(&id.value_for("a|b")), Some((id, "a|b")));
         assert_eq!(text, format!("{:032x}", id.0));
+        let every_digit = LeaseId(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+        assert_eq!(every_digit.to_string(), "0123456789abcdeffedcba9876543210");
         let small = LeaseId(0xabc);
         assert_eq!(small.to_string(), format!("{}abc", "0".repeat(29)));
     }

@@ -31,6 +31,9 @@ struct Slice {
     start: Instant,
     counts: [u32; BUCKETS],
     total: u64,
+    /// The highest bucket holding a sample (0 when empty): a quantile merges no bucket above
+    /// the live slices' highest, where round trips of a near fleet leave most of them empty.
+    top: usize,
 }
 
 // === impl RttWindow ===
@@ -43,6 +46,7 @@ impl RttWindow {
             start: now,
             counts: [0; BUCKETS],
             total: 0,
+            top: 0,
         };
         Self {
             slices: std::array::from_fn(|_| empty.clone()),
@@ -55,8 +59,10 @@ impl RttWindow {
     pub fn record(&mut self, rtt: Duration, now: Instant) {
         self.rotate(now);
         let slice = &mut self.slices[self.current];
-        slice.counts[bucket_of(rtt)] += 1;
+        let bucket = bucket_of(rtt);
+        slice.counts[bucket] += 1;
         slice.total += 1;
+        slice.top = slice.top.max(bucket);
     }
 
     /// Number of samples still inside the window at `now`.
@@ -73,8 +79,10 @@ impl RttWindow {
         let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
         // The live slices merged once, then one pass over the buckets.
         let mut counts = [0u64; BUCKETS];
+        let top = self.live(now).map(|s| s.top).max().unwrap_or(0);
         for slice in self.live(now) {
-            for (merged, &count) in counts.iter_mut().zip(&slice.counts) {
+            let (merged, own) = (&mut counts[..=top], &slice.counts[..=top]);
+            for (merged, &count) in merged.iter_mut().zip(own) {
                 *merged += u64::from(count);
             }
         }
@@ -106,6 +114,7 @@ impl RttWindow {
             let index = (self.current + step) % SLICES;
             self.slices[index].counts = [0; BUCKETS];
             self.slices[index].total = 0;
+            self.slices[index].top = 0;
         }
         self.current = (self.current + steps) % SLICES;
         self.slices[self.current].start = now;
@@ -163,6 +172,29 @@ mod tests {
         let p99 = window.quantile(0.99, now).unwrap();
         assert!((200..=250).contains(&p50.as_micros()), "{p50:?}");
         assert!((10_000..=12_500).contains(&p99.as_micros()), "{p99:?}");
+    }
+
+    /// A quantile counts the slow samples of an older live slice beside the fast ones of the
+    /// current slice, and forgets them once their slice is reused.
+    #[tokio::test(start_paused = true)]
+    async fn quantiles_span_every_live_slice() {
+        let start = Instant::now();
+        let mut window = RttWindow::new(Duration::from_secs(6), start);
+        for _ in 0..5 {
+            window.record(Duration::from_millis(10), start);
+        }
+        let later = start + Duration::from_secs(2);
+        for _ in 0..95 {
+            window.record(Duration::from_micros(100), later);
+        }
+        let p99 = window.quantile(0.99, later).unwrap();
+        assert!((10_000..=12_500).contains(&p99.as_micros()), "{p99:?}");
+        let p50 = window.quantile(0.5, later).unwrap();
+        assert!(p50 < Duration::from_millis(1), "{p50:?}");
+        let reused = start + Duration::from_secs(6);
+        window.record(Duration::from_micros(100), reused);
+        let p99 = window.quantile(0.99, reused).unwrap();
+        assert!(p99 < Duration::from_millis(1), "{p99:?}");
     }
 
     /// Samples older than the window stop counting; newer ones stay.
