@@ -111,6 +111,10 @@ struct Shared {
     authorization: Option<HeaderValue>,
     /// Boxed: a connection (hyper's state and buffers) is moved in and out of the pool and
     /// into each request's future, a pointer's copy instead of the whole struct's.
+    #[expect(
+        clippy::vec_box,
+        reason = "connections move in and out: a pointer's copy"
+    )]
     idle: Mutex<Vec<Box<Conn>>>,
 }
 
@@ -280,6 +284,7 @@ impl Transport {
         }
     }
 
+    #[expect(clippy::vec_box, reason = "see `Shared::idle`")]
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Box<Conn>>> {
         // Pushes and pops only: a poisoned pool is still consistent.
         self.shared
