@@ -42,7 +42,7 @@ use crate::keys::Keyspace;
 use crate::metrics::{self, METRICS};
 use crate::Error;
 pub use credentials::{Credentials, Password};
-pub use deadline::{Deadline, SharedDeadline};
+pub use deadline::{Deadline, DeadlineKeeper, SharedDeadline};
 pub use endpoint::mask_credentials;
 pub use endpoint::uses_tls;
 use endpoint::{build_client, lock_target};

@@ -34,7 +34,7 @@ use self::decision::{decision, Decide, Decision};
 use self::fanout::{fan_out, Fanout};
 use self::quorum::{DriftPolicy, NodeTimeoutPolicy, Tally, Verdict};
 use self::retry::ReleaseRetries;
-use crate::fleet::{CallError, Fleet, Node};
+use crate::fleet::{CallError, DeadlineKeeper, Fleet, Node};
 use crate::keys::{validate_owner, validate_resource};
 use crate::metrics::METRICS;
 use crate::scripts::{ScriptCall, SCRIPTS};
@@ -106,6 +106,8 @@ pub struct Redlock {
     /// Counts every fan-out in flight and runs the per-master calls a caller left behind, so
     /// `settle` can wait for writes and releases still in flight.
     tasks: TaskTracker,
+    /// Passes every fan-out's deadline on one timer.
+    keeper: DeadlineKeeper,
     /// Releases a master did not answer with a result, sent again until it does.
     retries: Arc<ReleaseRetries>,
     /// Release messages for blocking acquisitions, when the engine has them.
@@ -132,6 +134,7 @@ impl Redlock {
             fleet,
             options,
             tasks,
+            keeper: DeadlineKeeper::new(),
             retries,
             wakeups: None,
         }
@@ -224,6 +227,7 @@ impl Redlock {
         let until = start + timeout;
         let mut events = fan_out(
             &self.tasks,
+            &self.keeper,
             self.fleet.nodes(),
             until,
             |node, deadline, reply| {
@@ -283,9 +287,13 @@ impl Redlock {
         timeout: Duration,
     ) -> Fanout<Result<i64, CallError>> {
         let until = Instant::now() + timeout;
-        fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
-            eval_on(node, call.clone(), deadline, reply)
-        })
+        fan_out(
+            &self.tasks,
+            &self.keeper,
+            nodes,
+            until,
+            |node, deadline, reply| eval_on(node, call.clone(), deadline, reply),
+        )
     }
 
     /// A resource, an owner and a TTL an acquisition of any kind may ask for.

@@ -1,16 +1,23 @@
 //! When a call to a master gives up: after a timeout of its own, or at a deadline shared by
-//! every call of one fan-out, which then needs one timer instead of one per master.
+//! every call of one fan-out.
 //!
-//! A shared deadline has no timer of its own: whoever drives the calls (the fan-out, see
-//! `redlock::fanout`) sleeps until the instant it chose and then calls
-//! [`SharedDeadline::pass`], which wakes every call still waiting: one sleep per fan-out
-//! instead of a tokio timer registered and cleared for every master's call.
+//! A shared deadline has no timer of its own: an engine's [`DeadlineKeeper`] passes every
+//! fan-out's deadline on one timer ([`SharedDeadline::pass`] wakes every call still waiting).
+//! A fan-out registers its deadline in the keeper's queue and no tokio timer: a timer
+//! registered per fan-out wrote to the runtime's eventfd whenever the runtime had parked with
+//! no earlier timer (between two requests of a sidecar, about once per request), and took the
+//! timer wheel's lock twice. The keeper's one timer stays armed at the earliest deadline still
+//! queued, so a new fan-out's later deadline arms nothing; the keeper wakes at most once per
+//! millisecond (the timer's resolution), whatever the rate of fan-outs.
 
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 use std::future::{poll_fn, Future};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// When a call gives up.
@@ -103,6 +110,170 @@ impl SharedDeadline {
     }
 }
 
+/// Passes the shared deadlines of an engine's fan-outs on one timer, run by a task of its
+/// own on the runtime of the first fan-out that needs it (again on another runtime if that
+/// one ended). The task ends with the keeper.
+pub struct DeadlineKeeper {
+    shared: Arc<KeeperShared>,
+}
+
+struct KeeperShared {
+    queue: Mutex<Queue>,
+    /// Tells the task that a deadline earlier than its timer came, or that the keeper is gone.
+    rearm: Notify,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Deadlines not passed yet, the earliest first; one whose fan-out ended is dropped when
+    /// its instant comes.
+    pending: BinaryHeap<Pending>,
+    /// The instant the task's timer is set for; `None` while it waits for a deadline.
+    armed: Option<Instant>,
+    /// Whether a task keeps this queue (none before the first deadline, or after its
+    /// runtime ended).
+    running: bool,
+    /// The keeper was dropped: the task ends.
+    closed: bool,
+}
+
+struct Pending {
+    at: Instant,
+    deadline: Weak<SharedDeadline>,
+}
+
+impl DeadlineKeeper {
+    /// A keeper with no deadline yet (its task starts with the first).
+    pub fn new() -> Self {
+        Self {
+            shared: Arc::new(KeeperShared {
+                queue: Mutex::new(Queue::default()),
+                rearm: Notify::new(),
+            }),
+        }
+    }
+
+    /// A deadline for about `calls` calls, passed at `at`. Outside a runtime (nothing could
+    /// drive the calls) it is passed at once.
+    pub fn deadline(&self, calls: usize, at: Instant) -> Arc<SharedDeadline> {
+        let deadline = SharedDeadline::new(calls);
+        let pending = Pending {
+            at,
+            deadline: Arc::downgrade(&deadline),
+        };
+        let mut queue = self.shared.lock();
+        queue.pending.push(pending);
+        if !queue.running {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                queue.pending.pop();
+                drop(queue);
+                deadline.pass();
+                return deadline;
+            };
+            queue.running = true;
+            queue.armed = None;
+            // Made before the task: a task dropped unpolled, with its runtime, drops it too.
+            let running = Running(Arc::clone(&self.shared));
+            runtime.spawn(keep(running));
+        } else if queue.armed.is_none_or(|armed| at < armed) {
+            // Idle (no timer), or this one comes first: the task sets its timer again.
+            self.shared.rearm.notify_one();
+        }
+        deadline
+    }
+}
+
+impl Default for DeadlineKeeper {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for DeadlineKeeper {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.rearm.notify_one();
+    }
+}
+
+impl KeeperShared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // Pushes and pops of whole entries and flags: a poisoned queue is still consistent.
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The keeper's task, as long as it lives: dropped with its runtime, it leaves the queue to
+/// the next task started.
+struct Running(Arc<KeeperShared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.lock().running = false;
+    }
+}
+
+/// The keeper's task: passes every deadline whose instant came, then sleeps until the next
+/// one or until an earlier one is queued.
+async fn keep(running: Running) {
+    let shared = &running.0;
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
+    loop {
+        let (due, next) = {
+            let mut queue = shared.lock();
+            if queue.closed {
+                return;
+            }
+            let now = Instant::now();
+            let mut due = Vec::new();
+            while queue.pending.peek().is_some_and(|p| p.at <= now) {
+                if let Some(pending) = queue.pending.pop() {
+                    due.push(pending.deadline);
+                }
+            }
+            queue.armed = queue.pending.peek().map(|p| p.at);
+            (due, queue.armed)
+        };
+        for deadline in due.iter().filter_map(Weak::upgrade) {
+            deadline.pass();
+        }
+        match next {
+            Some(at) => {
+                timer.as_mut().reset(at);
+                tokio::select! {
+                    biased;
+                    () = shared.rearm.notified() => {}
+                    () = timer.as_mut() => {}
+                }
+            }
+            None => shared.rearm.notified().await,
+        }
+    }
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+
+impl Eq for Pending {}
+
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Pending {
+    /// Reversed: the heap's greatest is the earliest instant.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.at.cmp(&self.at)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,5 +325,78 @@ mod tests {
         let late = deadline.run(start, std::future::pending::<()>()).await;
         assert_eq!(late, Err(()));
         assert!(Instant::now() >= start + Duration::from_millis(5));
+    }
+
+    /// Each deadline passes at its own instant, an earlier one queued after a later one too
+    /// (the timer is set again), and one whose fan-out is gone is dropped unharmed.
+    #[tokio::test(start_paused = true)]
+    async fn the_keeper_passes_each_deadline_at_its_instant() {
+        let keeper = DeadlineKeeper::new();
+        let start = Instant::now();
+        let late = keeper.deadline(1, start + Duration::from_millis(300));
+        let gone = keeper.deadline(1, start + Duration::from_millis(50));
+        drop(gone);
+        let early = keeper.deadline(1, start + Duration::from_millis(100));
+        let passed = |d: &Arc<SharedDeadline>| d.lock().passed;
+        let waiter = {
+            let late = Arc::clone(&late);
+            tokio::spawn(async move {
+                let deadline = Deadline::Shared(late);
+                deadline.run(start, std::future::pending::<()>()).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(99)).await;
+        assert!(!passed(&early) && !passed(&late));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert!(passed(&early) && !passed(&late));
+        tokio::time::sleep(Duration::from_millis(198)).await;
+        assert!(!passed(&late));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert!(passed(&late));
+        assert_eq!(waiter.await.unwrap(), Err(()), "the waiting call gave up");
+        let after_idle = keeper.deadline(1, Instant::now() + Duration::from_millis(10));
+        tokio::time::sleep(Duration::from_millis(11)).await;
+        assert!(passed(&after_idle), "an idle keeper takes a new deadline");
+    }
+
+    /// The keeper's task ends with the keeper; a runtime that ended takes its task along, and
+    /// the next deadline starts one on the runtime at hand; outside any runtime, a deadline
+    /// is passed at once.
+    #[test]
+    fn the_keeper_task_follows_its_runtime_and_its_keeper() {
+        let keeper = DeadlineKeeper::new();
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap()
+        };
+        let first = runtime();
+        let stranded = first
+            .block_on(async { keeper.deadline(1, Instant::now() + Duration::from_secs(3600)) });
+        drop(first);
+        assert!(
+            !keeper.shared.lock().running,
+            "the task ended with its runtime"
+        );
+        assert!(!stranded.lock().passed);
+        let second = runtime();
+        second.block_on(async {
+            let next = keeper.deadline(1, Instant::now() + Duration::from_millis(20));
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            assert!(next.lock().passed, "a new task on this runtime");
+            let shared = Arc::clone(&keeper.shared);
+            drop(keeper);
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(
+                Arc::strong_count(&shared),
+                1,
+                "the task ended with its keeper"
+            );
+        });
+        let outside = DeadlineKeeper::new().deadline(1, Instant::now() + Duration::from_secs(1));
+        assert!(outside.lock().passed, "no runtime: passed at once");
     }
 }

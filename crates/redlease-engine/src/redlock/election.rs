@@ -271,6 +271,7 @@ impl Redlock {
         let until = Instant::now() + timeout;
         let mut replies = fan_out(
             &self.tasks,
+            &self.keeper,
             self.fleet.nodes(),
             until,
             |node, deadline, reply| {

@@ -109,9 +109,13 @@ impl Redlock {
         let keys = spans.last().map_or(0, |span| span.end);
         let until = Instant::now() + timeout;
         let nodes = self.fleet.nodes();
-        let mut replies = fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
-            eval_values_on(node, call.clone(), deadline, reply)
-        });
+        let mut replies = fan_out(
+            &self.tasks,
+            &self.keeper,
+            nodes,
+            until,
+            |node, deadline, reply| eval_values_on(node, call.clone(), deadline, reply),
+        );
         let mut counts: Vec<EntryVotes> = sent
             .iter()
             .map(|_| EntryVotes {

@@ -223,6 +223,7 @@ impl Redlock {
         let until = Instant::now() + timeout;
         let mut replies = fan_out(
             &self.tasks,
+            &self.keeper,
             self.fleet.nodes(),
             until,
             |node, deadline, reply| {
@@ -275,9 +276,13 @@ impl Redlock {
         let mut queued = vec![None; self.fleet.len()];
         let until = Instant::now() + heartbeat / 3;
         let nodes = at.iter().map(|&i| &self.fleet.nodes()[i]);
-        let mut replies = fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
-            eval_on(node, call.clone(), deadline, reply)
-        });
+        let mut replies = fan_out(
+            &self.tasks,
+            &self.keeper,
+            nodes,
+            until,
+            |node, deadline, reply| eval_on(node, call.clone(), deadline, reply),
+        );
         while let Some((index, answer)) = replies.recv().await {
             queued[index] = answer.ok().map(|here| here == 1);
         }

@@ -14,8 +14,8 @@
 //! task once more for nothing after every answer.
 //!
 //! Every call of a fan-out gives up at the same instant, so they share one deadline
-//! ([`SharedDeadline`]) on one timer, which whoever drives the calls (the caller, then the
-//! tracked task) sleeps on and passes: one timer per fan-out instead of one per master.
+//! ([`SharedDeadline`](crate::fleet::SharedDeadline)), passed by the engine's
+//! [`DeadlineKeeper`] on its one timer: no timer per master, nor per fan-out.
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -25,11 +25,11 @@ use std::task::{Context, Poll};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
-use crate::fleet::{Deadline, Node, SharedDeadline};
+use crate::fleet::{Deadline, DeadlineKeeper, Node};
 
 /// Answers not yet read, as `(node index, answer)`.
 type Answers<T> = Arc<Mutex<VecDeque<(usize, T)>>>;
@@ -56,30 +56,11 @@ fn lock<T>(answers: &Answers<T>) -> std::sync::MutexGuard<'_, VecDeque<(usize, T
 
 type Calls = FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>>;
 
-/// The one timer of a fan-out's shared deadline, until it fires.
-struct Timer {
-    sleep: Pin<Box<Sleep>>,
-    deadline: Arc<SharedDeadline>,
-}
-
-impl Timer {
-    /// Passes the deadline once the sleep is over; `true` while it is still ahead.
-    fn poll_ahead(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.sleep.as_mut().poll(cx).is_pending() {
-            return true;
-        }
-        self.deadline.pass();
-        false
-    }
-}
-
 /// The calls of one fan-out and the answers they sent.
 pub(crate) struct Fanout<T> {
     answers: Answers<T>,
     /// Every master's call still running; `None` once all have finished.
     calls: Option<Calls>,
-    /// The calls' shared deadline; `None` once it has passed.
-    timer: Option<Timer>,
     tasks: TaskTracker,
     /// Counts this fan-out as in flight for [`TaskTracker::wait`] (the engine's `settle`).
     _in_flight: TaskTrackerToken,
@@ -97,7 +78,7 @@ impl<T> Fanout<T> {
                 return Poll::Ready(None);
             };
             // Registers this task with every pending call, so any answer wakes it.
-            let finished = drive(calls, &mut self.timer, cx).is_ready();
+            let finished = drive(calls, cx).is_ready();
             if finished {
                 self.calls = None;
             }
@@ -116,25 +97,23 @@ impl<T> Drop for Fanout<T> {
         let Some(mut calls) = self.calls.take() else {
             return;
         };
-        // Without the timer: a drop may come while the runtime (and its timer) shuts down,
-        // where polling a sleep panics. The tracked task drives the timer from then on.
-        let done_now = poll_fn(|cx| drive(&mut calls, &mut None, cx));
+        let done_now = poll_fn(|cx| drive(&mut calls, cx));
         if done_now.now_or_never().is_some() {
             return;
         }
         // Outside a runtime (it is shutting down) the calls can no longer run: they are dropped.
+        // The keeper passes their deadline wherever they run.
         if tokio::runtime::Handle::try_current().is_ok() {
-            let mut timer = self.timer.take();
-            self.tasks
-                .spawn(poll_fn(move |cx| drive(&mut calls, &mut timer, cx)));
+            self.tasks.spawn(poll_fn(move |cx| drive(&mut calls, cx)));
         }
     }
 }
 
-/// Starts `per_node` for every master, each giving up at `until` (on the fan-out's one
-/// timer); answers arrive through [`Fanout::recv`].
+/// Starts `per_node` for every master, each giving up at `until` (passed by `keeper`);
+/// answers arrive through [`Fanout::recv`].
 pub(crate) fn fan_out<'a, T, F, Fut>(
     tasks: &TaskTracker,
+    keeper: &DeadlineKeeper,
     nodes: impl IntoIterator<Item = &'a Arc<Node>>,
     until: Instant,
     per_node: F,
@@ -146,7 +125,7 @@ where
 {
     let nodes = nodes.into_iter();
     let n = nodes.size_hint().0;
-    let shared = SharedDeadline::new(n);
+    let shared = keeper.deadline(n, until);
     // Room for every master's answers (an acquisition sends two each) without growing.
     let answers: Answers<T> = Arc::new(Mutex::new(VecDeque::with_capacity(2 * n)));
     let mut calls: Calls = nodes
@@ -161,31 +140,18 @@ where
             call
         })
         .collect();
-    // Each call enqueues its command on its first poll: do that now, before the caller waits
-    // (the timer is armed by the first real poll: a waker-less one would register it for
-    // nothing).
-    let finished = poll_fn(|cx| drive(&mut calls, &mut None, cx))
-        .now_or_never()
-        .is_some();
-    let timer = (!finished).then(|| Timer {
-        sleep: Box::pin(tokio::time::sleep_until(until)),
-        deadline: shared,
-    });
+    // Each call enqueues its command on its first poll: do that now, before the caller waits.
+    let finished = poll_fn(|cx| drive(&mut calls, cx)).now_or_never().is_some();
     Fanout {
         answers,
         calls: (!finished).then_some(calls),
-        timer,
         tasks: tasks.clone(),
         _in_flight: tasks.token(),
     }
 }
 
-/// Passes the deadline when its timer fires, then polls the calls that were woken; ready once
-/// every call has finished.
-fn drive(calls: &mut Calls, timer: &mut Option<Timer>, cx: &mut Context<'_>) -> Poll<()> {
-    if timer.as_mut().is_some_and(|timer| !timer.poll_ahead(cx)) {
-        *timer = None;
-    }
+/// Polls the calls that were woken; ready once every call has finished.
+fn drive(calls: &mut Calls, cx: &mut Context<'_>) -> Poll<()> {
     while let Poll::Ready(finished) = calls.poll_next_unpin(cx) {
         if finished.is_none() {
             return Poll::Ready(());

@@ -207,10 +207,16 @@ impl Redlock {
         let tally = ReleaseTally::new(nodes.len(), self.fleet.quorum());
         let awaited: Vec<bool> = nodes.iter().map(|n| n.is_up()).collect();
         let (retries, until) = (&self.retries, now + timeout);
-        let mut replies = fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
-            let (call, tally) = (call.clone(), Arc::clone(&tally));
-            release_on(node, call, deadline, retries.clone(), tally, reply)
-        });
+        let mut replies = fan_out(
+            &self.tasks,
+            &self.keeper,
+            nodes,
+            until,
+            |node, deadline, reply| {
+                let (call, tally) = (call.clone(), Arc::clone(&tally));
+                release_on(node, call, deadline, retries.clone(), tally, reply)
+            },
+        );
         let mut waiting = awaited.iter().filter(|up| **up).count();
         while waiting > 0 && !tally.outcome().confirmed() {
             let Some((index, ())) = replies.recv().await else {

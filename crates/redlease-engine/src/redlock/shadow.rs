@@ -45,6 +45,7 @@ impl Redlock {
         let nodes = self.fleet.nodes();
         let mut replies = fan_out(
             &self.tasks,
+            &self.keeper,
             nodes,
             start + timeout,
             |node, deadline, reply| {

@@ -137,6 +137,7 @@ impl Redlock {
         let call = &attempt.acquire;
         let mut replies = fan_out(
             &self.tasks,
+            &self.keeper,
             self.fleet.nodes(),
             start + timeout,
             |node, deadline, reply| eval_values_on(node, call.clone(), deadline, reply),
@@ -246,9 +247,13 @@ impl Redlock {
         }
         let nodes = at.iter().map(|&i| &self.fleet.nodes()[i]);
         let until = Instant::now() + timeout;
-        let mut replies = fan_out(&self.tasks, nodes, until, |node, deadline, reply| {
-            release_claims_on(node, call.clone(), deadline, reply)
-        });
+        let mut replies = fan_out(
+            &self.tasks,
+            &self.keeper,
+            nodes,
+            until,
+            |node, deadline, reply| release_claims_on(node, call.clone(), deadline, reply),
+        );
         while replies.recv().await.is_some() {}
     }
 }
