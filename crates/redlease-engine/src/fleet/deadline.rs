@@ -30,6 +30,16 @@ pub enum Deadline {
 }
 
 impl Deadline {
+    /// When a call under this deadline starts, for its round trip and its timeout: the
+    /// fan-out's start for a shared deadline (one clock read for every master's call of a
+    /// fan-out, which starts them all at once), now for one of its own.
+    pub fn start(&self) -> Instant {
+        match self {
+            Self::After(_) => Instant::now(),
+            Self::Shared(shared) => shared.start,
+        }
+    }
+
     /// `call`'s output, or `Err(())` once the deadline has passed (measured from `start` for
     /// [`Deadline::After`]).
     pub async fn run<F: Future>(&self, start: Instant, call: F) -> Result<F::Output, ()> {
@@ -57,6 +67,8 @@ impl Deadline {
 /// A deadline several calls wait on, passed by whoever drives them.
 #[derive(Debug)]
 pub struct SharedDeadline {
+    /// When it was made: the start of the fan-out's calls.
+    start: Instant,
     waiting: Mutex<Waiting>,
 }
 
@@ -67,13 +79,14 @@ struct Waiting {
 }
 
 impl SharedDeadline {
-    /// A deadline for about `calls` calls (room for their wakers).
+    /// A deadline for about `calls` calls (room for their wakers), starting now.
     pub fn new(calls: usize) -> Arc<Self> {
         let waiting = Waiting {
             passed: false,
             wakers: Vec::with_capacity(calls),
         };
         Arc::new(Self {
+            start: Instant::now(),
             waiting: Mutex::new(waiting),
         })
     }

@@ -202,7 +202,7 @@ impl Node {
         deadline: &Deadline,
         admission: Admission,
     ) -> Result<R, CallError> {
-        let start = Instant::now();
+        let start = deadline.start();
         if admission == Admission::WhenUp && !self.admit(start) {
             return Err(CallError::Down);
         }
@@ -224,7 +224,7 @@ impl Node {
         commands: &AcquireCommands,
         deadline: &Deadline,
     ) -> Result<AcquireReply, CallError> {
-        let start = Instant::now();
+        let start = deadline.start();
         if !self.admit(start) {
             return Err(CallError::Down);
         }
@@ -269,7 +269,7 @@ impl Node {
         deadline: &Deadline,
     ) -> Result<Vec<wire::Reply>, CallError> {
         let send = async { Ok(self.wire.send(commands).await?) };
-        self.timed(Instant::now(), deadline, send).await
+        self.timed(deadline.start(), deadline, send).await
     }
 
     /// PINGs this master within `timeout`, feeding the RTT window and the breaker.
