@@ -125,7 +125,8 @@ impl SharedDeadline {
 
 /// Passes the shared deadlines of an engine's fan-outs on one timer, run by a task of its
 /// own on the runtime of the first fan-out that needs it (again on another runtime if that
-/// one ended). The task ends with the keeper.
+/// one ended). A fan-out on another runtime while it runs gets a timer task of its own on
+/// that runtime. The task ends with the keeper.
 pub struct DeadlineKeeper {
     shared: Arc<KeeperShared>,
 }
@@ -146,6 +147,8 @@ struct Queue {
     /// Whether a task keeps this queue (none before the first deadline, or after its
     /// runtime ended).
     running: bool,
+    /// The runtime that task runs on.
+    runtime: Option<tokio::runtime::Id>,
     /// The keeper was dropped: the task ends.
     closed: bool,
 }
@@ -170,27 +173,42 @@ impl DeadlineKeeper {
     /// drive the calls) it is passed at once.
     pub fn deadline(&self, calls: usize, at: Instant) -> Arc<SharedDeadline> {
         let deadline = SharedDeadline::new(calls);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            deadline.pass();
+            return deadline;
+        };
         let pending = Pending {
             at,
             deadline: Arc::downgrade(&deadline),
         };
         let mut queue = self.shared.lock();
-        queue.pending.push(pending);
         if !queue.running {
-            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                queue.pending.pop();
-                drop(queue);
-                deadline.pass();
-                return deadline;
-            };
             queue.running = true;
+            queue.runtime = Some(runtime.id());
             queue.armed = None;
-            // Made before the task: a task dropped unpolled, with its runtime, drops it too.
+            queue.pending.push(pending);
+            drop(queue);
+            // Made before the task: a task dropped unpolled, with its runtime, drops it too
+            // (and takes the queue's lock: not held here).
             let running = Running(Arc::clone(&self.shared));
             runtime.spawn(keep(running));
+        } else if queue.runtime != Some(runtime.id()) {
+            // The keeper runs on another runtime, which may not be driven now (a current-thread
+            // runtime between two `block_on`s): this deadline gets a timer of its own on the
+            // runtime that drives its calls.
+            drop(queue);
+            runtime.spawn(async move {
+                tokio::time::sleep_until(pending.at).await;
+                if let Some(deadline) = pending.deadline.upgrade() {
+                    deadline.pass();
+                }
+            });
         } else if queue.armed.is_none_or(|armed| at < armed) {
+            queue.pending.push(pending);
             // Idle (no timer), or this one comes first: the task sets its timer again.
             self.shared.rearm.notify_one();
+        } else {
+            queue.pending.push(pending);
         }
         deadline
     }
@@ -224,7 +242,9 @@ struct Running(Arc<KeeperShared>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.0.lock().running = false;
+        let mut queue = self.0.lock();
+        queue.running = false;
+        queue.runtime = None;
     }
 }
 
@@ -411,5 +431,40 @@ mod tests {
         });
         let outside = DeadlineKeeper::new().deadline(1, Instant::now() + Duration::from_secs(1));
         assert!(outside.lock().passed, "no runtime: passed at once");
+    }
+
+    /// While the keeper's task runs on a runtime nobody drives (a current-thread runtime
+    /// between two `block_on`s), a fan-out's deadline on another runtime still passes at its
+    /// instant, on a timer of that runtime.
+    #[test]
+    fn a_deadline_passes_on_its_own_runtime_while_the_keepers_is_idle() {
+        let keeper = DeadlineKeeper::new();
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap()
+        };
+        let idle = runtime();
+        idle.block_on(async {
+            keeper.deadline(1, Instant::now() + Duration::from_secs(3600));
+            tokio::task::yield_now().await;
+        });
+        assert!(
+            keeper.shared.lock().running,
+            "the keeper's task lives on, not driven"
+        );
+        let other = runtime();
+        other.block_on(async {
+            let deadline = keeper.deadline(1, Instant::now() + Duration::from_millis(20));
+            let wait = Deadline::Shared(Arc::clone(&deadline));
+            let gave_up = tokio::time::timeout(
+                Duration::from_secs(5),
+                wait.run(Instant::now(), std::future::pending::<()>()),
+            )
+            .await;
+            assert_eq!(gave_up, Ok(Err(())), "passed on this runtime's timer");
+        });
+        drop(idle);
     }
 }
