@@ -253,23 +253,25 @@ impl Drop for Running {
 async fn keep(running: Running) {
     let shared = &running.0;
     let mut timer = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
+    // Passed after the lock is let go (their wakers run no code of the keeper's, but need not
+    // wait on it either); kept from one turn to the next.
+    let mut due: Vec<Weak<SharedDeadline>> = Vec::new();
     loop {
-        let (due, next) = {
+        let next = {
             let mut queue = shared.lock();
             if queue.closed {
                 return;
             }
             let now = Instant::now();
-            let mut due = Vec::new();
             while queue.pending.peek().is_some_and(|p| p.at <= now) {
                 if let Some(pending) = queue.pending.pop() {
                     due.push(pending.deadline);
                 }
             }
             queue.armed = queue.pending.peek().map(|p| p.at);
-            (due, queue.armed)
+            queue.armed
         };
-        for deadline in due.iter().filter_map(Weak::upgrade) {
+        for deadline in due.drain(..).filter_map(|due| due.upgrade()) {
             deadline.pass();
         }
         match next {
