@@ -394,18 +394,20 @@ mod tests {
         assert!(passed(&after_idle), "an idle keeper takes a new deadline");
     }
 
+    /// A current-thread runtime with a timer, of a test's own.
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+    }
+
     /// The keeper's task ends with the keeper; a runtime that ended takes its task along, and
     /// the next deadline starts one on the runtime at hand; outside any runtime, a deadline
     /// is passed at once.
     #[test]
     fn the_keeper_task_follows_its_runtime_and_its_keeper() {
         let keeper = DeadlineKeeper::new();
-        let runtime = || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build()
-                .unwrap()
-        };
         let first = runtime();
         let stranded = first
             .block_on(async { keeper.deadline(1, Instant::now() + Duration::from_secs(3600)) });
@@ -441,12 +443,6 @@ mod tests {
     #[test]
     fn a_deadline_passes_on_its_own_runtime_while_the_keepers_is_idle() {
         let keeper = DeadlineKeeper::new();
-        let runtime = || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build()
-                .unwrap()
-        };
         let idle = runtime();
         idle.block_on(async {
             keeper.deadline(1, Instant::now() + Duration::from_secs(3600));
