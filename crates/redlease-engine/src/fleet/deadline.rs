@@ -144,10 +144,8 @@ struct Queue {
     pending: BinaryHeap<Pending>,
     /// The instant the task's timer is set for; `None` while it waits for a deadline.
     armed: Option<Instant>,
-    /// Whether a task keeps this queue (none before the first deadline, or after its
-    /// runtime ended).
-    running: bool,
-    /// The runtime that task runs on.
+    /// The runtime of the task that keeps this queue; `None` while no task does (before the
+    /// first deadline, or after its runtime ended).
     runtime: Option<tokio::runtime::Id>,
     /// The keeper was dropped: the task ends.
     closed: bool,
@@ -182,33 +180,36 @@ impl DeadlineKeeper {
             deadline: Arc::downgrade(&deadline),
         };
         let mut queue = self.shared.lock();
-        if !queue.running {
-            queue.running = true;
+        let start = match queue.runtime {
+            None => true,
+            Some(keepers) if keepers == runtime.id() => false,
+            Some(_) => {
+                // The keeper runs on another runtime, which may not be driven now (a
+                // current-thread runtime between two `block_on`s): this deadline gets a timer
+                // of its own on the runtime that drives its calls.
+                drop(queue);
+                runtime.spawn(async move {
+                    tokio::time::sleep_until(pending.at).await;
+                    pending.pass();
+                });
+                return deadline;
+            }
+        };
+        // Idle (no timer), or this one comes first: the task sets its timer again.
+        let rearm = !start && queue.armed.is_none_or(|armed| at < armed);
+        if start {
             queue.runtime = Some(runtime.id());
             queue.armed = None;
-            queue.pending.push(pending);
-            drop(queue);
+        }
+        queue.pending.push(pending);
+        drop(queue);
+        if start {
             // Made before the task: a task dropped unpolled, with its runtime, drops it too
             // (and takes the queue's lock: not held here).
             let running = Running(Arc::clone(&self.shared));
             runtime.spawn(keep(running));
-        } else if queue.runtime != Some(runtime.id()) {
-            // The keeper runs on another runtime, which may not be driven now (a current-thread
-            // runtime between two `block_on`s): this deadline gets a timer of its own on the
-            // runtime that drives its calls.
-            drop(queue);
-            runtime.spawn(async move {
-                tokio::time::sleep_until(pending.at).await;
-                if let Some(deadline) = pending.deadline.upgrade() {
-                    deadline.pass();
-                }
-            });
-        } else if queue.armed.is_none_or(|armed| at < armed) {
-            queue.pending.push(pending);
-            // Idle (no timer), or this one comes first: the task sets its timer again.
+        } else if rearm {
             self.shared.rearm.notify_one();
-        } else {
-            queue.pending.push(pending);
         }
         deadline
     }
@@ -242,9 +243,7 @@ struct Running(Arc<KeeperShared>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let mut queue = self.0.lock();
-        queue.running = false;
-        queue.runtime = None;
+        self.0.lock().runtime = None;
     }
 }
 
@@ -255,7 +254,7 @@ async fn keep(running: Running) {
     let mut timer = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
     // Passed after the lock is let go (their wakers run no code of the keeper's, but need not
     // wait on it either); kept from one turn to the next.
-    let mut due: Vec<Weak<SharedDeadline>> = Vec::new();
+    let mut due: Vec<Pending> = Vec::new();
     loop {
         let next = {
             let mut queue = shared.lock();
@@ -265,14 +264,14 @@ async fn keep(running: Running) {
             let now = Instant::now();
             while queue.pending.peek().is_some_and(|p| p.at <= now) {
                 if let Some(pending) = queue.pending.pop() {
-                    due.push(pending.deadline);
+                    due.push(pending);
                 }
             }
             queue.armed = queue.pending.peek().map(|p| p.at);
             queue.armed
         };
-        for deadline in due.drain(..).filter_map(|due| due.upgrade()) {
-            deadline.pass();
+        for pending in due.drain(..) {
+            pending.pass();
         }
         match next {
             Some(at) => {
@@ -284,6 +283,15 @@ async fn keep(running: Running) {
                 }
             }
             None => shared.rearm.notified().await,
+        }
+    }
+}
+
+impl Pending {
+    /// Passes the deadline, unless its fan-out is gone.
+    fn pass(&self) {
+        if let Some(deadline) = self.deadline.upgrade() {
+            deadline.pass();
         }
     }
 }
@@ -413,7 +421,7 @@ mod tests {
             .block_on(async { keeper.deadline(1, Instant::now() + Duration::from_secs(3600)) });
         drop(first);
         assert!(
-            !keeper.shared.lock().running,
+            keeper.shared.lock().runtime.is_none(),
             "the task ended with its runtime"
         );
         assert!(!stranded.lock().passed);
@@ -449,7 +457,7 @@ mod tests {
             tokio::task::yield_now().await;
         });
         assert!(
-            keeper.shared.lock().running,
+            keeper.shared.lock().runtime.is_some(),
             "the keeper's task lives on, not driven"
         );
         let other = runtime();
