@@ -54,6 +54,7 @@ async fn metrics_expose_the_names_operators_query() {
         "sidecar_busy_poll_answers_total{outcome=\"next_request_in_window\"} ",
         "sidecar_busy_poll_answers_total{outcome=\"outlasted_window\"} ",
         "sidecar_busy_poll_answers_total{outcome=\"not_polled\"} ",
+        "sidecar_busy_poll_cpu_lost_total ",
         "process_cpu_seconds_total ",
         "process_resident_memory_bytes ",
     ] {

@@ -127,6 +127,10 @@ pub struct Metrics {
     /// [`BUSY_POLL_ANSWER_OUTCOMES`], in its order: `not_polled` as an answer goes out, the
     /// others as a request judges the latest answer polled after before it.
     pub busy_poll_answers: [BoundCounter<u64>; 3],
+    /// `sidecar_busy_poll_cpu_lost_total`: busy-polling turns that kept the runtime's thread
+    /// off the CPU for 500 µs or more (a CPU-bound neighbour): each ends the spell and the
+    /// polling's credit.
+    pub busy_poll_cpu_lost: Counter<u64>,
     /// `process_cpu_seconds_total` (s): user + system CPU time of this process, read at scrape.
     _process_cpu: ObservableCounter<f64>,
     /// `process_resident_memory_bytes`: resident memory of this process, read at scrape.
@@ -243,6 +247,10 @@ impl Metrics {
                 );
                 BUSY_POLL_ANSWER_OUTCOMES.map(|outcome| answers.bind(&label("outcome", outcome)))
             },
+            busy_poll_cpu_lost: counter(
+                "sidecar_busy_poll_cpu_lost",
+                "Busy-polling turns that lost the CPU for 500 µs or more to another thread",
+            ),
             _process_cpu: meter
                 .f64_observable_counter("process_cpu_seconds")
                 .with_unit("s")
@@ -277,6 +285,7 @@ impl Metrics {
             &self.shadow_recoveries,
             &self.leases_expired,
             &self.waiters_refused,
+            &self.busy_poll_cpu_lost,
         ] {
             counter.add(0, &[]);
         }

@@ -222,6 +222,7 @@ impl BusyPoll {
                 // Offered at `now`: what came between takes microseconds, against CPU_TAKEN.
                 std::thread::yield_now();
                 if now.elapsed() >= CPU_TAKEN {
+                    METRICS.busy_poll_cpu_lost.add(1, &[]);
                     self.policy().cpu_taken();
                     break;
                 }
