@@ -2,8 +2,8 @@
 //!
 //! The per-master futures are driven inside the caller's own task (no spawn, no cross-task
 //! wake-up per answer: such a hop can cost more than the Redis round trip on loopback),
-//! in a `FuturesUnordered`, so an answer polls only the call it woke (a joined future polls
-//! every unfinished call on each wake-up).
+//! joined in one allocation (`join_all`): a wake-up polls every call not finished yet, a few
+//! at most, which costs less than a `FuturesUnordered`'s allocation and waker per call.
 //! A caller that returns at quorum (or is cancelled) drops its [`Fanout`], which hands the
 //! unfinished calls to a tracked task: the slower masters' calls still run to completion, their
 //! RTT is recorded, and any clean-up chained after a write (see `acquire_on`) still runs after
@@ -23,7 +23,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::future::join_all;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -54,7 +54,8 @@ fn lock<T>(answers: &Answers<T>) -> std::sync::MutexGuard<'_, VecDeque<(usize, T
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-type Calls = FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>>;
+/// Every master's call of one fan-out, joined; ready once all have finished.
+type Calls = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The calls of one fan-out and the answers they sent.
 pub(crate) struct Fanout<T> {
@@ -128,18 +129,15 @@ where
     let shared = keeper.deadline(n, until);
     // Room for every master's answers (an acquisition sends two each) without growing.
     let answers: Answers<T> = Arc::new(Mutex::new(VecDeque::with_capacity(2 * n)));
-    let mut calls: Calls = nodes
-        .map(|node| {
-            let reply = Reply {
-                index: node.index(),
-                answers: Arc::clone(&answers),
-            };
-            let deadline = Deadline::Shared(Arc::clone(&shared));
-            let call: Pin<Box<dyn Future<Output = ()> + Send>> =
-                Box::pin(per_node(Arc::clone(node), deadline, reply));
-            call
-        })
-        .collect();
+    let calls = nodes.map(|node| {
+        let reply = Reply {
+            index: node.index(),
+            answers: Arc::clone(&answers),
+        };
+        let deadline = Deadline::Shared(Arc::clone(&shared));
+        per_node(Arc::clone(node), deadline, reply)
+    });
+    let mut calls: Calls = Box::pin(join_all(calls).map(drop));
     // Each call enqueues its command on its first poll: do that now, before the caller waits.
     let finished = poll_fn(|cx| drive(&mut calls, cx)).now_or_never().is_some();
     Fanout {
@@ -150,12 +148,7 @@ where
     }
 }
 
-/// Polls the calls that were woken; ready once every call has finished.
+/// Polls the calls not finished yet; ready once every call has finished.
 fn drive(calls: &mut Calls, cx: &mut Context<'_>) -> Poll<()> {
-    while let Poll::Ready(finished) = calls.poll_next_unpin(cx) {
-        if finished.is_none() {
-            return Poll::Ready(());
-        }
-    }
-    Poll::Pending
+    calls.as_mut().poll(cx)
 }
