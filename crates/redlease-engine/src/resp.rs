@@ -24,6 +24,10 @@ use redis_protocol::resp2::types::RangeFrame;
 /// One reply: a value, or the error reply's text (`NOSCRIPT ...`, `WRONGTYPE ...`).
 pub type Reply = Result<Value, String>;
 
+/// The replies of one call, in order: inline for the one or two commands of a lock call
+/// (no allocation per call).
+pub type Replies = smallvec::SmallVec<[Reply; 2]>;
+
 /// Largest bulk string a reply may announce before the connection is called broken.
 pub const MAX_BULK: usize = 512 * 1024 * 1024;
 /// Largest array a reply may announce.
@@ -298,8 +302,12 @@ fn reply(input: &[u8], frame: RangeFrame) -> Reply {
     }
 }
 
-/// A string reply as fred gives it: UTF-8 text as a string, other bytes as bytes.
+/// A string reply as fred gives it: UTF-8 text as a string, other bytes as bytes. `OK`, the
+/// reply of every granted `SET`, is fred's static value: no allocation.
 fn text_value(data: &[u8]) -> Value {
+    if data == b"OK" {
+        return Value::new_ok();
+    }
     match std::str::from_utf8(data) {
         Ok(text) => Value::from(text.to_string()),
         Err(_) => Value::Bytes(Bytes::copy_from_slice(data)),

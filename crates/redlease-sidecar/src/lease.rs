@@ -256,11 +256,15 @@ impl Tracked {
         } else {
             "released"
         };
-        let lease = record.view(now);
+        // A view for the watchers only: one who subscribes after this look reads the ended
+        // state in its first view, taken under the record's lock held here.
+        let lease = self.events.get().is_some().then(|| record.view(now));
         let id = record.lease.id;
         drop(record);
         self.ending.end();
-        self.send_event(LeaseEvent { event, lease });
+        if let Some(lease) = lease {
+            self.send_event(LeaseEvent { event, lease });
+        }
         if self.has_task {
             // Its task ends, and retires it.
             self.wake.notify_one();
@@ -594,12 +598,19 @@ impl LeaseManager {
             Begin::Joined => tracked.release_round_after(seen).await,
             Begin::Ended => {}
         }
-        let view = tracked.view();
-        let ours = reason == "released" && view.reason == Some("released");
+        let (state, ended_by) = {
+            let record = tracked.record();
+            (record.state_at(Instant::now()), record.reason)
+        };
+        let ours = reason == "released" && ended_by == Some("released");
         let released = ours
-            && view.state == LeaseState::Released
+            && state == LeaseState::Released
             && !tracked.release_reported.swap(true, Ordering::AcqRel);
-        Some(ReleaseAnswer { released, view })
+        Some(ReleaseAnswer {
+            released,
+            state,
+            reason: ended_by,
+        })
     }
 
     /// Opens an event stream on the lease (a sign of life; while open, the stream proves the

@@ -34,7 +34,7 @@ async fn granted(manager: &Arc<LeaseManager>, resource: &str) -> LeaseId {
         idle_timeout: None,
     };
     match manager.acquire(request).await.unwrap() {
-        Acquired::Granted(view) => view.lease_id.parse().unwrap(),
+        Acquired::Granted(view) => view.lease_id,
         other => panic!("not granted: {other:?}"),
     }
 }

@@ -37,7 +37,7 @@ async fn manager(fleet: &TestFleet, tune: impl FnOnce(&mut LeasePolicy)) -> Arc<
 
 fn granted(acquired: Acquired) -> LeaseId {
     match acquired {
-        Acquired::Granted(view) => view.lease_id.parse().unwrap(),
+        Acquired::Granted(view) => view.lease_id,
         other => panic!("not granted: {other:?}"),
     }
 }

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use smallvec::SmallVec;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -75,19 +76,17 @@ pub struct SharedDeadline {
 #[derive(Debug, Default)]
 struct Waiting {
     passed: bool,
-    wakers: Vec<Waker>,
+    /// The tasks waiting: one for a fan-out's joined calls, two once its caller has gone and
+    /// the calls left run in a task of their own.
+    wakers: SmallVec<[Waker; 2]>,
 }
 
 impl SharedDeadline {
-    /// A deadline for about `calls` calls (room for their wakers), starting now.
-    pub fn new(calls: usize) -> Arc<Self> {
-        let waiting = Waiting {
-            passed: false,
-            wakers: Vec::with_capacity(calls),
-        };
+    /// A deadline starting now.
+    pub fn new() -> Arc<Self> {
         Arc::new(Self {
             start: Instant::now(),
-            waiting: Mutex::new(waiting),
+            waiting: Mutex::default(),
         })
     }
 
@@ -109,8 +108,11 @@ impl SharedDeadline {
         if waiting.passed {
             return Poll::Ready(());
         }
-        if !waiting.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            waiting.wakers.push(cx.waker().clone());
+        // The no-op waker (a fan-out's calls polled outside a task) would wake nothing.
+        let waker = cx.waker();
+        let kept = |w: &Waker| w.will_wake(waker);
+        if !waker.will_wake(Waker::noop()) && !waiting.wakers.iter().any(kept) {
+            waiting.wakers.push(waker.clone());
         }
         Poll::Pending
     }
@@ -167,10 +169,10 @@ impl DeadlineKeeper {
         }
     }
 
-    /// A deadline for about `calls` calls, passed at `at`. Outside a runtime (nothing could
-    /// drive the calls) it is passed at once.
-    pub fn deadline(&self, calls: usize, at: Instant) -> Arc<SharedDeadline> {
-        let deadline = SharedDeadline::new(calls);
+    /// A deadline passed at `at`. Outside a runtime (nothing could drive the calls) it is
+    /// passed at once.
+    pub fn deadline(&self, at: Instant) -> Arc<SharedDeadline> {
+        let deadline = SharedDeadline::new();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             deadline.pass();
             return deadline;
@@ -321,12 +323,47 @@ impl Ord for Pending {
 mod tests {
     use super::*;
 
+    /// The deadline keeps one waker per task that waits on it, and none for the no-op waker
+    /// of a fan-out's calls polled outside a task.
+    #[test]
+    fn one_waker_per_waiting_task_and_none_for_the_no_op() {
+        struct Count(std::sync::atomic::AtomicU32);
+        impl std::task::Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let shared = SharedDeadline::new();
+        let kept = || shared.lock().wakers.len();
+        assert!(shared
+            .poll_passed(&mut Context::from_waker(Waker::noop()))
+            .is_pending());
+        assert_eq!(kept(), 0);
+        let counts: Vec<_> = (0..2)
+            .map(|_| Arc::new(Count(Default::default())))
+            .collect();
+        let wakers: Vec<Waker> = counts.iter().map(|c| Waker::from(Arc::clone(c))).collect();
+        for waker in wakers.iter().chain(&wakers) {
+            assert!(shared
+                .poll_passed(&mut Context::from_waker(waker))
+                .is_pending());
+        }
+        assert_eq!(kept(), 2);
+        shared.pass();
+        for count in &counts {
+            assert_eq!(count.0.load(std::sync::atomic::Ordering::Relaxed), 1);
+        }
+        assert!(shared
+            .poll_passed(&mut Context::from_waker(Waker::noop()))
+            .is_ready());
+    }
+
     /// A call answered before the deadline passes gets its answer; one still waiting when it
     /// passes gives up, woken by `pass` alone (no timer of its own).
     #[tokio::test(start_paused = true)]
     async fn calls_give_up_when_the_shared_deadline_passes() {
         let start = Instant::now();
-        let shared = SharedDeadline::new(2);
+        let shared = SharedDeadline::new();
         let deadline = Deadline::Shared(Arc::clone(&shared));
         assert_eq!(deadline.run(start, async { 7 }).await, Ok(7));
 
@@ -376,10 +413,10 @@ mod tests {
     async fn the_keeper_passes_each_deadline_at_its_instant() {
         let keeper = DeadlineKeeper::new();
         let start = Instant::now();
-        let late = keeper.deadline(1, start + Duration::from_millis(300));
-        let gone = keeper.deadline(1, start + Duration::from_millis(50));
+        let late = keeper.deadline(start + Duration::from_millis(300));
+        let gone = keeper.deadline(start + Duration::from_millis(50));
         drop(gone);
-        let early = keeper.deadline(1, start + Duration::from_millis(100));
+        let early = keeper.deadline(start + Duration::from_millis(100));
         let passed = |d: &Arc<SharedDeadline>| d.lock().passed;
         let waiter = {
             let late = Arc::clone(&late);
@@ -397,7 +434,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(2)).await;
         assert!(passed(&late));
         assert_eq!(waiter.await.unwrap(), Err(()), "the waiting call gave up");
-        let after_idle = keeper.deadline(1, Instant::now() + Duration::from_millis(10));
+        let after_idle = keeper.deadline(Instant::now() + Duration::from_millis(10));
         tokio::time::sleep(Duration::from_millis(11)).await;
         assert!(passed(&after_idle), "an idle keeper takes a new deadline");
     }
@@ -417,8 +454,8 @@ mod tests {
     fn the_keeper_task_follows_its_runtime_and_its_keeper() {
         let keeper = DeadlineKeeper::new();
         let first = runtime();
-        let stranded = first
-            .block_on(async { keeper.deadline(1, Instant::now() + Duration::from_secs(3600)) });
+        let stranded =
+            first.block_on(async { keeper.deadline(Instant::now() + Duration::from_secs(3600)) });
         drop(first);
         assert!(
             keeper.shared.lock().runtime.is_none(),
@@ -427,7 +464,7 @@ mod tests {
         assert!(!stranded.lock().passed);
         let second = runtime();
         second.block_on(async {
-            let next = keeper.deadline(1, Instant::now() + Duration::from_millis(20));
+            let next = keeper.deadline(Instant::now() + Duration::from_millis(20));
             tokio::time::sleep(Duration::from_millis(40)).await;
             assert!(next.lock().passed, "a new task on this runtime");
             let shared = Arc::clone(&keeper.shared);
@@ -441,7 +478,7 @@ mod tests {
                 "the task ended with its keeper"
             );
         });
-        let outside = DeadlineKeeper::new().deadline(1, Instant::now() + Duration::from_secs(1));
+        let outside = DeadlineKeeper::new().deadline(Instant::now() + Duration::from_secs(1));
         assert!(outside.lock().passed, "no runtime: passed at once");
     }
 
@@ -453,7 +490,7 @@ mod tests {
         let keeper = DeadlineKeeper::new();
         let idle = runtime();
         idle.block_on(async {
-            keeper.deadline(1, Instant::now() + Duration::from_secs(3600));
+            keeper.deadline(Instant::now() + Duration::from_secs(3600));
             tokio::task::yield_now().await;
         });
         assert!(
@@ -462,7 +499,7 @@ mod tests {
         );
         let other = runtime();
         other.block_on(async {
-            let deadline = keeper.deadline(1, Instant::now() + Duration::from_millis(20));
+            let deadline = keeper.deadline(Instant::now() + Duration::from_millis(20));
             let wait = Deadline::Shared(Arc::clone(&deadline));
             let gave_up = tokio::time::timeout(
                 Duration::from_secs(5),

@@ -267,7 +267,7 @@ impl Node {
         &self,
         commands: &Commands,
         deadline: &Deadline,
-    ) -> Result<Vec<wire::Reply>, CallError> {
+    ) -> Result<wire::Replies, CallError> {
         let send = async { Ok(self.wire.send(commands).await?) };
         self.timed(deadline.start(), deadline, send).await
     }

@@ -58,7 +58,7 @@ pub enum WireError {
     Connection(String),
 }
 
-pub use crate::resp::Reply;
+pub use crate::resp::{Replies, Reply};
 
 /// Why a connection could not be opened.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -240,7 +240,7 @@ impl Wire {
 
     /// Sends `commands` and waits for their replies, in order. Without a link, starts making
     /// one and answers [`WireError::Down`].
-    pub async fn send(&self, commands: &Commands) -> Result<Vec<Reply>, WireError> {
+    pub async fn send(&self, commands: &Commands) -> Result<Replies, WireError> {
         let link = lock(&self.link).current.clone();
         let Some(link) = link else {
             self.connect();

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use futures_util::future::join_all;
 use futures_util::FutureExt;
@@ -98,8 +98,7 @@ impl<T> Drop for Fanout<T> {
         let Some(mut calls) = self.calls.take() else {
             return;
         };
-        let done_now = poll_fn(|cx| drive(&mut calls, cx));
-        if done_now.now_or_never().is_some() {
+        if drive_now(&mut calls).is_ready() {
             return;
         }
         // Outside a runtime (it is shutting down) the calls can no longer run: they are dropped.
@@ -126,7 +125,7 @@ where
 {
     let nodes = nodes.into_iter();
     let n = nodes.size_hint().0;
-    let shared = keeper.deadline(n, until);
+    let shared = keeper.deadline(until);
     // Room for every master's answers (an acquisition sends two each) without growing.
     let answers: Answers<T> = Arc::new(Mutex::new(VecDeque::with_capacity(2 * n)));
     let calls = nodes.map(|node| {
@@ -139,13 +138,19 @@ where
     });
     let mut calls: Calls = Box::pin(join_all(calls).map(drop));
     // Each call enqueues its command on its first poll: do that now, before the caller waits.
-    let finished = poll_fn(|cx| drive(&mut calls, cx)).now_or_never().is_some();
+    let finished = drive_now(&mut calls).is_ready();
     Fanout {
         answers,
         calls: (!finished).then_some(calls),
         tasks: tasks.clone(),
         _in_flight: tasks.token(),
     }
+}
+
+/// Polls the calls outside any task, with the no-op waker, which their shared deadline does
+/// not keep (the task that polls them next registers its own).
+fn drive_now(calls: &mut Calls) -> Poll<()> {
+    drive(calls, &mut Context::from_waker(Waker::noop()))
 }
 
 /// Polls the calls not finished yet; ready once every call has finished.

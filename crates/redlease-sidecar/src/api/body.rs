@@ -13,7 +13,8 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{
@@ -40,9 +41,39 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
-        let read = Json::<Object<T>>::from_request(request, state);
-        let Json(Object(value)) = in_time(state.body_timeout, read).await?.map_err(rejected)?;
-        Ok(JsonBody(value))
+        if !plain_json(request.headers()) {
+            // axum's own reading of every other content type: parameters, `+json` suffixes,
+            // refusals.
+            let read = Json::<Object<T>>::from_request(request, state);
+            let Json(Object(value)) = in_time(state.body_timeout, read).await?.map_err(rejected)?;
+            return Ok(JsonBody(value));
+        }
+        let read = Bytes::from_request(request, state);
+        let bytes = in_time(state.body_timeout, read).await?;
+        let bytes = bytes.map_err(|rejection| rejected(rejection.into()))?;
+        decode(&bytes).map(JsonBody)
+    }
+}
+
+/// Whether the request says `content-type: application/json`, exactly (in any case): the
+/// content type of nearly every request, checked without parsing it as axum's `Json` does.
+fn plain_json(headers: &HeaderMap) -> bool {
+    let mut types = headers.get_all(CONTENT_TYPE).iter();
+    let first = types.next();
+    types.next().is_none()
+        && first.is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"application/json"))
+}
+
+/// A JSON object of shape `T` from `bytes`, as axum's `Json` reads it. The body is read
+/// without tracking the path to each field; a body that fails is read again through `Json`,
+/// whose rejection (naming the field at fault) is the one a client gets.
+fn decode<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+    match serde_json::from_slice::<Object<T>>(bytes) {
+        Ok(Object(value)) => Ok(value),
+        Err(_) => match Json::<Object<T>>::from_bytes(bytes) {
+            Ok(Json(Object(value))) => Ok(value),
+            Err(rejection) => Err(rejected(rejection)),
+        },
     }
 }
 
@@ -57,6 +88,9 @@ impl<T: DeserializeOwned + Default> FromRequest<AppState> for OptionalJsonBody<T
         let bytes = bytes.map_err(|rejection| rejected(rejection.into()))?;
         if bytes.trim_ascii().is_empty() {
             return Ok(OptionalJsonBody(T::default()));
+        }
+        if plain_json(&parts.headers) {
+            return decode(&bytes).map(OptionalJsonBody);
         }
         let request = Request::from_parts(parts, Body::from(bytes));
         let Json(Object(value)) = Json::from_request(request, state).await.map_err(rejected)?;
@@ -235,7 +269,7 @@ impl<'de> Visitor<'de> for MillisVisitor {
 mod tests {
     use super::*;
 
-    #[derive(Debug, Default, Deserialize)]
+    #[derive(Debug, Default, Deserialize, PartialEq)]
     #[serde(deny_unknown_fields)]
     struct Shape {
         name: Option<String>,
@@ -373,6 +407,70 @@ mod tests {
         assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
         let problem = refused.headers().get("content-type").unwrap();
         assert_eq!(problem, "application/problem+json");
+    }
+
+    /// `application/json` as sent by nearly every client is read without axum's parsing of
+    /// the type; a parameter, a `+json` suffix, another type or two types go through axum's
+    /// `Json`, which accepts or refuses them.
+    #[test]
+    fn only_a_plain_json_type_skips_axums_check() {
+        use axum::http::HeaderValue;
+        let headers = |types: &[&'static str]| {
+            let mut headers = HeaderMap::new();
+            for content_type in types {
+                headers.append(CONTENT_TYPE, HeaderValue::from_static(content_type));
+            }
+            headers
+        };
+        for plain in ["application/json", "Application/JSON"] {
+            assert!(plain_json(&headers(&[plain])), "{plain}");
+        }
+        for other in [
+            &[][..],
+            &["application/json; charset=utf-8"],
+            &["application/merge-patch+json"],
+            &["text/plain"],
+            &["application/json", "text/plain"],
+        ] {
+            assert!(!plain_json(&headers(other)), "{other:?}");
+        }
+    }
+
+    /// A body read without the path to each field is read as axum's `Json` reads it: the same
+    /// value, and for a body at fault the same rejection, naming the field.
+    #[test]
+    fn decoding_matches_axums_json() {
+        let read = |body: &'static str| decode::<Shape>(&Bytes::from_static(body.as_bytes()));
+        let axums = |body: &'static str| {
+            Json::<Object<Shape>>::from_bytes(body.as_bytes())
+                .map(|Json(Object(value))| value)
+                .map_err(rejected)
+        };
+        for body in [
+            r#"{"name": "a"}"#,
+            "{}",
+            r#"{"name": 7}"#,
+            "[]",
+            "7",
+            r#"{"name": "a"} x"#,
+            "{",
+            "",
+        ] {
+            match (read(body), axums(body)) {
+                (Ok(ours), Ok(theirs)) => assert_eq!(ours, theirs, "{body}"),
+                (Err(ours), Err(theirs)) => {
+                    let ours = (ours.status, ours.reason, ours.detail);
+                    assert_eq!(
+                        ours,
+                        (theirs.status, theirs.reason, theirs.detail),
+                        "{body}"
+                    );
+                }
+                (ours, theirs) => panic!("{body}: {ours:?} against axum's {theirs:?}"),
+            }
+        }
+        let wrong = read(r#"{"name": 7}"#).unwrap_err();
+        assert!(wrong.detail.contains("name"), "{}", wrong.detail);
     }
 
     /// A body that does not arrive in time is 408.

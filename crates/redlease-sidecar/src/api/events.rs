@@ -130,7 +130,7 @@ fn event_stream(
         },
         lease: view.clone(),
     });
-    let feed = Feed::new(events, guard, permit, conn, view.lease_id);
+    let feed = Feed::new(events, guard, permit, conn, view.lease_id.to_string());
     futures_util::stream::unfold((feed, ended, false), |(mut feed, ended, done)| async move {
         if done {
             return None;

@@ -217,22 +217,21 @@ pub(super) async fn release(
     let Some(answer) = state.manager.release(id, "released").await else {
         return reentry::release_hold(&state, id);
     };
-    if answer.view.state == LeaseState::Releasing {
+    if answer.state == LeaseState::Releasing {
         let detail = "too few masters confirmed the release; it keeps trying";
         let extra = ReleaseRefusal {
             released: false,
-            state: answer.view.state,
+            state: answer.state,
         };
         let status = StatusCode::SERVICE_UNAVAILABLE;
         return Ok(problem_with(status, "no_quorum", detail, extra));
     }
-    let view = &answer.view;
     let body = Released {
         hold_id: None,
         holds: None,
-        reason: view.reason,
+        reason: answer.reason,
         released: answer.released,
-        state: view.state,
+        state: answer.state,
     };
     Ok(Json(body).into_response())
 }

@@ -15,7 +15,6 @@ use tokio::time::Instant;
 
 use super::{LeaseEvent, LeaseManager, LeaseState, LeaseView, Tracked};
 use crate::redlock::Lease;
-use crate::LeaseId;
 
 /// Who acknowledges a force release's revocation of a lease, which lets others take the
 /// resource (see `docs/inventory.md`).
@@ -60,7 +59,7 @@ impl LeaseManager {
     /// Follows the lease `view` shows (as [`LeaseManager::acquire`] granted it); `None` when
     /// this table does not know it.
     pub fn follow(self: &Arc<Self>, view: &LeaseView) -> Option<Following> {
-        let id: LeaseId = view.lease_id.parse().ok()?;
+        let id = view.lease_id;
         let tracked = self.find(id)?;
         let events = tracked.subscribe();
         let lease = tracked.record().lease.clone();
@@ -116,10 +115,11 @@ impl Following {
             self.acknowledge_revocation().await;
         } else if !state.is_terminal() {
             if let Some(answer) = self.manager.release(id, "released").await {
-                return match answer.view.state {
+                return match answer.state {
                     LeaseState::Released if answer.released => LetGo::Released,
                     LeaseState::Releasing => LetGo::Releasing,
-                    _ => LetGo::Ended(answer.view),
+                    // Ended otherwise: its view no longer changes.
+                    _ => LetGo::Ended(self.tracked.view()),
                 };
             }
         }

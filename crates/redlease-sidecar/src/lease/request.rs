@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::LeaseView;
+use super::{LeaseState, LeaseView};
 use crate::redlock::Permits;
 use crate::{Error, LeaseId};
 
@@ -83,9 +83,11 @@ pub struct ReleaseAnswer {
     /// This request saw the release through: a quorum of masters confirmed it. Exactly one
     /// request of a lease ever gets `true`.
     pub released: bool,
-    /// The lease now: `released`, or `releasing` while a quorum has not confirmed (the
-    /// release keeps trying), or how it had ended before.
-    pub view: LeaseView,
+    /// The lease's state now: `released`, or `releasing` while a quorum has not confirmed
+    /// (the release keeps trying), or how it had ended before.
+    pub state: LeaseState,
+    /// What ended it (`None` while it is still releasing).
+    pub reason: Option<&'static str>,
 }
 
 /// Why a renewal or keepalive was refused.

@@ -15,6 +15,7 @@ use super::reentry::Holds;
 use crate::keys::{parse_lock_name, LockKind, LockName, SlotSet};
 use crate::redlock::election::election_tail;
 use crate::redlock::Lease;
+use crate::LeaseId;
 
 /// Where a lease stands, as the API reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
@@ -192,7 +193,7 @@ impl LeaseRecord {
         let term = self.election.as_ref().map(|_| self.lease.fencing_token);
         LeaseView {
             acquired: true,
-            lease_id: self.lease.id.to_string(),
+            lease_id: self.lease.id,
             resource: resource.to_string(),
             slot: slots.and_then(SlotSet::lowest),
             slots: SlotList(slots.unwrap_or_default()),
@@ -280,14 +281,20 @@ impl Serialize for SlotList {
     }
 }
 
+/// A lease id as its 32 lowercase hex digits, written from the stack.
+fn hex_digits<S: serde::Serializer>(id: &LeaseId, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(id.hex().as_str())
+}
+
 /// A lease as the API shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct LeaseView {
     /// Always `true` on a lease (the acquire answer's shape).
     pub acquired: bool,
     /// 32 lowercase hex digits.
-    #[schema(pattern = "^[0-9a-f]{32}$")]
-    pub lease_id: String,
+    #[schema(value_type = String, pattern = "^[0-9a-f]{32}$")]
+    #[serde(serialize_with = "hex_digits")]
+    pub lease_id: LeaseId,
     /// The resource it locks.
     pub resource: String,
     /// A semaphore permit's slot, 0 to `limit − 1`: fence per slot (absent on a lock). A

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::stream::{ReadHalf, Stream, WriteHalf};
 use super::{lock, Wire, WireError};
-use crate::resp::{parse, Reply};
+use crate::resp::{parse, Replies, Reply};
 
 /// A link on which calls wait and no reply has come for this long is failed.
 pub const STALL_LIMIT: Duration = Duration::from_secs(5);
@@ -57,8 +57,8 @@ struct Queue {
 
 struct Waiter {
     expected: usize,
-    replies: Vec<Reply>,
-    answer: oneshot::Sender<Result<Vec<Reply>, WireError>>,
+    replies: Replies,
+    answer: oneshot::Sender<Result<Replies, WireError>>,
 }
 
 // === impl Link ===
@@ -99,7 +99,7 @@ impl Link {
         self: &Arc<Self>,
         replies: usize,
         encode: impl FnOnce(&mut Vec<u8>),
-    ) -> Result<oneshot::Receiver<Result<Vec<Reply>, WireError>>, WireError> {
+    ) -> Result<oneshot::Receiver<Result<Replies, WireError>>, WireError> {
         let (answer, receiver) = oneshot::channel();
         let wake = {
             let mut queue = lock(&self.queue);
@@ -112,7 +112,7 @@ impl Link {
             encode(&mut queue.out);
             queue.waiting.push_back(Waiter {
                 expected: replies,
-                replies: Vec::with_capacity(replies),
+                replies: Replies::with_capacity(replies),
                 answer,
             });
             !std::mem::replace(&mut queue.scheduled, true)
