@@ -32,6 +32,7 @@ pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod guard;
 mod handlers;
+mod hot;
 pub(crate) mod inventory;
 pub(crate) mod openapi;
 mod reentry;
@@ -51,6 +52,8 @@ use crate::config::HttpSettings;
 use crate::fleet::Fleet;
 use crate::lease::LeaseManager;
 use crate::redlock::Redlock;
+
+pub(crate) use hot::Api;
 
 /// Largest request body accepted.
 pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;

@@ -157,11 +157,11 @@ impl Sidecar {
             .clone()
             .map(|busy| AbortOnDropHandle::new(tokio::spawn(busy.run())));
         let serve = async {
-            let router = api::app(state);
+            let api = api::Api::new(state);
             let http = &self.http;
             accept::serve(
                 listener,
-                (router, guard, busy_poll),
+                (api, guard, busy_poll),
                 http,
                 release_then_drain,
                 abort.clone(),
@@ -209,7 +209,7 @@ impl Sidecar {
             };
             accept::serve(
                 listener,
-                (router, guard, None),
+                (api::Api::routed(router), guard, None),
                 &http,
                 stop.cancelled_owned(),
                 abort,

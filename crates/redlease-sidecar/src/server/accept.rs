@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use axum::Router;
+
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -21,6 +21,7 @@ use super::connection::{self, Serving};
 use super::listener::{Listener, Stream};
 use crate::api::error::{problem_body, PROBLEM_JSON};
 use crate::api::guard::Guard;
+use crate::api::Api;
 use crate::config::HttpSettings;
 
 /// Refused connections answered at once, each for up to about 1.5 s; past this many, a
@@ -29,19 +30,19 @@ const MAX_REFUSING: usize = 64;
 /// Pause after an accept error that is not the client's (out of file descriptors, …).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Serves `router` behind `guard` on `listener` until `stop` resolves, then drains the
+/// Serves `api` behind `guard` on `listener` until `stop` resolves, then drains the
 /// connections; returns once they are all closed. `abort` drops every connection at once.
 /// Requests tell `busy_poll` of their arrival and answer, when there is one.
 pub(super) async fn serve(
     listener: Listener,
-    (router, guard, busy_poll): (Router, Arc<Guard>, Option<Arc<BusyPoll>>),
+    (api, guard, busy_poll): (Api, Arc<Guard>, Option<Arc<BusyPoll>>),
     http: &HttpSettings,
     stop: impl Future<Output = ()>,
     abort: CancellationToken,
 ) {
     let drain = CancellationToken::new();
     let serving = Serving {
-        router,
+        api,
         guard,
         deadlines: Deadlines {
             head: http.header_read_timeout,

@@ -13,7 +13,6 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{header, Request, Response};
 use axum::response::IntoResponse;
-use axum::Router;
 use http_body_util::Limited;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
@@ -28,7 +27,7 @@ use super::rare::Rare;
 use crate::api::error::PROBLEM_JSON;
 use crate::api::events::StreamConn;
 use crate::api::guard::{self, Guard, PARSER_MAX_HEAD_BYTES};
-use crate::api::MAX_BODY_BYTES;
+use crate::api::{Api, MAX_BODY_BYTES};
 
 /// How long a closing connection keeps reading what its client still sends.
 const LINGER: Duration = Duration::from_millis(500);
@@ -40,7 +39,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 /// What every connection is served with.
 #[derive(Clone)]
 pub(super) struct Serving {
-    pub(super) router: Router,
+    pub(super) api: Api,
     /// What every request must pass before the router.
     pub(super) guard: Arc<Guard>,
     pub(super) deadlines: Deadlines,
@@ -74,7 +73,7 @@ where
     let activity = Arc::new(Activity::default());
     let io = GuardedIo::new(stream, Arc::clone(&activity), serving.deadlines);
     let service = ConnService {
-        router: serving.router,
+        api: serving.api,
         guard: serving.guard,
         activity,
         busy_poll: serving.busy_poll,
@@ -141,7 +140,7 @@ pub(super) async fn close<T: AsyncRead + AsyncWrite + Unpin>(
 /// The router as one connection's hyper service: the guard first, then the router; counts
 /// requests in and answers out for the socket's deadlines.
 struct ConnService {
-    router: Router,
+    api: Api,
     guard: Arc<Guard>,
     activity: Arc<Activity>,
     busy_poll: Option<Arc<BusyPoll>>,
@@ -183,16 +182,14 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             return Box::pin(std::future::ready(Ok(response)));
         }
         let request = request.map(|body| Limited::new(body, MAX_BODY_BYTES));
-        let mut router = self.router.clone();
-        // A `Router` is always ready: `poll_ready` need not be called first.
-        let answer = tower_service::Service::call(&mut router, request);
+        let answer = self.api.call(request);
         if streaming {
-            return Box::pin(async move { Ok(TrackedBody::wrap(typed(answer.await?), finished)) });
+            return Box::pin(async move { Ok(TrackedBody::wrap(typed(answer.await), finished)) });
         }
         let limit = self.guard.request_limit();
         Box::pin(async move {
             let response = match tokio::time::timeout(limit, answer).await {
-                Ok(answer) => typed(answer?),
+                Ok(answer) => typed(answer),
                 Err(_) => guard::request_timeout().into_response(),
             };
             Ok(TrackedBody::wrap(response, finished))

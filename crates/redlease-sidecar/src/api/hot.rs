@@ -1,0 +1,147 @@
+//! The two requests of every lock's cycle, `POST /v1/locks/{resource}/acquire` and
+//! `DELETE /v1/leases/{id}`, handed to their handlers without the router: no route matching,
+//! no path parameters stored in the request and decoded again, no boxed route service per
+//! request. Every other request, and these two with a `%` in their segment (which the
+//! router percent-decodes), goes through the router, which routes these two to the same
+//! handlers.
+
+use std::convert::Infallible;
+use std::future::Future;
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{FromRequest, Path, State};
+use axum::http::{Method, Request};
+use axum::response::{IntoResponse, Response};
+use axum::{BoxError, Router};
+use futures_util::future::Either;
+use futures_util::FutureExt;
+
+use super::body::JsonBody;
+use super::{handlers, AppState};
+
+/// A router, and the state its hot routes are answered with (none for a router without
+/// them, the metrics listener's).
+#[derive(Clone)]
+pub(crate) struct Api {
+    router: Router,
+    hot: Option<AppState>,
+}
+
+impl Api {
+    /// The API's router ([`super::app`]) with its two hot routes taken straight.
+    pub(crate) fn new(state: AppState) -> Self {
+        Self {
+            router: super::app(state.clone()),
+            hot: Some(state),
+        }
+    }
+
+    /// `router` alone.
+    pub(crate) fn routed(router: Router) -> Self {
+        Self { router, hot: None }
+    }
+
+    /// The answer to `request`.
+    pub(crate) fn call<B>(&self, request: Request<B>) -> impl Future<Output = Response> + Send
+    where
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let route = self
+            .hot
+            .as_ref()
+            .and_then(|state| Some((state.clone(), hot_route(&request)?)));
+        match route {
+            Some((state, route)) => Either::Left(answer(state, route, request.map(Body::new))),
+            None => {
+                let mut router = self.router.clone();
+                // A `Router` is always ready: `poll_ready` need not be called first.
+                let answer = tower_service::Service::call(&mut router, request);
+                Either::Right(answer.map(|answer: Result<Response, Infallible>| {
+                    answer.unwrap_or_else(|never| match never {})
+                }))
+            }
+        }
+    }
+}
+
+/// A hot route, with its path segment as sent.
+#[derive(Debug, PartialEq)]
+enum HotRoute {
+    Acquire(String),
+    Release(String),
+}
+
+/// The hot route `request` takes, if any: a segment that is not empty, holds no `/` (the
+/// router would not match it either) and no `%` (left to the router, which decodes it).
+fn hot_route<B>(request: &Request<B>) -> Option<HotRoute> {
+    let path = request.uri().path();
+    let segment = |prefix: &str, suffix: &str| {
+        let segment = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
+        let plain = !segment.is_empty() && !segment.contains(['/', '%']);
+        plain.then(|| segment.to_owned())
+    };
+    match *request.method() {
+        Method::POST => segment("/v1/locks/", "/acquire").map(HotRoute::Acquire),
+        Method::DELETE => segment("/v1/leases/", "").map(HotRoute::Release),
+        _ => None,
+    }
+}
+
+async fn answer(state: AppState, route: HotRoute, request: Request<Body>) -> Response {
+    match route {
+        HotRoute::Acquire(resource) => {
+            let body = JsonBody::from_request(request, &state).await;
+            let answer = handlers::acquire(State(state), Ok(Path(resource)), body).await;
+            answer.into_response()
+        }
+        HotRoute::Release(id) => handlers::release(State(state), Ok(Path(id)))
+            .await
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the two routes, by their method, with a plain segment, are hot.
+    #[test]
+    fn hot_routes_are_the_two_of_a_cycle_with_plain_segments() {
+        let route = |method: Method, path: &str| {
+            hot_route(
+                &Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .body(())
+                    .unwrap(),
+            )
+        };
+        let acquire = |resource: &str| Some(HotRoute::Acquire(resource.into()));
+        let release = |id: &str| Some(HotRoute::Release(id.into()));
+        assert_eq!(
+            route(Method::POST, "/v1/locks/job-1/acquire"),
+            acquire("job-1")
+        );
+        assert_eq!(
+            route(Method::POST, "/v1/locks/a:b/acquire?x=1"),
+            acquire("a:b")
+        );
+        assert_eq!(route(Method::DELETE, "/v1/leases/00ff"), release("00ff"));
+        for (method, path) in [
+            (Method::GET, "/v1/locks/job-1/acquire"),
+            (Method::POST, "/v1/locks//acquire"),
+            (Method::POST, "/v1/locks/a/b/acquire"),
+            (Method::POST, "/v1/locks/a%2Fb/acquire"),
+            (Method::POST, "/v1/semaphores/job/acquire"),
+            (Method::POST, "/v1/locks/job/acquire/"),
+            (Method::GET, "/v1/leases/00ff"),
+            (Method::DELETE, "/v1/leases/"),
+            (Method::DELETE, "/v1/leases/00ff/"),
+            (Method::DELETE, "/v1/leases/00ff/renew"),
+            (Method::DELETE, "/v1/leases/0%30"),
+        ] {
+            assert_eq!(route(method.clone(), path), None, "{method} {path}");
+        }
+    }
+}
