@@ -52,7 +52,11 @@ impl Api {
             .as_ref()
             .and_then(|state| Some((state.clone(), hot_route(&request)?)));
         match route {
-            Some((state, route)) => Either::Left(answer(state, route, request.map(Body::new))),
+            // Boxed where it is made, as the router boxes a handler's future: a handler's
+            // future is kilobytes, moved on every step to the connection's boxed future.
+            Some((state, route)) => {
+                Either::Left(Box::pin(answer(state, route, request.map(Body::new))))
+            }
             None => {
                 let mut router = self.router.clone();
                 // A `Router` is always ready: `poll_ready` need not be called first.
