@@ -520,13 +520,14 @@ async fn the_cycles_requests_answer_alike_with_and_without_the_router() {
         }
     };
     let bodies = [
-        r#"{"owner":"a","auto_renew":false}"#,
+        r#"{"owner":"a","auto_renew":false,"ttl_ms":60000}"#,
         r#"{"owner":7}"#,
         r#"{"owner":"a","ttl_ms":-1}"#,
         r#"["a"]"#,
         r#"{"owner":"a""#,
         "",
     ];
+    let mut released_both_ways = 0;
     for (i, body) in bodies.into_iter().enumerate() {
         // `%2D` is `-`: the router decodes the segment to the same kind of name.
         let direct = exchange("POST", format!("/v1/locks/direct-{i}/acquire"), body).await;
@@ -546,8 +547,10 @@ async fn the_cycles_requests_answer_alike_with_and_without_the_router() {
             let released = exchange("DELETE", format!("/v1/leases/{segment}"), "").await;
             assert_eq!(released.status, 200, "{released:?}");
             assert_eq!(released.json()["released"], true, "{released:?}");
+            released_both_ways += 1;
         }
     }
+    assert_eq!(released_both_ways, 2, "the good body was granted both ways");
     let direct = exchange("DELETE", "/v1/leases/nothex".into(), "").await;
     let routed = exchange("DELETE", "/v1/leases/nothe%78".into(), "").await;
     assert_eq!(direct.problem(), (404, "unknown_lease".into()));
