@@ -520,7 +520,8 @@ async fn the_cycles_requests_answer_alike_with_and_without_the_router() {
         }
     };
     let bodies = [
-        r#"{"owner":"a","auto_renew":false,"ttl_ms":60000}"#,
+        r#"{"owner":"a","auto_renew":false,"ttl_ms":30000}"#,
+        r#"{"owner":"a","ttl_ms":60000}"#,
         r#"{"owner":7}"#,
         r#"{"owner":"a","ttl_ms":-1}"#,
         r#"["a"]"#,
