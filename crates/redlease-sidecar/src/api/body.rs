@@ -3,7 +3,9 @@
 //! limit) become the catalogue's reasons, and the body must arrive in time (408). What axum
 //! does not do is here: a body must be a JSON object ([`Object`]), and [`Millis`], the
 //! duration fields, gives every wrong kind of value the field's own reason (400
-//! `invalid_ttl`, …) rather than a deserializer's message.
+//! `invalid_ttl`, …) rather than a deserializer's message. A body sent as
+//! `application/json` exactly is read first without `Json`'s content-type parsing and
+//! tracking of field paths, and through `Json` only when it fails, for the same rejection.
 
 use std::fmt;
 use std::future::Future;

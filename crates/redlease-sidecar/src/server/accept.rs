@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
