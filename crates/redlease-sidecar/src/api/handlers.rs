@@ -213,9 +213,16 @@ pub(super) async fn release(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let id = lease_id(id)?;
+    release_lease_or_hold(&state, lease_id(id)?).await
+}
+
+/// The release of lease (or hold) `id`, as [`release`] answers it.
+pub(super) async fn release_lease_or_hold(
+    state: &AppState,
+    id: LeaseId,
+) -> Result<Response, ApiError> {
     let Some(answer) = state.manager.release(id, "released").await else {
-        return reentry::release_hold(&state, id);
+        return reentry::release_hold(state, id);
     };
     if answer.state == LeaseState::Releasing {
         let detail = "too few masters confirmed the release; it keeps trying";

@@ -18,6 +18,7 @@ use futures_util::FutureExt;
 
 use super::body::JsonBody;
 use super::{handlers, AppState};
+use crate::LeaseId;
 
 /// A router, and the state its hot routes are answered with (none for a router without
 /// them, the metrics listener's).
@@ -69,25 +70,29 @@ impl Api {
     }
 }
 
-/// A hot route, with its path segment as sent.
+/// A hot route, with its path segment: the resource as sent, the lease (or hold) id read.
 #[derive(Debug, PartialEq)]
 enum HotRoute {
     Acquire(String),
-    Release(String),
+    Release(LeaseId),
 }
 
 /// The hot route `request` takes, if any: a segment that is not empty, holds no `/` (the
-/// router would not match it either) and no `%` (left to the router, which decodes it).
+/// router would not match it either) and no `%` (left to the router, which decodes it). An
+/// id that is not one is left to the router too, whose handler refuses it.
 fn hot_route<B>(request: &Request<B>) -> Option<HotRoute> {
     let path = request.uri().path();
     let segment = |prefix: &str, suffix: &str| {
         let segment = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
         let plain = !segment.is_empty() && !segment.contains(['/', '%']);
-        plain.then(|| segment.to_owned())
+        plain.then_some(segment)
     };
     match *request.method() {
-        Method::POST => segment("/v1/locks/", "/acquire").map(HotRoute::Acquire),
-        Method::DELETE => segment("/v1/leases/", "").map(HotRoute::Release),
+        Method::POST => segment("/v1/locks/", "/acquire").map(|r| HotRoute::Acquire(r.into())),
+        Method::DELETE => segment("/v1/leases/", "")?
+            .parse()
+            .ok()
+            .map(HotRoute::Release),
         _ => None,
     }
 }
@@ -99,7 +104,7 @@ async fn answer(state: AppState, route: HotRoute, request: Request<Body>) -> Res
             let answer = handlers::acquire(State(state), Ok(Path(resource)), body).await;
             answer.into_response()
         }
-        HotRoute::Release(id) => handlers::release(State(state), Ok(Path(id)))
+        HotRoute::Release(id) => handlers::release_lease_or_hold(&state, id)
             .await
             .into_response(),
     }
@@ -122,7 +127,7 @@ mod tests {
             )
         };
         let acquire = |resource: &str| Some(HotRoute::Acquire(resource.into()));
-        let release = |id: &str| Some(HotRoute::Release(id.into()));
+        let release = |id: &str| Some(HotRoute::Release(id.parse().unwrap()));
         assert_eq!(
             route(Method::POST, "/v1/locks/job-1/acquire"),
             acquire("job-1")
@@ -131,7 +136,9 @@ mod tests {
             route(Method::POST, "/v1/locks/a:b/acquire?x=1"),
             acquire("a:b")
         );
-        assert_eq!(route(Method::DELETE, "/v1/leases/00ff"), release("00ff"));
+        let id = "00112233445566778899aabbccddeeff";
+        let path = format!("/v1/leases/{id}");
+        assert_eq!(route(Method::DELETE, &path), release(id));
         for (method, path) in [
             (Method::GET, "/v1/locks/job-1/acquire"),
             (Method::POST, "/v1/locks//acquire"),
@@ -144,6 +151,7 @@ mod tests {
             (Method::DELETE, "/v1/leases/00ff/"),
             (Method::DELETE, "/v1/leases/00ff/renew"),
             (Method::DELETE, "/v1/leases/0%30"),
+            (Method::DELETE, "/v1/leases/nothex"),
         ] {
             assert_eq!(route(method.clone(), path), None, "{method} {path}");
         }
