@@ -271,6 +271,12 @@ async fn a_quarantine_elsewhere_does_not_hide_the_loss_from_a_member() {
     // The member still counts master 2; its INCR there must reveal the loss.
     assert!(member.fleet().nodes()[2].is_up());
     let outcome = member.acquire("other", "b", SHORT_TTL).await.unwrap();
+    // The acquisition returns at a quorum: master 2's answer may come after it, to the calls
+    // left running, which are waited for (as is any fence raise they lead to).
+    assert!(
+        member.settle(Duration::from_secs(5)).await,
+        "the member's calls did not settle"
+    );
     let counter: u64 = fleet
         .command(2, &["GET", "redlease:fence"])
         .bulk()
