@@ -53,7 +53,7 @@ use crate::fleet::Fleet;
 use crate::lease::LeaseManager;
 use crate::redlock::Redlock;
 
-pub(crate) use hot::Api;
+pub(crate) use hot::{segment_between, Api};
 
 /// Largest request body accepted.
 pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;

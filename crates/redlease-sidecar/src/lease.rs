@@ -144,6 +144,13 @@ impl Tracked {
         self.record().view(Instant::now())
     }
 
+    /// Where the lease stands now, and what ended it or is ending it (`None` while it is
+    /// held).
+    pub(crate) fn state_and_reason(&self) -> (LeaseState, Option<&'static str>) {
+        let record = self.record();
+        (record.state_at(Instant::now()), record.reason)
+    }
+
     /// The lease's validity or schedule moved: its task looks again, or (a lease without a
     /// task) a sooner end is armed.
     pub(crate) fn rearm(self: &Arc<Self>) {
@@ -598,10 +605,7 @@ impl LeaseManager {
             Begin::Joined => tracked.release_round_after(seen).await,
             Begin::Ended => {}
         }
-        let (state, ended_by) = {
-            let record = tracked.record();
-            (record.state_at(Instant::now()), record.reason)
-        };
+        let (state, ended_by) = tracked.state_and_reason();
         let ours = reason == "released" && ended_by == Some("released");
         let released = ours
             && state == LeaseState::Released

@@ -83,9 +83,7 @@ enum HotRoute {
 fn hot_route<B>(request: &Request<B>) -> Option<HotRoute> {
     let path = request.uri().path();
     let segment = |prefix: &str, suffix: &str| {
-        let segment = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
-        let plain = !segment.is_empty() && !segment.contains(['/', '%']);
-        plain.then_some(segment)
+        segment_between(path, prefix, suffix).filter(|segment| !segment.contains(['/', '%']))
     };
     match *request.method() {
         Method::POST => segment("/v1/locks/", "/acquire").map(|r| HotRoute::Acquire(r.into())),
@@ -95,6 +93,12 @@ fn hot_route<B>(request: &Request<B>) -> Option<HotRoute> {
             .map(HotRoute::Release),
         _ => None,
     }
+}
+
+/// What `path` holds between `prefix` and `suffix`, when that is not empty.
+pub(crate) fn segment_between<'a>(path: &'a str, prefix: &str, suffix: &str) -> Option<&'a str> {
+    let segment = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    (!segment.is_empty()).then_some(segment)
 }
 
 async fn answer(state: AppState, route: HotRoute, request: Request<Body>) -> Response {

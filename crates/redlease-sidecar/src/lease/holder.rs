@@ -106,10 +106,7 @@ impl Following {
     /// or does nothing more (a lease lost otherwise, whose keys were released then).
     pub async fn let_go(self) -> LetGo {
         let id = self.lease.id;
-        let (state, reason) = {
-            let record = self.tracked.record();
-            (record.state_at(Instant::now()), record.reason)
-        };
+        let (state, reason) = self.tracked.state_and_reason();
         let by_holder = self.manager.policy.revocations == Revocations::ByTheHolder;
         if state == LeaseState::Lost && reason == Some("revoked") && by_holder {
             self.acknowledge_revocation().await;

@@ -86,7 +86,7 @@ pub struct ReleaseAnswer {
     /// The lease's state now: `released`, or `releasing` while a quorum has not confirmed
     /// (the release keeps trying), or how it had ended before.
     pub state: LeaseState,
-    /// What ended it (`None` while it is still releasing).
+    /// What ended it, or is ending it (the release's reason while it is releasing).
     pub reason: Option<&'static str>,
 }
 

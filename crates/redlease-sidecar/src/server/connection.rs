@@ -27,7 +27,7 @@ use super::rare::Rare;
 use crate::api::error::PROBLEM_JSON;
 use crate::api::events::StreamConn;
 use crate::api::guard::{self, Guard, PARSER_MAX_HEAD_BYTES};
-use crate::api::{Api, MAX_BODY_BYTES};
+use crate::api::{segment_between, Api, MAX_BODY_BYTES};
 
 /// How long a closing connection keeps reading what its client still sends.
 const LINGER: Duration = Duration::from_millis(500);
@@ -40,7 +40,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub(super) struct Serving {
     pub(super) api: Api,
-    /// What every request must pass before the router.
+    /// What every request must pass before the API.
     pub(super) guard: Arc<Guard>,
     pub(super) deadlines: Deadlines,
     /// Graceful: finish the request in flight, take no other.
@@ -137,7 +137,7 @@ pub(super) async fn close<T: AsyncRead + AsyncWrite + Unpin>(
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
-/// The router as one connection's hyper service: the guard first, then the router; counts
+/// The API as one connection's hyper service: the guard first, then the API; counts
 /// requests in and answers out for the socket's deadlines.
 struct ConnService {
     api: Api,
@@ -202,11 +202,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 /// (`GET /v1/elections/{resource}/observe`). Prefix and suffix compares, no more.
 fn opens_a_stream<B>(request: &Request<B>) -> bool {
     let path = request.uri().path();
-    let between = |prefix: &str, suffix: &str| {
-        path.strip_prefix(prefix)
-            .and_then(|rest| rest.strip_suffix(suffix))
-            .is_some_and(|segment| !segment.is_empty())
-    };
+    let between = |prefix, suffix| segment_between(path, prefix, suffix).is_some();
     request.method() == axum::http::Method::GET
         && (between("/v1/leases/", "/events") || between("/v1/elections/", "/observe"))
 }
