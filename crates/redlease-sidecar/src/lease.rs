@@ -479,15 +479,14 @@ impl LeaseManager {
     ) -> Result<AcquireOutcome, Error> {
         let (resource, owner) = (request.resource.as_str(), request.owner.as_str());
         let engine = &self.engine;
+        // Every kind but the plain lock waits in a box of its own: their futures are larger
+        // (up to 4 KiB against 2.2 for the plain lock's), and this one's size, moved into
+        // every acquisition's future, is its largest branch's.
         if let Some(value) = &request.campaign {
             return if request.fair {
-                engine
-                    .campaign_fair_with_wait(resource, owner, value, ttl, wait)
-                    .await
+                Box::pin(engine.campaign_fair_with_wait(resource, owner, value, ttl, wait)).await
             } else {
-                engine
-                    .campaign_with_wait(resource, owner, value, ttl, wait)
-                    .await
+                Box::pin(engine.campaign_with_wait(resource, owner, value, ttl, wait)).await
             };
         }
         let rw = |mode, beside| RwRequest {
@@ -506,25 +505,22 @@ impl LeaseManager {
                 engine.acquire_with_wait(resource, owner, ttl, wait).await
             }
             (AcquireKind::Lock, true) => {
-                engine
-                    .acquire_fair_with_wait(resource, owner, ttl, wait)
-                    .await
+                Box::pin(engine.acquire_fair_with_wait(resource, owner, ttl, wait)).await
             }
             (AcquireKind::Permit(permits), false) => {
-                engine
-                    .acquire_permit_with_wait(resource, owner, ttl, permits, wait)
-                    .await
+                let waiting = engine.acquire_permit_with_wait(resource, owner, ttl, permits, wait);
+                Box::pin(waiting).await
             }
             (AcquireKind::Permit(permits), true) => {
-                engine
-                    .acquire_permit_fair_with_wait(resource, owner, ttl, permits, wait)
-                    .await
+                let waiting =
+                    engine.acquire_permit_fair_with_wait(resource, owner, ttl, permits, wait);
+                Box::pin(waiting).await
             }
             (AcquireKind::Read { .. } | AcquireKind::Write, false) => {
-                engine.acquire_rw_with_wait(rw_request, wait).await
+                Box::pin(engine.acquire_rw_with_wait(rw_request, wait)).await
             }
             (AcquireKind::Read { .. } | AcquireKind::Write, true) => {
-                engine.acquire_rw_fair_with_wait(rw_request, wait).await
+                Box::pin(engine.acquire_rw_fair_with_wait(rw_request, wait)).await
             }
         }
     }

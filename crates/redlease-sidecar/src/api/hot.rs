@@ -101,16 +101,31 @@ pub(crate) fn segment_between<'a>(path: &'a str, prefix: &str, suffix: &str) -> 
     (!segment.is_empty()).then_some(segment)
 }
 
-async fn answer(state: AppState, route: HotRoute, request: Request<Body>) -> Response {
+/// The answer to a hot route's request. The acquisition's body is read, then its handler
+/// run, as two steps of one future whose size is the larger step's (`then`): in one async fn
+/// the two were laid out side by side, 10 KiB to move into the connection's box per request
+/// (3.3 KiB now, with the rarer kinds of acquisition waiting in boxes of their own).
+fn answer(
+    state: AppState,
+    route: HotRoute,
+    request: Request<Body>,
+) -> impl Future<Output = Response> + Send {
     match route {
         HotRoute::Acquire(resource) => {
-            let body = JsonBody::from_request(request, &state).await;
-            let answer = handlers::acquire(State(state), Ok(Path(resource)), body).await;
-            answer.into_response()
+            let read = async move {
+                let body = JsonBody::from_request(request, &state).await;
+                (state, body)
+            };
+            Either::Left(read.then(|(state, body)| {
+                handlers::acquire(State(state), Ok(Path(resource)), body)
+                    .map(IntoResponse::into_response)
+            }))
         }
-        HotRoute::Release(id) => handlers::release_lease_or_hold(&state, id)
-            .await
-            .into_response(),
+        HotRoute::Release(id) => Either::Right(async move {
+            handlers::release_lease_or_hold(&state, id)
+                .await
+                .into_response()
+        }),
     }
 }
 
