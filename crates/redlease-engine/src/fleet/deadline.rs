@@ -2,7 +2,8 @@
 //! every call of one fan-out.
 //!
 //! A shared deadline has no timer of its own: an engine's [`DeadlineKeeper`] passes every
-//! fan-out's deadline on one timer ([`SharedDeadline::pass`] wakes every call still waiting).
+//! fan-out's deadline on one timer ([`SharedDeadline::pass`] wakes every task still waiting:
+//! a fan-out's, which registers once for all its calls, [`Deadline::Joined`]).
 //! A fan-out registers its deadline in the keeper's queue and no tokio timer: a timer
 //! registered per fan-out wrote to the runtime's eventfd whenever the runtime had parked with
 //! no earlier timer (between two requests of a sidecar, about once per request), and took the
@@ -13,6 +14,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::future::{poll_fn, Future};
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -26,8 +28,14 @@ use tokio::time::Instant;
 pub enum Deadline {
     /// This long after the call starts, on a timer of the call's own.
     After(Duration),
-    /// Shared with the other calls of a fan-out, whose driver passes it.
+    /// Shared with the other calls of a fan-out, whose driver passes it; each call waiting
+    /// on it registers its task to be woken when it passes.
     Shared(Arc<SharedDeadline>),
+    /// Shared as `Shared`, by calls joined in one future whose driver registers its task
+    /// with the deadline before each poll of the calls ([`SharedDeadline::poll_passed`]): a
+    /// call only reads whether it has passed, with no lock, where each call of a fan-out
+    /// took the deadline's lock on every poll.
+    Joined(Arc<SharedDeadline>),
 }
 
 impl Deadline {
@@ -37,7 +45,7 @@ impl Deadline {
     pub fn start(&self) -> Instant {
         match self {
             Self::After(_) => Instant::now(),
-            Self::Shared(shared) => shared.start,
+            Self::Shared(shared) | Self::Joined(shared) => shared.start,
         }
     }
 
@@ -61,6 +69,19 @@ impl Deadline {
                 })
                 .await
             }
+            Self::Joined(shared) => {
+                let mut call = std::pin::pin!(call);
+                poll_fn(|cx| {
+                    if let Poll::Ready(output) = call.as_mut().poll(cx) {
+                        return Poll::Ready(Ok(output));
+                    }
+                    if shared.has_passed() {
+                        return Poll::Ready(Err(()));
+                    }
+                    Poll::Pending
+                })
+                .await
+            }
         }
     }
 }
@@ -70,6 +91,9 @@ impl Deadline {
 pub struct SharedDeadline {
     /// When it was made: the start of the fan-out's calls.
     start: Instant,
+    /// Set with `Waiting::passed`, under its lock, before the waiting tasks are woken; read
+    /// without it by the calls of a [`Deadline::Joined`].
+    passed: AtomicBool,
     waiting: Mutex<Waiting>,
 }
 
@@ -86,6 +110,7 @@ impl SharedDeadline {
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
             start: Instant::now(),
+            passed: AtomicBool::new(false),
             waiting: Mutex::default(),
         })
     }
@@ -95,6 +120,7 @@ impl SharedDeadline {
         let wakers = {
             let mut waiting = self.lock();
             waiting.passed = true;
+            self.passed.store(true, AtomicOrdering::Release);
             std::mem::take(&mut waiting.wakers)
         };
         for waker in wakers {
@@ -102,8 +128,14 @@ impl SharedDeadline {
         }
     }
 
-    /// Ready once passed; until then `cx` is woken when it passes.
-    fn poll_passed(&self, cx: &mut Context<'_>) -> Poll<()> {
+    /// Whether it has passed, read without waiting on anything.
+    pub fn has_passed(&self) -> bool {
+        self.passed.load(AtomicOrdering::Acquire)
+    }
+
+    /// Ready once passed; until then `cx` is woken when it passes. The driver of calls under
+    /// a [`Deadline::Joined`] calls this before each poll of them.
+    pub fn poll_passed(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut waiting = self.lock();
         if waiting.passed {
             return Poll::Ready(());
@@ -392,6 +424,50 @@ mod tests {
         );
         assert_eq!(
             deadline.run(start, std::future::pending::<()>()).await,
+            Err(()),
+            "a passed deadline refuses to wait"
+        );
+    }
+
+    /// Joined calls only read the deadline: the task driving them, registered with it before
+    /// each poll, is woken when it passes, and every call still waiting gives up; a call
+    /// answered first keeps its answer.
+    #[tokio::test(start_paused = true)]
+    async fn joined_calls_give_up_when_their_driver_is_woken() {
+        let start = Instant::now();
+        let shared = SharedDeadline::new();
+        let deadline = Deadline::Joined(Arc::clone(&shared));
+        let (answer, answered) = tokio::sync::oneshot::channel::<u32>();
+        let driver = tokio::spawn({
+            let (shared, deadline) = (Arc::clone(&shared), deadline.clone());
+            async move {
+                let calls = futures_util::future::join(
+                    deadline.run(start, answered),
+                    deadline.run(start, std::future::pending::<()>()),
+                );
+                let mut calls = std::pin::pin!(calls);
+                poll_fn(|cx| {
+                    let _ = shared.poll_passed(cx);
+                    calls.as_mut().poll(cx)
+                })
+                .await
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!driver.is_finished(), "no timer of their own");
+        answer.send(5).unwrap();
+        tokio::task::yield_now().await;
+        assert!(!driver.is_finished(), "one call still waits");
+        assert!(!shared.has_passed());
+        shared.pass();
+        assert!(shared.has_passed());
+        let woken = tokio::time::timeout(Duration::from_secs(1), driver).await;
+        let (first, second) = woken.expect("the driver is woken").unwrap();
+        assert_eq!(first, Ok(Ok(5)));
+        assert_eq!(second, Err(()));
+        let unregistered = deadline.run(start, std::future::pending::<()>());
+        assert_eq!(
+            unregistered.await,
             Err(()),
             "a passed deadline refuses to wait"
         );

@@ -14,8 +14,9 @@
 //! task once more for nothing after every answer.
 //!
 //! Every call of a fan-out gives up at the same instant, so they share one deadline
-//! ([`SharedDeadline`](crate::fleet::SharedDeadline)), passed by the engine's
-//! [`DeadlineKeeper`] on its one timer: no timer per master, nor per fan-out.
+//! ([`SharedDeadline`]), passed by the engine's [`DeadlineKeeper`] on its one timer: no timer
+//! per master, nor per fan-out. The task driving the joined calls registers with it once per
+//! poll ([`Deadline::Joined`]); each call only reads whether it has passed.
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -29,7 +30,7 @@ use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
-use crate::fleet::{Deadline, DeadlineKeeper, Node};
+use crate::fleet::{Deadline, DeadlineKeeper, Node, SharedDeadline};
 
 /// Answers not yet read, as `(node index, answer)`.
 type Answers<T> = Arc<Mutex<VecDeque<(usize, T)>>>;
@@ -62,6 +63,8 @@ pub(crate) struct Fanout<T> {
     answers: Answers<T>,
     /// Every master's call still running; `None` once all have finished.
     calls: Option<Calls>,
+    /// The calls' deadline, which whoever drives them registers with.
+    deadline: Arc<SharedDeadline>,
     tasks: TaskTracker,
     /// Counts this fan-out as in flight for [`TaskTracker::wait`] (the engine's `settle`).
     _in_flight: TaskTrackerToken,
@@ -79,7 +82,7 @@ impl<T> Fanout<T> {
                 return Poll::Ready(None);
             };
             // Registers this task with every pending call, so any answer wakes it.
-            let finished = drive(calls, cx).is_ready();
+            let finished = drive(calls, &self.deadline, cx).is_ready();
             if finished {
                 self.calls = None;
             }
@@ -98,13 +101,15 @@ impl<T> Drop for Fanout<T> {
         let Some(mut calls) = self.calls.take() else {
             return;
         };
-        if drive_now(&mut calls).is_ready() {
+        if drive_now(&mut calls, &self.deadline).is_ready() {
             return;
         }
         // Outside a runtime (it is shutting down) the calls can no longer run: they are dropped.
         // The keeper passes their deadline wherever they run.
         if tokio::runtime::Handle::try_current().is_ok() {
-            self.tasks.spawn(poll_fn(move |cx| drive(&mut calls, cx)));
+            let deadline = Arc::clone(&self.deadline);
+            self.tasks
+                .spawn(poll_fn(move |cx| drive(&mut calls, &deadline, cx)));
         }
     }
 }
@@ -133,15 +138,16 @@ where
             index: node.index(),
             answers: Arc::clone(&answers),
         };
-        let deadline = Deadline::Shared(Arc::clone(&shared));
+        let deadline = Deadline::Joined(Arc::clone(&shared));
         per_node(Arc::clone(node), deadline, reply)
     });
     let mut calls: Calls = Box::pin(join_all(calls).map(drop));
     // Each call enqueues its command on its first poll: do that now, before the caller waits.
-    let finished = drive_now(&mut calls).is_ready();
+    let finished = drive_now(&mut calls, &shared).is_ready();
     Fanout {
         answers,
         calls: (!finished).then_some(calls),
+        deadline: shared,
         tasks: tasks.clone(),
         _in_flight: tasks.token(),
     }
@@ -149,11 +155,15 @@ where
 
 /// Polls the calls outside any task, with the no-op waker, which their shared deadline does
 /// not keep (the task that polls them next registers its own).
-fn drive_now(calls: &mut Calls) -> Poll<()> {
-    drive(calls, &mut Context::from_waker(Waker::noop()))
+fn drive_now(calls: &mut Calls, deadline: &SharedDeadline) -> Poll<()> {
+    drive(calls, deadline, &mut Context::from_waker(Waker::noop()))
 }
 
-/// Polls the calls not finished yet; ready once every call has finished.
-fn drive(calls: &mut Calls, cx: &mut Context<'_>) -> Poll<()> {
+/// Polls the calls not finished yet, `cx`'s task registered first with their deadline, whose
+/// passing then wakes it to poll them again (they only read it); ready once every call has
+/// finished.
+fn drive(calls: &mut Calls, deadline: &SharedDeadline, cx: &mut Context<'_>) -> Poll<()> {
+    // Pending until it passes; the calls see it either way.
+    let _ = deadline.poll_passed(cx);
     calls.as_mut().poll(cx)
 }
