@@ -8,6 +8,7 @@
 # package, installed here when missing).
 #   bench/instructions.sh
 #   OPS=2000 bench/instructions.sh
+#   BIN=/tmp/redlease-old bench/instructions.sh   # another build, to compare within one evening
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,10 +19,10 @@ if ! command -v valgrind >/dev/null 2>&1; then
   "${as_root[@]}" apt-get install -y -qq --no-install-recommends valgrind >/dev/null
 fi
 mkdir -p target/instructions
-export OUT="$PWD/target/instructions" OPS="${OPS:-1000}"
+export OUT="$PWD/target/instructions" OPS="${OPS:-1000}" BIN="${BIN:-$PWD/target/release/redlease}"
 MASTERS=5 scripts/fleet.sh bash -c '
   set -euo pipefail
-  bin=$PWD/target/release/redlease
+  bin=$BIN
   grind() { valgrind --tool=callgrind --callgrind-out-file="$OUT/$1" "${@:2}" >/dev/null 2>&1; }
   total() { grep -m1 "^summary:\|^totals:" "$OUT/$1" | cut -d" " -f2; }
   per_cycle() { echo $(( ($(total "$2") - $(total "$1")) / (2 * OPS) )); }

@@ -5,6 +5,9 @@
 //! Fields are declared in name order: the answers were built as `serde_json` maps, which write
 //! their keys sorted, and the bytes on the wire stay the same.
 
+use std::cell::RefCell;
+
+use axum::body::Bytes;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -16,6 +19,14 @@ use crate::lease::{LeaseEndReason, LeaseState, LeaseView};
 /// Room for a lease's answer (about 200 bytes, more with a long resource or owner), so that
 /// most answers are written without the buffer growing.
 const ANSWER_CAPACITY: usize = 384;
+/// A thread's answer buffer larger than this after an answer (an inventory's page) is let go.
+const SCRATCH_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    /// Where answers are written before being copied out at their exact size: a `Vec` handed
+    /// to the body with room to spare takes a second allocation (`Bytes`' shared header).
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(ANSWER_CAPACITY));
+}
 
 /// A JSON answer (`application/json`): as axum's `Json`, but written by [`encoded`].
 pub(crate) struct Json<T>(pub T);
@@ -26,13 +37,22 @@ impl<T: Serialize> IntoResponse for Json<T> {
     }
 }
 
-/// `body` as JSON of `media` with `status`, written into a `Vec` with room for a lease at once
-/// (axum's `Json` grows a `BytesMut` from 128 bytes, through a writer that checks its room at
-/// every piece). Every answer and every refusal of the API is encoded here.
+/// `body` as JSON of `media` with `status`, written into the thread's buffer with room for a
+/// lease at once (axum's `Json` grows a `BytesMut` from 128 bytes, through a writer that
+/// checks its room at every piece), then copied into a body of its exact size: one allocation.
+/// Every answer and every refusal of the API is encoded here.
 pub(crate) fn encoded(status: StatusCode, media: &'static str, body: &impl Serialize) -> Response {
-    let mut bytes = Vec::with_capacity(ANSWER_CAPACITY);
-    match serde_json::to_writer(&mut bytes, body) {
-        Ok(()) => {
+    let written = SCRATCH.with_borrow_mut(|scratch| {
+        scratch.clear();
+        let written = serde_json::to_writer(&mut *scratch, body);
+        let bytes = written.map(|()| Bytes::copy_from_slice(scratch));
+        if scratch.capacity() > SCRATCH_KEPT {
+            *scratch = Vec::with_capacity(ANSWER_CAPACITY);
+        }
+        bytes
+    });
+    match written {
+        Ok(bytes) => {
             let media = HeaderValue::from_static(media);
             (status, [(header::CONTENT_TYPE, media)], bytes).into_response()
         }
