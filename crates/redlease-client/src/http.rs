@@ -1,8 +1,9 @@
 //! The client's HTTP/1.1 transport to one sidecar, over TCP or a Unix socket: keep-alive
-//! connections, each driven by hyper's client connection inside the caller's own task (no
-//! connection task, no channel or wake-up between tasks per request, and no wake-up of the
-//! task by its own poll: see `own_wakes`), kept in a small pool between requests. An event
-//! stream gets a connection of its own, driven by the task that reads it.
+//! connections kept in a small pool between requests, each request written and its answer
+//! read by the caller's own task (`exchange`). An event stream gets a connection of its own,
+//! driven by hyper's client connection inside the task that reads it (no connection task,
+//! no channel or wake-up between tasks, and no wake-up of the task by its own poll: see
+//! `own_wakes`).
 
 use std::future::Future;
 use std::io;
@@ -13,7 +14,6 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::FutureExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
@@ -23,6 +23,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_util::either::Either;
 
+use crate::exchange::{ExchangeError, Outgoing, Plain};
 use crate::own_wakes::OwnWakes;
 use crate::CONNECT_TIMEOUT;
 
@@ -109,17 +110,11 @@ struct Shared {
     /// The `Host` header: the URL's authority, or `localhost` on a Unix socket.
     host: HeaderValue,
     authorization: Option<HeaderValue>,
-    /// Boxed: a connection (hyper's state and buffers) is moved in and out of the pool and
-    /// into each request's future, a pointer's copy instead of the whole struct's.
-    #[expect(
-        clippy::vec_box,
-        reason = "connections move in and out: a pointer's copy"
-    )]
-    idle: Mutex<Vec<Box<Conn>>>,
+    idle: Mutex<Vec<Plain<Stream>>>,
 }
 
-/// One connection: hyper's handle to send on it, and the connection itself, polled only
-/// while a request of the caller's is in flight.
+/// An event stream's connection: hyper's handle to send on it, and the connection itself,
+/// polled only while the stream is read.
 struct Conn {
     send: http1::SendRequest<Full<Bytes>>,
     conn: http1::Connection<TokioIo<Stream>, Full<Bytes>>,
@@ -164,29 +159,37 @@ impl Transport {
         json: Option<Vec<u8>>,
         limit: Duration,
     ) -> Result<Answer, TransportError> {
-        let (json, body) = (json.is_some(), Bytes::from(json.unwrap_or_default()));
+        let shared = &self.shared;
+        let request = Outgoing {
+            method: method.as_str(),
+            path,
+            host: shared.host.as_bytes(),
+            authorization: shared.authorization.as_ref().map(HeaderValue::as_bytes),
+            json: json.as_deref(),
+        };
         let exchange = async {
             let (mut conn, reused) = match self.take_idle() {
                 Some(conn) => (conn, true),
-                None => (self.connect().await?, false),
+                None => (Plain::new(self.open().await?), false),
             };
-            match conn
-                .exchange(self.request(&method, path, body.clone(), json))
-                .await
-            {
-                Ok(answer) => {
-                    self.put_idle(conn);
-                    Ok(answer)
+            let whole = match conn.exchange(&request).await {
+                Err(ExchangeError::NotSent(_)) if reused => {
+                    conn = Plain::new(self.open().await?);
+                    conn.exchange(&request).await
                 }
-                Err(Failure::NotSent(_)) if reused => {
-                    let mut conn = self.connect().await?;
-                    let request = self.request(&method, path, body, json);
-                    let answer = conn.exchange(request).await.map_err(Failure::into_error)?;
-                    self.put_idle(conn);
-                    Ok(answer)
-                }
-                Err(failure) => Err(failure.into_error()),
+                other => other,
+            };
+            let whole = whole.map_err(|error| match error {
+                ExchangeError::NotSent(error) => TransportError::io("send the request", &error),
+                ExchangeError::Failed(message) => TransportError::new(message),
+            })?;
+            if whole.reusable {
+                self.put_idle(conn);
             }
+            Ok(Answer {
+                status: whole.status,
+                body: whole.body,
+            })
         };
         match tokio::time::timeout(limit, exchange).await {
             Ok(answer) => answer,
@@ -202,8 +205,7 @@ impl Transport {
         let mut conn = self.connect().await?;
         let request = self.request(&Method::GET, path, Bytes::new(), false);
         let response = drive(&mut conn.conn, &conn.wakes, conn.send.send_request(request))
-            .await
-            .map_err(Failure::into_error)?
+            .await?
             .map_err(|error| TransportError::http(&error))?;
         let status = response.status().as_u16();
         Ok(Streaming {
@@ -236,7 +238,21 @@ impl Transport {
         request
     }
 
+    /// A hyper connection of its own, for an event stream.
     async fn connect(&self) -> Result<Box<Conn>, TransportError> {
+        let stream = self.open().await?;
+        let (send, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|error| TransportError::http(&error))?;
+        Ok(Box::new(Conn {
+            send,
+            conn,
+            wakes: OwnWakes::new(),
+        }))
+    }
+
+    /// A new socket to the sidecar.
+    async fn open(&self) -> Result<Stream, TransportError> {
         let what = match &self.shared.endpoint {
             Endpoint::Tcp(authority) => format!("connect to {authority}"),
             Endpoint::Unix(path) => format!("connect to unix:{}", path.display()),
@@ -251,41 +267,37 @@ impl Transport {
                 Endpoint::Unix(path) => Ok(Either::Right(UnixStream::connect(path).await?)),
             }
         };
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, stream).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(error)) => return Err(TransportError::io(&what, &error)),
-            Err(_) => return Err(TransportError::timed_out(&what, CONNECT_TIMEOUT)),
-        };
-        let (send, conn) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|error| TransportError::http(&error))?;
-        Ok(Box::new(Conn {
-            send,
-            conn,
-            wakes: OwnWakes::new(),
-        }))
+        match tokio::time::timeout(CONNECT_TIMEOUT, stream).await {
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(error)) => Err(TransportError::io(&what, &error)),
+            Err(_) => Err(TransportError::timed_out(&what, CONNECT_TIMEOUT)),
+        }
     }
 
-    /// An idle connection still open (one the sidecar closed meanwhile is dropped).
-    fn take_idle(&self) -> Option<Box<Conn>> {
+    /// An idle connection still open (one the sidecar closed meanwhile, or that has bytes
+    /// nobody asked for, is dropped).
+    fn take_idle(&self) -> Option<Plain<Stream>> {
         loop {
-            let mut conn = self.idle().pop()?;
-            // Polled once: a connection the sidecar closed is over (or failed) at once.
-            if (&mut conn.conn).now_or_never().is_none() {
+            let conn = self.idle().pop()?;
+            let mut byte = [0u8; 1];
+            let read = match conn.stream() {
+                Either::Left(tcp) => tcp.try_read(&mut byte),
+                Either::Right(unix) => unix.try_read(&mut byte),
+            };
+            if read.is_err_and(|error| error.kind() == io::ErrorKind::WouldBlock) {
                 return Some(conn);
             }
         }
     }
 
-    fn put_idle(&self, conn: Box<Conn>) {
+    fn put_idle(&self, conn: Plain<Stream>) {
         let mut idle = self.idle();
         if idle.len() < MAX_IDLE {
             idle.push(conn);
         }
     }
 
-    #[expect(clippy::vec_box, reason = "see `Shared::idle`")]
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Box<Conn>>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Plain<Stream>>> {
         // Pushes and pops only: a poisoned pool is still consistent.
         self.shared
             .idle
@@ -302,45 +314,6 @@ impl std::fmt::Debug for Transport {
     }
 }
 
-// === impl Conn ===
-
-/// How an exchange failed.
-enum Failure {
-    /// The connection was over before the request went out (hyper cancelled it): nothing
-    /// reached the sidecar, so it may be sent again on another connection.
-    NotSent(TransportError),
-    Failed(TransportError),
-}
-
-impl Failure {
-    fn into_error(self) -> TransportError {
-        match self {
-            Self::NotSent(error) | Self::Failed(error) => error,
-        }
-    }
-}
-
-impl Conn {
-    /// Sends `request` and reads its whole answer, driving the connection meanwhile.
-    async fn exchange(&mut self, request: Request<Full<Bytes>>) -> Result<Answer, Failure> {
-        let response =
-            match drive(&mut self.conn, &self.wakes, self.send.send_request(request)).await? {
-                Ok(response) => response,
-                Err(error) if error.is_canceled() => {
-                    return Err(Failure::NotSent(TransportError::http(&error)))
-                }
-                Err(error) => return Err(Failure::Failed(TransportError::http(&error))),
-            };
-        let status = response.status().as_u16();
-        let body = drive(&mut self.conn, &self.wakes, response.into_body().collect()).await?;
-        let body = body.map_err(|error| Failure::Failed(TransportError::http(&error)))?;
-        Ok(Answer {
-            status,
-            body: body.to_bytes(),
-        })
-    }
-}
-
 /// Polls `work` and, while it waits, the connection it needs; the connection ending first
 /// (the sidecar closed it, or it failed) ends the exchange. Both are polled with `wakes`: the
 /// connection handing `work` its answer polls `work` again at once (see `own_wakes`).
@@ -348,7 +321,7 @@ async fn drive<F: Future>(
     conn: &mut http1::Connection<TokioIo<Stream>, Full<Bytes>>,
     wakes: &Arc<OwnWakes>,
     work: F,
-) -> Result<F::Output, Failure> {
+) -> Result<F::Output, TransportError> {
     let mut work = pin!(work);
     let mut over: Option<Result<(), hyper::Error>> = None;
     std::future::poll_fn(|cx| {
@@ -372,7 +345,7 @@ async fn drive<F: Future>(
                 Some(Err(error)) => TransportError::http(&error),
                 _ => TransportError::new("the sidecar closed the connection"),
             };
-            Poll::Ready(Err(Failure::Failed(error)))
+            Poll::Ready(Err(error))
         })
     })
     .await

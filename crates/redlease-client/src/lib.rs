@@ -1,9 +1,10 @@
 //! redlease-client: a Rust client of the redlease sidecar's HTTP API: take a lock, hold it
 //! while the lease's event stream says how it stands, enter it again ([`LockGuard::reenter`]),
 //! release it; campaign for an election's leadership, proclaim, read and observe its leader
-//! ([`Client::campaign`], [`Client::observe`]). It speaks HTTP/1.1 to a sidecar (hyper's client connection, driven in the
-//! caller's own task: see `http`) and uses nothing of the engine (no Redis client, and no TLS:
-//! the sidecar listens on loopback or on a socket file).
+//! ([`Client::campaign`], [`Client::observe`]). It speaks HTTP/1.1 to a sidecar, each request
+//! written and its answer read in the caller's own task (see `http` and `exchange`), and uses
+//! nothing of the engine (no Redis client, and no TLS: the sidecar listens on loopback or on a
+//! socket file).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -30,6 +31,7 @@
 mod election;
 mod error;
 mod events;
+mod exchange;
 mod hold;
 mod http;
 mod lease;
