@@ -88,6 +88,10 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Plain<S> {
         }
         self.read.clear();
         let answer = self.read_answer(head_only).await;
+        // A pooled connection keeps no large answer's buffer.
+        if self.read.capacity() > MAX_HEAD {
+            self.read = Vec::with_capacity(READ_CHUNK);
+        }
         answer.map_err(ExchangeError::Failed)
     }
 
@@ -138,7 +142,8 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Plain<S> {
             // Bytes after the answer (nothing was asked for them), or a body that ended with
             // the connection, end the connection's use.
             let until_close = !no_body && head.framing == Framing::UntilClose;
-            let reusable = head.keep_alive && end == self.read.len() && !until_close;
+            let switched = head.status == 101;
+            let reusable = head.keep_alive && end == self.read.len() && !until_close && !switched;
             return Ok(Whole {
                 status: head.status,
                 body,
@@ -169,7 +174,10 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Plain<S> {
             if size == 0 {
                 // Trailers, if any, then the empty line that ends the answer.
                 loop {
-                    while !self.read[at..].windows(2).any(|w| w == b"\r\n") {
+                    while find_crlf(&self.read[at..]).is_none() {
+                        if self.read.len() - at > MAX_HEAD {
+                            return Err(format!("an answer's trailers over {MAX_HEAD} bytes"));
+                        }
                         self.fill().await?;
                     }
                     let line_end = at + find_crlf(&self.read[at..]).unwrap_or(0);
