@@ -9,41 +9,27 @@
 #   ROUNDS=8 DURATION=3s RATE=6000 bench/builds.sh old new   # RATE: held, for CPU per cycle
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ $# -ne 2 ]; then
-  echo "usage: bench/builds.sh OLD_BINARY NEW_BINARY" >&2
-  exit 64
-fi
-export OLD NEW
-OLD=$(realpath "$1")
-NEW=$(realpath "$2")
+. bench/two_builds.sh
+take_two_builds bench/builds.sh "$@"
 export ROUNDS="${ROUNDS:-6}" DURATION="${DURATION:-3s}" RATE="${RATE:-}"
-export OUT
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
 MASTERS=5 scripts/fleet.sh bash -c '
   set -euo pipefail
   args=(--workload parallel --clients 16 --duration "$DURATION" --json)
   [ -n "$RATE" ] && args+=(--rate "$RATE")
-  free_port() { python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])"; }
-  ticks() { awk "{print \$14 + \$15}" "/proc/$1/stat"; }
+  . bench/two_builds.sh
   one() {
-    local bin=$1 name=$2 round=$3 port sidecar before after
+    local bin=$1 name=$2 round=$3 port before after
     port=$(free_port)
-    "$bin" serve --listen "127.0.0.1:$port" 2>/dev/null &
-    sidecar=$!
-    for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.05; done
+    start_sidecar "$bin" "$port"
     "$OLD" load --sidecar "http://127.0.0.1:$port" --workload parallel --clients 16 --duration 1s >/dev/null
-    before=$(ticks "$sidecar")
+    before=$(cpu_ticks "$SIDECAR")
     "$OLD" load --sidecar "http://127.0.0.1:$port" "${args[@]}" > "$OUT/sidecar-$name-$round.json"
-    after=$(ticks "$sidecar")
-    kill "$sidecar"; wait "$sidecar" 2>/dev/null || true
+    after=$(cpu_ticks "$SIDECAR")
+    kill "$SIDECAR"; wait "$SIDECAR" 2>/dev/null || true
     echo "$((after - before))" > "$OUT/ticks-$name-$round"
     "$bin" load --masters "$REDLEASE__MASTERS" "${args[@]}" > "$OUT/engine-$name-$round.json"
   }
-  for round in $(seq 1 "$ROUNDS"); do
-    if [ $((round % 2)) = 1 ]; then one "$OLD" old "$round"; one "$NEW" new "$round";
-    else one "$NEW" new "$round"; one "$OLD" old "$round"; fi
-  done
+  take_turns one
 '
 python3 - "$OUT" "$ROUNDS" "$DURATION" <<'EOF'
 import json, statistics, sys

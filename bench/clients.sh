@@ -9,29 +9,18 @@
 #   ROUNDS=8 DURATION=3s WORKLOAD=sequential bench/clients.sh old new
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ $# -ne 2 ]; then
-  echo "usage: bench/clients.sh OLD_BINARY NEW_BINARY" >&2
-  exit 64
-fi
-export OLD NEW
-OLD=$(realpath "$1")
-NEW=$(realpath "$2")
+. bench/two_builds.sh
+take_two_builds bench/clients.sh "$@"
 export ROUNDS="${ROUNDS:-6}" DURATION="${DURATION:-3s}" WORKLOAD="${WORKLOAD:-parallel}"
-export OUT
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
 MASTERS=5 scripts/fleet.sh bash -c '
   set -euo pipefail
-  free_port() { python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])"; }
-  ticks() { awk "{print \$14 + \$15}" "/proc/$1/stat"; }
+  . bench/two_builds.sh
   one() {
-    local bin=$1 name=$2 round=$3 port sidecar before after
+    local bin=$1 name=$2 round=$3 port before after
     port=$(free_port)
-    "$NEW" serve --listen "127.0.0.1:$port" 2>/dev/null &
-    sidecar=$!
-    for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.05; done
+    start_sidecar "$NEW" "$port"
     "$bin" load --sidecar "http://127.0.0.1:$port" --workload "$WORKLOAD" --clients 16 --duration 1s >/dev/null
-    before=$(ticks "$sidecar")
+    before=$(cpu_ticks "$SIDECAR")
     # The load process run as a child of Python, for its CPU time (rusage).
     python3 -c "import resource, subprocess, sys
 subprocess.run(sys.argv[3:], check=True, stdout=open(sys.argv[2], \"w\"))
@@ -40,14 +29,11 @@ open(sys.argv[1], \"w\").write(f\"{r.ru_utime} {r.ru_stime}\")" \
       "$OUT/rusage-$name-$round" "$OUT/load-$name-$round.json" "$bin" load \
       --sidecar "http://127.0.0.1:$port" --workload "$WORKLOAD" --clients 16 \
       --duration "$DURATION" --worker-threads 0 --json
-    after=$(ticks "$sidecar")
-    kill "$sidecar"; wait "$sidecar" 2>/dev/null || true
+    after=$(cpu_ticks "$SIDECAR")
+    kill "$SIDECAR"; wait "$SIDECAR" 2>/dev/null || true
     echo "$((after - before))" > "$OUT/ticks-$name-$round"
   }
-  for round in $(seq 1 "$ROUNDS"); do
-    if [ $((round % 2)) = 1 ]; then one "$OLD" old "$round"; one "$NEW" new "$round";
-    else one "$NEW" new "$round"; one "$OLD" old "$round"; fi
-  done
+  take_turns one
 '
 python3 - "$OUT" "$ROUNDS" <<'EOF'
 import json, statistics, sys

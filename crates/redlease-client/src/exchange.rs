@@ -341,6 +341,17 @@ fn has_token(value: &[u8], token: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// `GET /` to host `h`, with no token and no body.
+    fn get_root() -> Outgoing<'static> {
+        Outgoing {
+            method: "GET",
+            path: "/",
+            host: b"h",
+            authorization: None,
+            json: None,
+        }
+    }
+
     /// A request is its method, path, host, token, content type and length, then its body.
     #[test]
     fn a_request_is_written_whole() {
@@ -470,13 +481,7 @@ mod tests {
                 }
             };
             let mut plain = Plain::new(client);
-            let get = Outgoing {
-                method: "GET",
-                path: "/",
-                host: b"h",
-                authorization: None,
-                json: None,
-            };
+            let get = get_root();
             let (answer, ()) = tokio::join!(plain.exchange(&get), serve);
             let answer = answer.unwrap();
             assert_eq!(answer.status, status);
@@ -494,13 +499,7 @@ mod tests {
     /// exchange fails.
     #[tokio::test]
     async fn a_closed_connection_fails_the_exchange() {
-        let get = Outgoing {
-            method: "GET",
-            path: "/",
-            host: b"h",
-            authorization: None,
-            json: None,
-        };
+        let get = get_root();
         let (client, server) = tokio::io::duplex(64);
         drop(server);
         let mut plain = Plain::new(client);
