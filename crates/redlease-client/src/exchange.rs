@@ -295,7 +295,8 @@ fn parse_head(bytes: &[u8]) -> Result<Option<Head>, String> {
     // HTTP/1.0 closes after each answer unless it says otherwise; 1.1 keeps the connection.
     let mut keep_alive = response.version == Some(1);
     let mut length_header: Option<u64> = None;
-    let mut chunked = false;
+    // The last transfer coding named, if any: `chunked` there frames the body.
+    let mut last_coding: Option<&[u8]> = None;
     for header in response.headers.iter() {
         let value = header.value;
         if header.name.eq_ignore_ascii_case("content-length") {
@@ -308,7 +309,9 @@ fn parse_head(bytes: &[u8]) -> Result<Option<Head>, String> {
             }
             length_header = Some(parsed);
         } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = has_token(value, "chunked");
+            let mut codings = value.rsplit(|&byte| byte == b',').map(<[u8]>::trim_ascii);
+            let last = codings.find(|coding| !coding.is_empty());
+            last_coding = last.or(last_coding);
         } else if header.name.eq_ignore_ascii_case("connection") {
             if has_token(value, "close") {
                 keep_alive = false;
@@ -317,11 +320,18 @@ fn parse_head(bytes: &[u8]) -> Result<Option<Head>, String> {
             }
         }
     }
-    let framing = match (chunked, length_header) {
-        (true, _) => Framing::Chunked,
-        (false, Some(length)) => Framing::Length(length),
-        (false, None) => Framing::UntilClose,
+    // RFC 9112, 6.3: a transfer coding overrides a content-length, and the connection is
+    // not used again after such an answer; a body whose last coding is not `chunked` ends
+    // with the connection.
+    let framing = match (last_coding, length_header) {
+        (Some(coding), _) if coding.eq_ignore_ascii_case(b"chunked") => Framing::Chunked,
+        (Some(_), _) => Framing::UntilClose,
+        (None, Some(length)) => Framing::Length(length),
+        (None, None) => Framing::UntilClose,
     };
+    if last_coding.is_some() && length_header.is_some() {
+        keep_alive = false;
+    }
     Ok(Some(Head {
         status,
         length,
@@ -416,6 +426,11 @@ mod tests {
         assert_eq!(head("HTTP/1.1 200 OK\r\ncontent-len"), Ok(None));
         let chunked = head("HTTP/1.1 409 Conflict\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n");
         assert_eq!(chunked.unwrap().unwrap().framing, Framing::Chunked);
+        let gzipped = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n");
+        assert_eq!(gzipped.unwrap().unwrap().framing, Framing::UntilClose);
+        let both = "HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n";
+        let both = head(both).unwrap().unwrap();
+        assert_eq!((both.framing, both.keep_alive), (Framing::Chunked, false));
         let closing = head("HTTP/1.1 200 OK\r\nConnection: Close\r\ncontent-length: 0\r\n\r\n");
         assert!(!closing.unwrap().unwrap().keep_alive);
         let old = head("HTTP/1.0 200 OK\r\n\r\n").unwrap().unwrap();
