@@ -3,7 +3,7 @@
 //!
 //! A shared deadline has no timer of its own: an engine's [`DeadlineKeeper`] passes every
 //! fan-out's deadline on one timer ([`SharedDeadline::pass`] wakes every task still waiting:
-//! a fan-out's, which registers once for all its calls, [`Deadline::Joined`]).
+//! a fan-out's, which registers once for all its calls, [`Deadline::Shared`]).
 //! A fan-out registers its deadline in the keeper's queue and no tokio timer: a timer
 //! registered per fan-out wrote to the runtime's eventfd whenever the runtime had parked with
 //! no earlier timer (between two requests of a sidecar, about once per request), and took the
@@ -28,14 +28,11 @@ use tokio::time::Instant;
 pub enum Deadline {
     /// This long after the call starts, on a timer of the call's own.
     After(Duration),
-    /// Shared with the other calls of a fan-out, whose driver passes it; each call waiting
-    /// on it registers its task to be woken when it passes.
+    /// Shared with the other calls of a fan-out, joined in one future whose driver passes
+    /// it and registers its task with it before each poll of the calls
+    /// ([`SharedDeadline::poll_passed`]): a call only reads whether it has passed, with no
+    /// lock, where each call of a fan-out took the deadline's lock on every poll.
     Shared(Arc<SharedDeadline>),
-    /// Shared as `Shared`, by calls joined in one future whose driver registers its task
-    /// with the deadline before each poll of the calls ([`SharedDeadline::poll_passed`]): a
-    /// call only reads whether it has passed, with no lock, where each call of a fan-out
-    /// took the deadline's lock on every poll.
-    Joined(Arc<SharedDeadline>),
 }
 
 impl Deadline {
@@ -45,7 +42,7 @@ impl Deadline {
     pub fn start(&self) -> Instant {
         match self {
             Self::After(_) => Instant::now(),
-            Self::Shared(shared) | Self::Joined(shared) => shared.start,
+            Self::Shared(shared) => shared.start,
         }
     }
 
@@ -60,16 +57,6 @@ impl Deadline {
                 timed.await.map_err(drop)
             }
             Self::Shared(shared) => {
-                let mut call = std::pin::pin!(call);
-                poll_fn(|cx| {
-                    if let Poll::Ready(output) = call.as_mut().poll(cx) {
-                        return Poll::Ready(Ok(output));
-                    }
-                    shared.poll_passed(cx).map(Err)
-                })
-                .await
-            }
-            Self::Joined(shared) => {
                 let mut call = std::pin::pin!(call);
                 poll_fn(|cx| {
                     if let Poll::Ready(output) = call.as_mut().poll(cx) {
@@ -92,7 +79,7 @@ pub struct SharedDeadline {
     /// When it was made: the start of the fan-out's calls.
     start: Instant,
     /// Set with `Waiting::passed`, under its lock, before the waiting tasks are woken; read
-    /// without it by the calls of a [`Deadline::Joined`].
+    /// without it by the calls of a [`Deadline::Shared`].
     passed: AtomicBool,
     waiting: Mutex<Waiting>,
 }
@@ -134,7 +121,7 @@ impl SharedDeadline {
     }
 
     /// Ready once passed; until then `cx` is woken when it passes. The driver of calls under
-    /// a [`Deadline::Joined`] calls this before each poll of them.
+    /// a [`Deadline::Shared`] calls this before each poll of them.
     pub fn poll_passed(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut waiting = self.lock();
         if waiting.passed {
@@ -390,23 +377,38 @@ mod tests {
             .is_ready());
     }
 
+    /// `call` under `shared`, polled as a fan-out drives its calls: its task registered with
+    /// the deadline before each poll.
+    async fn driven<F: Future>(
+        shared: &Arc<SharedDeadline>,
+        start: Instant,
+        call: F,
+    ) -> Result<F::Output, ()> {
+        let deadline = Deadline::Shared(Arc::clone(shared));
+        let mut run = std::pin::pin!(deadline.run(start, call));
+        poll_fn(|cx| {
+            let _ = shared.poll_passed(cx);
+            run.as_mut().poll(cx)
+        })
+        .await
+    }
+
     /// A call answered before the deadline passes gets its answer; one still waiting when it
     /// passes gives up, woken by `pass` alone (no timer of its own).
     #[tokio::test(start_paused = true)]
     async fn calls_give_up_when_the_shared_deadline_passes() {
         let start = Instant::now();
         let shared = SharedDeadline::new();
-        let deadline = Deadline::Shared(Arc::clone(&shared));
-        assert_eq!(deadline.run(start, async { 7 }).await, Ok(7));
+        assert_eq!(driven(&shared, start, async { 7 }).await, Ok(7));
 
         let (answer, answered) = tokio::sync::oneshot::channel::<u32>();
         let waiting = tokio::spawn({
-            let deadline = deadline.clone();
-            async move { deadline.run(start, answered).await }
+            let shared = Arc::clone(&shared);
+            async move { driven(&shared, start, answered).await }
         });
         let never = tokio::spawn({
-            let deadline = deadline.clone();
-            async move { deadline.run(start, std::future::pending::<()>()).await }
+            let shared = Arc::clone(&shared);
+            async move { driven(&shared, start, std::future::pending::<()>()).await }
         });
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert!(
@@ -418,25 +420,25 @@ mod tests {
         assert_eq!(waiting.await.unwrap(), Err(()));
         drop(answer);
         assert_eq!(
-            deadline.run(start, async { 8 }).await,
+            driven(&shared, start, async { 8 }).await,
             Ok(8),
             "a ready call still answers"
         );
         assert_eq!(
-            deadline.run(start, std::future::pending::<()>()).await,
+            driven(&shared, start, std::future::pending::<()>()).await,
             Err(()),
             "a passed deadline refuses to wait"
         );
     }
 
-    /// Joined calls only read the deadline: the task driving them, registered with it before
-    /// each poll, is woken when it passes, and every call still waiting gives up; a call
-    /// answered first keeps its answer.
+    /// Calls joined in one future only read the deadline: the task driving them, registered
+    /// with it before each poll, is woken when it passes, and every call still waiting gives
+    /// up; a call answered first keeps its answer.
     #[tokio::test(start_paused = true)]
     async fn joined_calls_give_up_when_their_driver_is_woken() {
         let start = Instant::now();
         let shared = SharedDeadline::new();
-        let deadline = Deadline::Joined(Arc::clone(&shared));
+        let deadline = Deadline::Shared(Arc::clone(&shared));
         let (answer, answered) = tokio::sync::oneshot::channel::<u32>();
         let driver = tokio::spawn({
             let (shared, deadline) = (Arc::clone(&shared), deadline.clone());
@@ -496,10 +498,7 @@ mod tests {
         let passed = |d: &Arc<SharedDeadline>| d.lock().passed;
         let waiter = {
             let late = Arc::clone(&late);
-            tokio::spawn(async move {
-                let deadline = Deadline::Shared(late);
-                deadline.run(start, std::future::pending::<()>()).await
-            })
+            tokio::spawn(async move { driven(&late, start, std::future::pending::<()>()).await })
         };
         tokio::time::sleep(Duration::from_millis(99)).await;
         assert!(!passed(&early) && !passed(&late));
@@ -576,12 +575,8 @@ mod tests {
         let other = runtime();
         other.block_on(async {
             let deadline = keeper.deadline(Instant::now() + Duration::from_millis(20));
-            let wait = Deadline::Shared(Arc::clone(&deadline));
-            let gave_up = tokio::time::timeout(
-                Duration::from_secs(5),
-                wait.run(Instant::now(), std::future::pending::<()>()),
-            )
-            .await;
+            let wait = driven(&deadline, Instant::now(), std::future::pending::<()>());
+            let gave_up = tokio::time::timeout(Duration::from_secs(5), wait).await;
             assert_eq!(gave_up, Ok(Err(())), "passed on this runtime's timer");
         });
         drop(idle);

@@ -16,7 +16,7 @@
 //! Every call of a fan-out gives up at the same instant, so they share one deadline
 //! ([`SharedDeadline`]), passed by the engine's [`DeadlineKeeper`] on its one timer: no timer
 //! per master, nor per fan-out. The task driving the joined calls registers with it once per
-//! poll ([`Deadline::Joined`]); each call only reads whether it has passed.
+//! poll ([`Deadline::Shared`]); each call only reads whether it has passed.
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -138,7 +138,7 @@ where
             index: node.index(),
             answers: Arc::clone(&answers),
         };
-        let deadline = Deadline::Joined(Arc::clone(&shared));
+        let deadline = Deadline::Shared(Arc::clone(&shared));
         per_node(Arc::clone(node), deadline, reply)
     });
     let mut calls: Calls = Box::pin(join_all(calls).map(drop));
