@@ -146,6 +146,21 @@ async fn lost_fires_after_a_force_release() {
     assert!(!guard.release().await.unwrap());
 }
 
+/// A `lost()` awaited beside the work hears of the guard's own release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_hears_of_the_guards_own_release() {
+    let fleet = TestFleet::start(3);
+    let (_sidecar, client) = sidecar(&fleet).await;
+    let guard = client.lock("job").send().await.unwrap();
+    let lost = guard.lost();
+    assert!(guard.release().await.unwrap());
+    let end = timeout(Duration::from_secs(3), lost).await.unwrap();
+    let released = LeaseEnd::Released {
+        reason: "released".into(),
+    };
+    assert_eq!(end, released);
+}
+
 /// With a majority of masters frozen, nothing renews the lease: it ends once its validity
 /// has run out. The sidecar's `lost` event and the guard's own watch of the validity fall due
 /// at the same instant, so either may tell first.

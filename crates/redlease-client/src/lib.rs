@@ -593,6 +593,12 @@ impl LockGuard {
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
         }
+        // The guard goes with this call (a release or a drop), so only a `lost()` awaited
+        // elsewhere can still hear of the end: with none, telling nobody is skipped (a watch
+        // channel wakes its waiters through eight lists).
+        if self.ended.receiver_count() == 0 {
+            return;
+        }
         let end = LeaseEnd::Released {
             reason: "released".to_string(),
         };

@@ -32,15 +32,35 @@ impl BasePath {
 /// Appends `segment` percent-encoded: the bytes of RFC 3986's `pchar` as they are but `%`,
 /// every other byte as `%XX`; a segment of one or two dots alone is encoded whole.
 fn push_segment(path: &mut String, segment: &str) {
-    let dots = matches!(segment, "." | "..");
-    for byte in segment.bytes() {
-        if is_plain(byte) && !dots {
-            path.push(char::from(byte));
-        } else {
-            // Writing to a `String` cannot fail.
-            let _ = write!(path, "%{byte:02X}");
+    if matches!(segment, "." | "..") {
+        for byte in segment.bytes() {
+            push_encoded(path, byte);
+        }
+        return;
+    }
+    // Runs of plain bytes are copied whole. Plain bytes are ASCII, so a run starts and ends
+    // on character boundaries (the bytes of a multi-byte character are all encoded).
+    let bytes = segment.as_bytes();
+    let mut run_start = 0;
+    for (at, &byte) in bytes.iter().enumerate() {
+        if !is_plain(byte) {
+            // Within a multi-byte character the run is empty, and not sliced.
+            if run_start < at {
+                path.push_str(&segment[run_start..at]);
+            }
+            push_encoded(path, byte);
+            run_start = at + 1;
         }
     }
+    if run_start < bytes.len() {
+        path.push_str(&segment[run_start..]);
+    }
+}
+
+/// Appends `byte` as `%XX`.
+fn push_encoded(path: &mut String, byte: u8) {
+    // Writing to a `String` cannot fail.
+    let _ = write!(path, "%{byte:02X}");
 }
 
 /// Unreserved characters, sub-delimiters, `:` and `@`: what a path segment carries as is.
@@ -111,6 +131,9 @@ mod tests {
             "a\tb\n",
             "a;b=c:d@e",
             "\u{202e}",
+            "éa",
+            "aé",
+            "a€b%c",
         ];
         for name in names {
             let path = base("http://localhost:7600").join(&["v1", "locks", name, "acquire"]);
