@@ -68,9 +68,14 @@ def free_port():
 
 
 def cpu_seconds(pid):
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid):
+    """CPU seconds of `pid` so far: (user, kernel)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
 def ctx_switches(pid):
@@ -100,13 +105,14 @@ def scheduled_seconds(pid):
 
 
 def masters_work(pids):
-    """CPU seconds and read system calls (`/proc/PID/io` syscr) of the masters, summed."""
-    cpu = sum(cpu_seconds(pid) for pid in pids)
+    """CPU seconds, read system calls (`/proc/PID/io` syscr) and kernel CPU seconds of the
+    masters, summed."""
+    split = [cpu_split(pid) for pid in pids]
     reads = 0
     for pid in pids:
         with open(f"/proc/{pid}/io") as f:
             reads += next(int(line.split()[1]) for line in f if line.startswith("syscr:"))
-    return cpu, reads
+    return sum(map(sum, split)), reads, sum(kernel for _, kernel in split)
 
 
 def ping_p50_us(url):
@@ -227,6 +233,7 @@ def load(target, workload, duration=None, warmup=WARMUP, threads=None):
     report["cycles"] = report["ops"] + report["errors"] + warmup * report["clients"]
     used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     report["load_cpu_us"] = used / report["cycles"] * 1e6
+    report["load_kernel_us"] = (after.ru_stime - before.ru_stime) / report["cycles"] * 1e6
     return report
 
 
@@ -237,6 +244,7 @@ def load_on_masters(target, workload, master_pids, **settings):
     after = masters_work(master_pids)
     report["masters_cpu_us"] = (after[0] - before[0]) / report["cycles"] * 1e6
     report["masters_reads"] = (after[1] - before[1]) / report["cycles"]
+    report["masters_kernel_us"] = (after[2] - before[2]) / report["cycles"] * 1e6
     return report
 
 

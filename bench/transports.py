@@ -7,8 +7,8 @@ each of $ROUNDS rounds (default 5), taking turns with the library engine (each r
 one target further on), runs `redlease load --workload parallel --clients 16` (a thread per
 CPU) twice: held to a steady $RATE cycles/s (default 6000, below what each target reaches:
 the rate reached is printed) for $DURATION (default 4s), for the CPU each process spends per
-cycle at the same rate (the sidecar's from /proc, the load process's from getrusage, the
-masters' from /proc), and unbounded for 3 s, for the cycles a second each target reaches.
+cycle at the same rate, and how much of it in the kernel (the sidecar's from /proc, the load
+process's from getrusage, the masters' from /proc), and unbounded for 3 s, for the cycles a second each target reaches.
 Prints the medians and every round's figures.
 """
 import contextlib
@@ -32,14 +32,20 @@ DURATION = os.environ.get("DURATION", "4s")
 def measure(target, sidecar, master_pids, duration, extra=()):
     """One load on `target` for `duration`: its report with the CPU per cycle of the sidecar
     (if any), of the load process and of the masters."""
-    before = hop.cpu_seconds(sidecar.pid) if sidecar else 0.0
+    before = hop.cpu_split(sidecar.pid) if sidecar else (0.0, 0.0)
     report = hop.load_on_masters([*target, *extra], "parallel", master_pids,
                                  duration=duration, warmup=0, threads="0")
-    sidecar_cpu = hop.cpu_seconds(sidecar.pid) - before if sidecar else 0.0
+    after = hop.cpu_split(sidecar.pid) if sidecar else (0.0, 0.0)
+    per_cycle = 1e6 / report["cycles"]
     report["cpu_us"] = {
-        "sidecar": sidecar_cpu / report["cycles"] * 1e6,
+        "sidecar": (sum(after) - sum(before)) * per_cycle,
         "load": report["load_cpu_us"],
         "masters": report["masters_cpu_us"],
+    }
+    report["kernel_us"] = {
+        "sidecar": (after[1] - before[1]) * per_cycle,
+        "load": report["load_kernel_us"],
+        "masters": report["masters_kernel_us"],
     }
     return report
 
@@ -93,6 +99,17 @@ def main():
         print(f"| {name} | {med(unbounded[name]):.0f} | {reached:.0f} | {sidecar} "
               f"| {med([c['load'] for c in cpu]):.1f} | {med([c['masters'] for c in cpu]):.1f} "
               f"| {med(total):.1f} |")
+    print()
+    print(f"Of which in the kernel (system time), µs per cycle held to {RATE}:")
+    print()
+    print("| target | sidecar | load process | masters | all |")
+    print("|---|---|---|---|---|")
+    for name in targets:
+        kernel = [report["kernel_us"] for report in steady[name]]
+        total = [k["sidecar"] + k["load"] + k["masters"] for k in kernel]
+        sidecar = f"{med([k['sidecar'] for k in kernel]):.1f}" if targets[name][1] else ""
+        print(f"| {name} | {sidecar} | {med([k['load'] for k in kernel]):.1f} "
+              f"| {med([k['masters'] for k in kernel]):.1f} | {med(total):.1f} |")
     print()
     for name in targets:
         cpu = [report["cpu_us"] for report in steady[name]]

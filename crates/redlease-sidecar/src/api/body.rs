@@ -67,12 +67,14 @@ fn plain_json(headers: &HeaderMap) -> bool {
 }
 
 /// A JSON object of shape `T` from `bytes`, as axum's `Json` reads it. The body is read
-/// without tracking the path to each field; a body that fails is read again through `Json`,
+/// without tracking the path to each field, and checked as UTF-8 once, whole (read from bytes,
+/// serde_json checks each string on its own); a body that fails is read again through `Json`,
 /// whose rejection (naming the field at fault) is the one a client gets.
 fn decode<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
-    match serde_json::from_slice::<Object<T>>(bytes) {
-        Ok(Object(value)) => Ok(value),
-        Err(_) => match Json::<Object<T>>::from_bytes(bytes) {
+    let text = std::str::from_utf8(bytes).ok();
+    match text.map(serde_json::from_str::<Object<T>>) {
+        Some(Ok(Object(value))) => Ok(value),
+        _ => match Json::<Object<T>>::from_bytes(bytes) {
             Ok(Json(Object(value))) => Ok(value),
             Err(rejection) => Err(rejected(rejection)),
         },
@@ -442,36 +444,41 @@ mod tests {
     /// value, and for a body at fault the same rejection, naming the field.
     #[test]
     fn decoding_matches_axums_json() {
-        let read = |body: &'static str| decode::<Shape>(&Bytes::from_static(body.as_bytes()));
-        let axums = |body: &'static str| {
-            Json::<Object<Shape>>::from_bytes(body.as_bytes())
+        let read = |body: &'static [u8]| decode::<Shape>(&Bytes::from_static(body));
+        let axums = |body: &'static [u8]| {
+            Json::<Object<Shape>>::from_bytes(body)
                 .map(|Json(Object(value))| value)
                 .map_err(rejected)
         };
         for body in [
-            r#"{"name": "a"}"#,
-            "{}",
-            r#"{"name": 7}"#,
-            "[]",
-            "7",
-            r#"{"name": "a"} x"#,
-            "{",
-            "",
+            &br#"{"name": "a"}"#[..],
+            b"{}",
+            br#"{"name": 7}"#,
+            b"[]",
+            b"7",
+            br#"{"name": "a"} x"#,
+            b"{",
+            b"",
+            "{\"name\": \"\u{e9}t\u{e9}\"}".as_bytes(),
+            br#"{"name": "\u00e9"}"#,
+            b"{\"name\": \"\xff\"}",
+            b"{\"\xc3\": 1}",
         ] {
+            let shown = String::from_utf8_lossy(body);
             match (read(body), axums(body)) {
-                (Ok(ours), Ok(theirs)) => assert_eq!(ours, theirs, "{body}"),
+                (Ok(ours), Ok(theirs)) => assert_eq!(ours, theirs, "{shown}"),
                 (Err(ours), Err(theirs)) => {
                     let ours = (ours.status, ours.reason, ours.detail);
                     assert_eq!(
                         ours,
                         (theirs.status, theirs.reason, theirs.detail),
-                        "{body}"
+                        "{shown}"
                     );
                 }
-                (ours, theirs) => panic!("{body}: {ours:?} against axum's {theirs:?}"),
+                (ours, theirs) => panic!("{shown}: {ours:?} against axum's {theirs:?}"),
             }
         }
-        let wrong = read(r#"{"name": 7}"#).unwrap_err();
+        let wrong = read(br#"{"name": 7}"#).unwrap_err();
         assert!(wrong.detail.contains("name"), "{}", wrong.detail);
     }
 
