@@ -8,7 +8,8 @@ one target further on), runs `redlease load --workload parallel --clients 16` (a
 CPU) twice: held to a steady $RATE cycles/s (default 6000, below what each target reaches:
 the rate reached is printed) for $DURATION (default 4s), for the CPU each process spends per
 cycle at the same rate, and how much of it in the kernel (the sidecar's from /proc, the load
-process's from getrusage, the masters' from /proc), and unbounded for 3 s, for the cycles a second each target reaches.
+process's from getrusage, the masters' from /proc), and unbounded for 3 s, for the cycles a
+second each target reaches.
 Prints the medians and every round's figures.
 """
 import contextlib
@@ -31,7 +32,7 @@ DURATION = os.environ.get("DURATION", "4s")
 
 def measure(target, sidecar, master_pids, duration, extra=()):
     """One load on `target` for `duration`: its report with the CPU per cycle of the sidecar
-    (if any), of the load process and of the masters."""
+    (if any), of the load process and of the masters, and the kernel's part of each."""
     before = hop.cpu_split(sidecar.pid) if sidecar else (0.0, 0.0)
     report = hop.load_on_masters([*target, *extra], "parallel", master_pids,
                                  duration=duration, warmup=0, threads="0")
