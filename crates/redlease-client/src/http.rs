@@ -203,7 +203,7 @@ impl Transport {
     /// Opens `GET path` on a connection of its own and returns once the head has arrived.
     pub(crate) async fn stream(&self, path: &str) -> Result<Streaming, TransportError> {
         let mut conn = self.connect().await?;
-        let request = self.request(&Method::GET, path, Bytes::new(), false);
+        let request = self.get(path);
         let response = drive(&mut conn.conn, &conn.wakes, conn.send.send_request(request))
             .await?
             .map_err(|error| TransportError::http(&error))?;
@@ -215,23 +215,13 @@ impl Transport {
         })
     }
 
-    fn request(
-        &self,
-        method: &Method,
-        path: &str,
-        body: Bytes,
-        json: bool,
-    ) -> Request<Full<Bytes>> {
-        let mut request = Request::new(Full::new(body));
-        *request.method_mut() = method.clone();
+    /// `GET path`, for an event stream (whole-body requests are written by `exchange`).
+    fn get(&self, path: &str) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(Bytes::new()));
         // Paths are built by the client from percent-encoded segments: always a valid URI.
         *request.uri_mut() = path.parse().unwrap_or_default();
         let headers = request.headers_mut();
         headers.insert(header::HOST, self.shared.host.clone());
-        if json {
-            let media = HeaderValue::from_static("application/json");
-            headers.insert(header::CONTENT_TYPE, media);
-        }
         if let Some(authorization) = &self.shared.authorization {
             headers.insert(header::AUTHORIZATION, authorization.clone());
         }
