@@ -78,15 +78,15 @@ impl Deadline {
 pub struct SharedDeadline {
     /// When it was made: the start of the fan-out's calls.
     start: Instant,
-    /// Set with `Waiting::passed`, under its lock, before the waiting tasks are woken; read
-    /// without it by the calls of a [`Deadline::Shared`].
+    /// Set under `waiting`'s lock, before the waiting tasks are woken (so a task registering
+    /// under that lock either sees it or is woken); read without the lock by the calls of a
+    /// [`Deadline::Shared`].
     passed: AtomicBool,
     waiting: Mutex<Waiting>,
 }
 
 #[derive(Debug, Default)]
 struct Waiting {
-    passed: bool,
     /// The tasks waiting: one for a fan-out's joined calls, two once its caller has gone and
     /// the calls left run in a task of their own.
     wakers: SmallVec<[Waker; 2]>,
@@ -106,7 +106,6 @@ impl SharedDeadline {
     pub fn pass(&self) {
         let wakers = {
             let mut waiting = self.lock();
-            waiting.passed = true;
             self.passed.store(true, AtomicOrdering::Release);
             std::mem::take(&mut waiting.wakers)
         };
@@ -124,7 +123,7 @@ impl SharedDeadline {
     /// a [`Deadline::Shared`] calls this before each poll of them.
     pub fn poll_passed(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut waiting = self.lock();
-        if waiting.passed {
+        if self.has_passed() {
             return Poll::Ready(());
         }
         // The no-op waker (a fan-out's calls polled outside a task) would wake nothing.
@@ -137,7 +136,7 @@ impl SharedDeadline {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
-        // A flag and a list of wakers: consistent whatever a panicking holder left.
+        // A list of wakers: consistent whatever a panicking holder left.
         self.waiting
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -377,20 +376,25 @@ mod tests {
             .is_ready());
     }
 
-    /// `call` under `shared`, polled as a fan-out drives its calls: its task registered with
-    /// the deadline before each poll.
+    /// `future` polled as a fan-out drives its calls: its task registered with `shared`
+    /// before each poll.
+    async fn registered<F: Future>(shared: &SharedDeadline, future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        poll_fn(|cx| {
+            let _ = shared.poll_passed(cx);
+            future.as_mut().poll(cx)
+        })
+        .await
+    }
+
+    /// `call` under `shared`, driven as a fan-out drives its calls.
     async fn driven<F: Future>(
         shared: &Arc<SharedDeadline>,
         start: Instant,
         call: F,
     ) -> Result<F::Output, ()> {
         let deadline = Deadline::Shared(Arc::clone(shared));
-        let mut run = std::pin::pin!(deadline.run(start, call));
-        poll_fn(|cx| {
-            let _ = shared.poll_passed(cx);
-            run.as_mut().poll(cx)
-        })
-        .await
+        registered(shared, deadline.run(start, call)).await
     }
 
     /// A call answered before the deadline passes gets its answer; one still waiting when it
@@ -447,12 +451,7 @@ mod tests {
                     deadline.run(start, answered),
                     deadline.run(start, std::future::pending::<()>()),
                 );
-                let mut calls = std::pin::pin!(calls);
-                poll_fn(|cx| {
-                    let _ = shared.poll_passed(cx);
-                    calls.as_mut().poll(cx)
-                })
-                .await
+                registered(&shared, calls).await
             }
         });
         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -495,7 +494,7 @@ mod tests {
         let gone = keeper.deadline(start + Duration::from_millis(50));
         drop(gone);
         let early = keeper.deadline(start + Duration::from_millis(100));
-        let passed = |d: &Arc<SharedDeadline>| d.lock().passed;
+        let passed = |d: &Arc<SharedDeadline>| d.has_passed();
         let waiter = {
             let late = Arc::clone(&late);
             tokio::spawn(async move { driven(&late, start, std::future::pending::<()>()).await })
@@ -536,12 +535,12 @@ mod tests {
             keeper.shared.lock().runtime.is_none(),
             "the task ended with its runtime"
         );
-        assert!(!stranded.lock().passed);
+        assert!(!stranded.has_passed());
         let second = runtime();
         second.block_on(async {
             let next = keeper.deadline(Instant::now() + Duration::from_millis(20));
             tokio::time::sleep(Duration::from_millis(40)).await;
-            assert!(next.lock().passed, "a new task on this runtime");
+            assert!(next.has_passed(), "a new task on this runtime");
             let shared = Arc::clone(&keeper.shared);
             drop(keeper);
             for _ in 0..10 {
@@ -554,7 +553,7 @@ mod tests {
             );
         });
         let outside = DeadlineKeeper::new().deadline(Instant::now() + Duration::from_secs(1));
-        assert!(outside.lock().passed, "no runtime: passed at once");
+        assert!(outside.has_passed(), "no runtime: passed at once");
     }
 
     /// While the keeper's task runs on a runtime nobody drives (a current-thread runtime
