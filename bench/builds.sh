@@ -18,15 +18,13 @@ MASTERS=5 scripts/fleet.sh bash -c '
   [ -n "$RATE" ] && args+=(--rate "$RATE")
   . bench/two_builds.sh
   one() {
-    local bin=$1 name=$2 round=$3 port before after
+    local bin=$1 name=$2 round=$3 port before
     port=$(free_port)
     start_sidecar "$bin" "$port"
     "$OLD" load --sidecar "http://127.0.0.1:$port" --workload parallel --clients 16 --duration 1s >/dev/null
     before=$(cpu_ticks "$SIDECAR")
     "$OLD" load --sidecar "http://127.0.0.1:$port" "${args[@]}" > "$OUT/sidecar-$name-$round.json"
-    after=$(cpu_ticks "$SIDECAR")
-    kill "$SIDECAR"; wait "$SIDECAR" 2>/dev/null || true
-    echo "$((after - before))" > "$OUT/ticks-$name-$round"
+    stop_sidecar "$before" "$name" "$round"
     "$bin" load --masters "$REDLEASE__MASTERS" "${args[@]}" > "$OUT/engine-$name-$round.json"
   }
   take_turns one

@@ -16,7 +16,7 @@ MASTERS=5 scripts/fleet.sh bash -c '
   set -euo pipefail
   . bench/two_builds.sh
   one() {
-    local bin=$1 name=$2 round=$3 port before after
+    local bin=$1 name=$2 round=$3 port before
     port=$(free_port)
     start_sidecar "$NEW" "$port"
     "$bin" load --sidecar "http://127.0.0.1:$port" --workload "$WORKLOAD" --clients 16 --duration 1s >/dev/null
@@ -29,9 +29,7 @@ open(sys.argv[1], \"w\").write(f\"{r.ru_utime} {r.ru_stime}\")" \
       "$OUT/rusage-$name-$round" "$OUT/load-$name-$round.json" "$bin" load \
       --sidecar "http://127.0.0.1:$port" --workload "$WORKLOAD" --clients 16 \
       --duration "$DURATION" --worker-threads 0 --json
-    after=$(cpu_ticks "$SIDECAR")
-    kill "$SIDECAR"; wait "$SIDECAR" 2>/dev/null || true
-    echo "$((after - before))" > "$OUT/ticks-$name-$round"
+    stop_sidecar "$before" "$name" "$round"
   }
   take_turns one
 '

@@ -37,6 +37,16 @@ start_sidecar() {
   done
 }
 
+# Stops the sidecar of `start_sidecar` and writes the CPU ticks it spent since BEFORE (from
+# `cpu_ticks`) to $OUT/ticks-NAME-ROUND.
+stop_sidecar() {
+  local after
+  after=$(cpu_ticks "$SIDECAR")
+  kill "$SIDECAR"
+  wait "$SIDECAR" 2>/dev/null || true
+  echo "$((after - $1))" > "$OUT/ticks-$2-$3"
+}
+
 # Runs `FN BINARY NAME ROUND` for both builds each of ROUNDS rounds, the first build first
 # in odd rounds and second in even ones.
 take_turns() {
