@@ -3,6 +3,7 @@
 
 mod crowd;
 mod expiry;
+mod fast_lane;
 mod frozen;
 mod retention;
 mod waiters;

@@ -53,7 +53,7 @@ use crate::fleet::Fleet;
 use crate::lease::LeaseManager;
 use crate::redlock::Redlock;
 
-pub(crate) use hot::{segment_between, Api};
+pub(crate) use hot::{answer_read, hot_route_of, segment_between, Api, HotRequest};
 
 /// Largest request body accepted.
 pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;

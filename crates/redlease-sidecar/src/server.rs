@@ -12,8 +12,10 @@ mod accept;
 mod busy_poll;
 mod conn_io;
 mod connection;
+mod fast_lane;
 mod listener;
 mod rare;
+mod rewind;
 
 use std::future::Future;
 use std::sync::Arc;

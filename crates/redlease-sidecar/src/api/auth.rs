@@ -105,8 +105,16 @@ impl ApiToken {
         self.token.reload()
     }
 
+    #[cfg(test)]
+    pub(crate) fn fixed(token: &str) -> Arc<Self> {
+        Arc::new(Self {
+            token: BearerToken::fixed(token),
+            metrics_open: false,
+        })
+    }
+
     /// Whether a request to `path` with the `Authorization` header `authorization` may pass.
-    fn admits(&self, path: &str, authorization: Option<&[u8]>) -> bool {
+    pub(crate) fn admits(&self, path: &str, authorization: Option<&[u8]>) -> bool {
         if self.token.is_none() {
             return true;
         }

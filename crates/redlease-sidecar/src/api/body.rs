@@ -62,8 +62,12 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 fn plain_json(headers: &HeaderMap) -> bool {
     let mut types = headers.get_all(CONTENT_TYPE).iter();
     let first = types.next();
-    types.next().is_none()
-        && first.is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"application/json"))
+    types.next().is_none() && first.is_some_and(|value| plain_json_type(value.as_bytes()))
+}
+
+/// Whether a `Content-Type` value is `application/json`, exactly (in any case).
+pub(super) fn plain_json_type(value: &[u8]) -> bool {
+    value.eq_ignore_ascii_case(b"application/json")
 }
 
 /// A JSON object of shape `T` from `bytes`, as axum's `Json` reads it. The body is read
@@ -71,14 +75,22 @@ fn plain_json(headers: &HeaderMap) -> bool {
 /// serde_json checks each string on its own); a body that fails is read again through `Json`,
 /// whose rejection (naming the field at fault) is the one a client gets.
 fn decode<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
-    let text = std::str::from_utf8(bytes).ok();
-    match text.map(serde_json::from_str::<Object<T>>) {
-        Some(Ok(Object(value))) => Ok(value),
-        _ => match Json::<Object<T>>::from_bytes(bytes) {
+    match decode_plain(bytes) {
+        Some(value) => Ok(value),
+        None => match Json::<Object<T>>::from_bytes(bytes) {
             Ok(Json(Object(value))) => Ok(value),
             Err(rejection) => Err(rejected(rejection)),
         },
     }
+}
+
+/// A JSON object of shape `T` from `bytes` sent as `application/json`, when they are one;
+/// `None` when they are not, whose refusal only [`decode`] (or the extractor) words.
+pub(super) fn decode_plain<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    serde_json::from_str::<Object<T>>(text)
+        .ok()
+        .map(|Object(value)| value)
 }
 
 impl<T: DeserializeOwned + Default> FromRequest<AppState> for OptionalJsonBody<T> {

@@ -60,6 +60,25 @@ impl Guard {
         auth::refusal(&self.token, request)
     }
 
+    /// Whether a request the server read itself (`server::fast_lane`) passes every check
+    /// here: one to the origin-form target `path`, its head within our limits, with no
+    /// content or transfer encoding and a declared length within the body limit (the server
+    /// reads no other), its one `Host` header's value `host` (or none) and its one
+    /// `Authorization`'s `authorization` (or none). One that does not is left to hyper and
+    /// [`Guard::admit`], which word the refusal.
+    pub(crate) fn admits_read(
+        &self,
+        path: &str,
+        host: Option<&[u8]>,
+        authorization: Option<&[u8]>,
+    ) -> bool {
+        let host_passes = match (&self.allowed_hosts, named_host(host)) {
+            (Some(allowed), Some(host)) => host_allowed(host, allowed),
+            _ => true,
+        };
+        host_passes && self.token.admits(path, authorization)
+    }
+
     /// How long a request other than an event stream may take (then 408 `request_timeout`).
     pub(crate) fn request_limit(&self) -> Duration {
         self.request_limit
@@ -168,10 +187,7 @@ fn check_host(uri: &Uri, headers: &HeaderMap, allowed: &[String]) -> Result<(), 
     if second.is_some() {
         return Err(bad_request("more than one Host header"));
     }
-    // An empty `Host` is what a client sends when there is no host to name: as if absent.
-    let named = first
-        .map(|value| value.to_str().unwrap_or("\u{fffd}").trim())
-        .filter(|host| !host.is_empty());
+    let named = named_host(first.map(|value| value.as_bytes()));
     for host in [uri.authority().map(|a| a.as_str()), named]
         .into_iter()
         .flatten()
@@ -189,6 +205,27 @@ fn check_host(uri: &Uri, headers: &HeaderMap, allowed: &[String]) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// The host a `Host` header's value names: `None` for no header or an empty one (what a
+/// client sends when there is no host to name: as if absent).
+/// A value that is not visible ASCII names no host that could pass (as
+/// `HeaderValue::to_str` reads it).
+fn named_host(value: Option<&[u8]>) -> Option<&str> {
+    value
+        .map(|value| visible_text(value).trim())
+        .filter(|host| !host.is_empty())
+}
+
+/// `value` as text when it is visible ASCII (tabs included), else the replacement character.
+fn visible_text(value: &[u8]) -> &str {
+    let visible = value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
+    match std::str::from_utf8(value) {
+        Ok(text) if visible => text,
+        _ => "\u{fffd}",
+    }
 }
 
 /// `host[:port]`, `[v6][:port]`: an IP literal, `localhost` or a name of `allowed`

@@ -10,13 +10,14 @@ use std::future::Future;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{FromRequest, Path, State};
-use axum::http::{Method, Request};
+use axum::http::Request;
 use axum::response::{IntoResponse, Response};
 use axum::{BoxError, Router};
 use futures_util::future::Either;
 use futures_util::FutureExt;
 
-use super::body::JsonBody;
+use super::body::{decode_plain, plain_json_type, JsonBody};
+use super::requests::AcquireBody;
 use super::{handlers, AppState};
 use crate::LeaseId;
 
@@ -35,6 +36,11 @@ impl Api {
             router: super::app(state.clone()),
             hot: Some(state),
         }
+    }
+
+    /// The state the hot routes are answered with; `None` for a router without them.
+    pub(crate) fn hot_state(&self) -> Option<&AppState> {
+        self.hot.as_ref()
     }
 
     /// `router` alone.
@@ -72,26 +78,75 @@ impl Api {
 
 /// A hot route, with its path segment: the resource as sent, the lease (or hold) id read.
 #[derive(Debug, PartialEq)]
-enum HotRoute {
+pub(crate) enum HotRoute {
     Acquire(String),
     Release(LeaseId),
 }
 
-/// The hot route `request` takes, if any: a segment that is not empty, holds no `/` (the
-/// router would not match it either) and no `%` (left to the router, which decodes it). An
-/// id that is not one is left to the router too, whose handler refuses it.
+/// The hot route `request` takes, if any.
 fn hot_route<B>(request: &Request<B>) -> Option<HotRoute> {
-    let path = request.uri().path();
+    hot_route_of(request.method().as_str(), request.uri().path())
+}
+
+/// The hot route a request of `method` to `path` takes, if any: a segment that is not empty,
+/// holds no `/` (the router would not match it either) and no `%` (left to the router, which
+/// decodes it). An id that is not one is left to the router too, whose handler refuses it.
+pub(crate) fn hot_route_of(method: &str, path: &str) -> Option<HotRoute> {
     let segment = |prefix: &str, suffix: &str| {
         segment_between(path, prefix, suffix).filter(|segment| !segment.contains(['/', '%']))
     };
-    match *request.method() {
-        Method::POST => segment("/v1/locks/", "/acquire").map(|r| HotRoute::Acquire(r.into())),
-        Method::DELETE => segment("/v1/leases/", "")?
+    match method {
+        "POST" => segment("/v1/locks/", "/acquire").map(|r| HotRoute::Acquire(r.into())),
+        "DELETE" => segment("/v1/leases/", "")?
             .parse()
             .ok()
             .map(HotRoute::Release),
         _ => None,
+    }
+}
+
+/// A hot route's request read whole by the server itself (`server::fast_lane`): the
+/// acquisition's body decoded, the release's empty.
+pub(crate) struct HotRequest(Read);
+
+enum Read {
+    Acquire(String, AcquireBody),
+    Release(LeaseId),
+}
+
+impl HotRequest {
+    /// `route`'s request with `body`, sent with the `Content-Type` `content_type`: an
+    /// acquisition's a JSON object sent as `application/json` exactly, a release's empty.
+    /// `None` for any other, whose refusal (if any) the router's path words.
+    pub(crate) fn read(route: HotRoute, content_type: Option<&[u8]>, body: &[u8]) -> Option<Self> {
+        match route {
+            HotRoute::Acquire(resource) => {
+                if !content_type.is_some_and(plain_json_type) {
+                    return None;
+                }
+                let body = decode_plain::<AcquireBody>(body)?;
+                Some(Self(Read::Acquire(resource, body)))
+            }
+            HotRoute::Release(id) => body.is_empty().then_some(Self(Read::Release(id))),
+        }
+    }
+}
+
+/// The answer to a hot request read by the server, from the handler its route has.
+pub(crate) fn answer_read(
+    state: AppState,
+    request: HotRequest,
+) -> impl Future<Output = Response> + Send {
+    match request.0 {
+        Read::Acquire(resource, body) => Either::Left(
+            handlers::acquire(State(state), Ok(Path(resource)), Ok(JsonBody(body)))
+                .map(IntoResponse::into_response),
+        ),
+        Read::Release(id) => Either::Right(async move {
+            handlers::release_lease_or_hold(&state, id)
+                .await
+                .into_response()
+        }),
     }
 }
 
@@ -132,6 +187,7 @@ fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::Method;
 
     /// Only the two routes, by their method, with a plain segment, are hot.
     #[test]

@@ -22,8 +22,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::busy_poll::{Arrival, BusyPoll};
 use super::conn_io::{Activity, Deadlines, GuardedIo};
+use super::fast_lane;
 use super::listener::Identify;
 use super::rare::Rare;
+use super::rewind::Rewind;
 use crate::api::error::PROBLEM_JSON;
 use crate::api::events::StreamConn;
 use crate::api::guard::{self, Guard, PARSER_MAX_HEAD_BYTES};
@@ -66,25 +68,37 @@ where
     }
 }
 
+/// The fast lane serves the connection's first requests, as long as it takes them; hyper
+/// serves the rest, from the first the lane does not take.
 async fn serve_until_done<T>(stream: T, serving: Serving)
 where
     T: AsyncRead + AsyncWrite + Identify + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::default());
-    let io = GuardedIo::new(stream, Arc::clone(&activity), serving.deadlines);
+    let mut io = GuardedIo::new(stream, Arc::clone(&activity), serving.deadlines);
+    let mut drain = Rare::new(serving.drain.clone().cancelled_owned());
+    let mut read = Vec::new();
+    if let Some(state) = serving.api.hot_state().cloned() {
+        read.reserve(fast_lane::READ_BUFFER);
+        let lane = fast_lane::serve(&mut io, &mut read, &state, &serving, &activity, &mut drain);
+        if let fast_lane::Ended::Closed = lane.await {
+            close(io.get_mut(), None).await;
+            return;
+        }
+    }
     let service = ConnService {
         api: serving.api,
         guard: serving.guard,
         activity,
         busy_poll: serving.busy_poll,
     };
+    let io = Rewind::new(read, io);
     let mut conn = builder().serve_connection(TokioIo::new(io), service);
     let mut pinned = Pin::new(&mut conn);
-    let drain = Rare::new(serving.drain.cancelled_owned());
     let result = tokio::select! {
         biased;
         result = std::future::poll_fn(|cx| pinned.as_mut().get_mut().poll_without_shutdown(cx)) => result,
-        _ = drain => {
+        _ = &mut drain => {
             pinned.as_mut().graceful_shutdown();
             std::future::poll_fn(|cx| pinned.as_mut().get_mut().poll_without_shutdown(cx)).await
         }
@@ -93,7 +107,7 @@ where
         tracing::debug!(%error, "connection ended");
     }
     let mut io = conn.into_parts().io.into_inner();
-    close(io.get_mut(), None).await;
+    close(io.inner_mut().get_mut(), None).await;
 }
 
 /// HTTP/1.1 only. hyper's limits on a head are the guard's parser limits, above ours, so that
@@ -155,7 +169,6 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Future = ServiceFuture;
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
-        self.activity.dispatch();
         // A stream's handler checks its reader through the connection's socket.
         let streaming = opens_a_stream(&request);
         if streaming {
@@ -165,14 +178,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         }
         // A stream (a lease's events, an election's observers) waits on nothing in particular
         // and stays open: no busy polling for it.
-        let busy_poll = match &self.busy_poll {
-            Some(busy_poll) if !streaming => Some((Arc::clone(busy_poll), busy_poll.arrive())),
-            _ => None,
-        };
-        let finished = Finished {
-            activity: Arc::clone(&self.activity),
-            busy_poll,
-        };
+        let busy_poll = self.busy_poll.as_ref().filter(|_| !streaming);
+        let finished = Finished::dispatched(&self.activity, busy_poll);
         let refused = match self.guard.admit(&request) {
             Err(refused) => Some(refused.into_response()),
             Ok(()) => self.guard.unauthorized(&request),
@@ -210,7 +217,7 @@ fn opens_a_stream<B>(request: &Request<B>) -> bool {
 /// A layer's own refusal, which is not problem+json (the request timeout's bare 408, the body
 /// limit's plain-text 413), is given its problem+json body, so that every error answer of the
 /// service has one. Its other headers (`Allow`, …) stay.
-fn typed(response: Response<Body>) -> Response<Body> {
+pub(super) fn typed(response: Response<Body>) -> Response<Body> {
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE);
     let problem = content_type.is_some_and(|media| media == PROBLEM_JSON);
@@ -227,10 +234,22 @@ fn typed(response: Response<Body>) -> Response<Body> {
 }
 
 /// Marks the request finished when dropped (its answer sent whole, or abandoned).
-struct Finished {
+pub(super) struct Finished {
     activity: Arc<Activity>,
     /// Busy polling, and what it made of the request's arrival.
     busy_poll: Option<(Arc<BusyPoll>, Arrival)>,
+}
+
+impl Finished {
+    /// A request handed to the API: counted in for the socket's deadlines, and told to
+    /// `busy_poll` (none for a stream).
+    pub(super) fn dispatched(activity: &Arc<Activity>, busy_poll: Option<&Arc<BusyPoll>>) -> Self {
+        activity.dispatch();
+        Self {
+            activity: Arc::clone(activity),
+            busy_poll: busy_poll.map(|busy_poll| (Arc::clone(busy_poll), busy_poll.arrive())),
+        }
+    }
 }
 
 impl Drop for Finished {
