@@ -47,7 +47,9 @@ impl BearerToken {
 
     /// Whether no token is asked.
     fn is_none(&self) -> bool {
-        self.current().is_none()
+        // Only ever replaced whole: a poisoned lock still holds a whole token.
+        let token = self.token.read().unwrap_or_else(|p| p.into_inner());
+        token.is_none()
     }
 
     fn current(&self) -> Option<Arc<str>> {

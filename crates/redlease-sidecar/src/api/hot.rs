@@ -92,9 +92,8 @@ fn hot_route<B>(request: &Request<B>) -> Option<HotRoute> {
 /// holds no `/` (the router would not match it either) and no `%` (left to the router, which
 /// decodes it). An id that is not one is left to the router too, whose handler refuses it.
 pub(crate) fn hot_route_of(method: &str, path: &str) -> Option<HotRoute> {
-    let segment = |prefix: &str, suffix: &str| {
-        segment_between(path, prefix, suffix).filter(|segment| !segment.contains(['/', '%']))
-    };
+    let plain = |segment: &&str| !segment.bytes().any(|byte| byte == b'/' || byte == b'%');
+    let segment = |prefix: &str, suffix: &str| segment_between(path, prefix, suffix).filter(plain);
     match method {
         "POST" => segment("/v1/locks/", "/acquire").map(|r| HotRoute::Acquire(r.into())),
         "DELETE" => segment("/v1/leases/", "")?

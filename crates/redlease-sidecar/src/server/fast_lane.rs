@@ -185,7 +185,10 @@ where
         buffer.drain(..len);
         let finished = Finished::dispatched(activity, serving.busy_poll.as_ref());
         let limit = serving.guard.request_limit();
-        let answer = tokio::time::timeout(limit, answer_read(state.clone(), request));
+        // Boxed where it is made: the handler's future is kilobytes, moved at each step on
+        // its way into this one's state otherwise.
+        let answer = Box::pin(answer_read(state.clone(), request));
+        let answer = tokio::time::timeout(limit, answer);
         let Some(answer) = unless_hung_up(io, buffer, answer).await else {
             return Ended::Closed;
         };
