@@ -197,14 +197,15 @@ where
             Err(_) => guard::request_timeout().into_response(),
         };
         out.clear();
-        let Some(closes) = encode(response, &mut out).await else {
+        let draining = serving.drain.is_cancelled();
+        let Some(closes) = encode(response, draining, &mut out).await else {
             return Ended::Closed;
         };
         if io.write_all(&out).await.is_err() || io.flush().await.is_err() {
             return Ended::Closed;
         }
         drop(finished);
-        if closes || serving.drain.is_cancelled() {
+        if closes {
             return Ended::Closed;
         }
     }
@@ -239,9 +240,11 @@ where
 }
 
 /// Writes `response` into `out` as hyper writes an answer: the status line, the answer's
-/// fields, its length and the date, then its body. `Some(true)` when the answer closes the
-/// connection (`Connection: close`); `None` when its body failed.
-async fn encode(response: Response<Body>, out: &mut Vec<u8>) -> Option<bool> {
+/// fields, its length and the date, then its body; while the server drains, with
+/// `Connection: close` (as hyper's graceful shutdown adds it), so that the client sends
+/// nothing more on the connection. `Some(true)` when the answer closes the connection;
+/// `None` when its body failed.
+async fn encode(response: Response<Body>, draining: bool, out: &mut Vec<u8>) -> Option<bool> {
     let (parts, body) = response.into_parts();
     let body = body.collect().await.ok()?.to_bytes();
     let status = parts.status;
@@ -257,6 +260,10 @@ async fn encode(response: Response<Body>, out: &mut Vec<u8>) -> Option<bool> {
         }
         closes |= name == header::CONNECTION && says_close(value);
         push_field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if draining && !closes {
+        push_field(out, b"connection", b"close");
+        closes = true;
     }
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -502,12 +509,13 @@ mod tests {
     }
 
     /// An answer is written as hyper writes it: the status line, its fields, its length and
-    /// the date; a `204` without a length or body; `Connection: close` said.
+    /// the date; a `204` without a length or body; `Connection: close` said, or added while
+    /// the server drains (once).
     #[tokio::test]
     async fn answers_are_written_as_hyper_writes_them() {
-        let written = |response: Response<Body>| async move {
+        let written = |response: Response<Body>, draining| async move {
             let mut out = Vec::new();
-            let closes = encode(response, &mut out).await.unwrap();
+            let closes = encode(response, draining, &mut out).await.unwrap();
             let text = String::from_utf8(out).unwrap();
             let (head, rest) = text.split_once("date: ").unwrap();
             let (date, body) = rest.split_once("\r\n").unwrap();
@@ -520,7 +528,7 @@ mod tests {
             r#"{"reason":"held"}"#,
         );
         assert_eq!(
-            written(json.into_response()).await,
+            written(json.clone().into_response(), false).await,
             (
                 "HTTP/1.1 409 Conflict\r\ncontent-type: application/problem+json\r\n\
                  content-length: 17\r\n\r\n{\"reason\":\"held\"}"
@@ -528,9 +536,19 @@ mod tests {
                 false
             )
         );
+        assert_eq!(
+            written(json.into_response(), true).await,
+            (
+                "HTTP/1.1 409 Conflict\r\ncontent-type: application/problem+json\r\n\
+                 connection: close\r\ncontent-length: 17\r\n\r\n{\"reason\":\"held\"}"
+                    .to_string(),
+                true
+            ),
+            "while the server drains"
+        );
         let empty = StatusCode::NO_CONTENT.into_response();
         assert_eq!(
-            written(empty).await,
+            written(empty, false).await,
             ("HTTP/1.1 204 No Content\r\n\r\n".to_string(), false)
         );
         let closing = (
@@ -539,7 +557,7 @@ mod tests {
             "",
         );
         assert_eq!(
-            written(closing.into_response()).await,
+            written(closing.into_response(), true).await,
             (
                 "HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\n\
                  connection: Keep-Alive, Close\r\ncontent-length: 0\r\n\r\n"
