@@ -42,9 +42,29 @@ impl<T: Serialize> IntoResponse for Json<T> {
 /// checks its room at every piece), then copied into a body of its exact size: one allocation.
 /// Every answer and every refusal of the API is encoded here.
 pub(crate) fn encoded(status: StatusCode, media: &'static str, body: &impl Serialize) -> Response {
+    written(status, media, |scratch| {
+        serde_json::to_writer(scratch, body)
+    })
+}
+
+/// A lease's answer (`200`, `application/json`), its view written by hand
+/// ([`LeaseView::write_json`]), as [`encoded`] writes an answer.
+pub(crate) fn lease_answer(view: &LeaseView) -> Response {
+    written(StatusCode::OK, "application/json", |scratch| {
+        view.write_json(scratch);
+        Ok(())
+    })
+}
+
+/// The answer whose body `write` writes, as [`encoded`] describes it.
+fn written(
+    status: StatusCode,
+    media: &'static str,
+    write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+) -> Response {
     let written = SCRATCH.with_borrow_mut(|scratch| {
         scratch.clear();
-        let written = serde_json::to_writer(&mut *scratch, body);
+        let written = write(&mut *scratch);
         let bytes = written.map(|()| Bytes::copy_from_slice(scratch));
         if scratch.capacity() > SCRATCH_KEPT {
             *scratch = Vec::with_capacity(ANSWER_CAPACITY);

@@ -12,7 +12,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::answers::{
-    AcquireRefusal, FleetAnswer, FleetMaster, Json, Live, Ready, ReleaseRefusal, Released,
+    lease_answer, AcquireRefusal, FleetAnswer, FleetMaster, Json, Live, Ready, ReleaseRefusal,
+    Released,
 };
 use super::body::{JsonBody, OptionalJsonBody};
 use super::error::{problem_with, ApiError};
@@ -78,7 +79,7 @@ pub(super) async fn answer_acquisition(
         acquired => acquired?,
     };
     Ok(match acquired {
-        Acquired::Granted(view) => Json(view).into_response(),
+        Acquired::Granted(view) => lease_answer(&view),
         Acquired::Held => refused(StatusCode::CONFLICT, "held", held),
         Acquired::Dequeued => refused(
             StatusCode::CONFLICT,
@@ -144,7 +145,7 @@ pub(super) async fn get_lease(
         .manager
         .get(lease_id(id)?)
         .ok_or_else(ApiError::unknown_lease)?;
-    Ok(Json(view).into_response())
+    Ok(lease_answer(&view))
 }
 
 /// Renew the lease now, optionally with a new TTL (a sign of life).
@@ -167,7 +168,7 @@ pub(super) async fn renew(
     let OptionalJsonBody(body) = body?;
     let ttl = body.ttl_ms.get("ttl_ms", "invalid_ttl")?;
     match state.manager.renew(id, ttl).await {
-        Ok(view) => Ok(Json(view).into_response()),
+        Ok(view) => Ok(lease_answer(&view)),
         Err(error) => Err(renew_error(error)),
     }
 }
@@ -186,7 +187,7 @@ pub(super) async fn keepalive(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     match state.manager.keepalive(lease_id(id)?) {
-        Ok(view) => Ok(Json(view).into_response()),
+        Ok(view) => Ok(lease_answer(&view)),
         Err(error) => Err(renew_error(error)),
     }
 }

@@ -157,3 +157,79 @@ async fn a_leaders_view_and_shadow_carry_its_term_and_value() {
         ("o", 42, "10.0.0.7:80")
     );
 }
+
+/// A view written by hand is the bytes `serde_json` writes: every optional field absent and
+/// present, every state and mode, strings that need escaping, the largest numbers.
+#[test]
+fn a_view_is_written_as_serde_json_writes_it() {
+    let lock = LeaseView {
+        acquired: true,
+        lease_id: LeaseId::random(),
+        resource: "job-1".into(),
+        slot: None,
+        slots: SlotList::default(),
+        limit: None,
+        mode: None,
+        owner: "me".into(),
+        fencing_token: 7,
+        ttl_ms: 500,
+        validity_ms: 492,
+        expires_at: 1_795_764_943_598,
+        state: LeaseState::Held,
+        auto_renew: true,
+        holds: 0,
+        reason: None,
+        term: None,
+        value: None,
+    };
+    let mut views = vec![lock.clone()];
+    let states = [
+        LeaseState::Degraded,
+        LeaseState::Releasing,
+        LeaseState::Lost,
+        LeaseState::Released,
+    ];
+    for state in states {
+        let reason = Some("released");
+        views.push(LeaseView {
+            state,
+            reason,
+            acquired: false,
+            ..lock.clone()
+        });
+    }
+    views.push(LeaseView {
+        slot: Some(3),
+        slots: SlotList(SlotSet::single(3).with(0).with(63)),
+        limit: Some(64),
+        ..lock.clone()
+    });
+    for mode in [LeaseMode::Read, LeaseMode::Write] {
+        views.push(LeaseView {
+            mode: Some(mode),
+            ..lock.clone()
+        });
+    }
+    views.push(LeaseView {
+        resource: "a\"b\\c\u{1}\u{7f}\u{e9}\u{2028}/\u{1f512}".into(),
+        owner: "tab\tnew\nline\r".into(),
+        fencing_token: u64::MAX,
+        ttl_ms: 0,
+        validity_ms: u64::MAX,
+        expires_at: 0,
+        auto_renew: false,
+        holds: usize::MAX,
+        term: Some(u64::MAX),
+        value: Some("{\"leader\":\"x\"}".into()),
+        ..lock.clone()
+    });
+    for view in views {
+        let mut written = Vec::new();
+        view.write_json(&mut written);
+        let expected = serde_json::to_vec(&view).unwrap();
+        assert_eq!(
+            String::from_utf8(written).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
+    }
+}
