@@ -6,6 +6,7 @@
 # driving it, and of the load generator driving the engine. Needs perf (Debian's linux-perf,
 # installed here when missing) and root or perf_event_paranoid <= 1.
 #   bench/profile.sh            # profiles in target/profile/
+#   BIN=/tmp/redlease-old bench/profile.sh   # another build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,10 +16,10 @@ if ! command -v perf >/dev/null 2>&1; then
   "${as_root[@]}" apt-get install -y -qq --no-install-recommends linux-perf >/dev/null
 fi
 mkdir -p target/profile
-export PROFILE_DIR="$PWD/target/profile"
+export PROFILE_DIR="$PWD/target/profile" BIN="${BIN:-$PWD/target/release/redlease}"
 MASTERS=5 scripts/fleet.sh bash -c '
   set -euo pipefail
-  bin=$PWD/target/release/redlease
+  bin=$BIN
   out=$PROFILE_DIR
   port=$(python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])")
   $bin serve --listen 127.0.0.1:$port 2>/dev/null &

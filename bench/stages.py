@@ -24,7 +24,7 @@ STAGES = [
     ("lease manager (track, release task, watch)", r"redlease_sidecar::lease|redlease_sidecar::batch"),
     ("handlers and guard", r"redlease_sidecar::api|redlease_sidecar::server::connection::ConnService|Guard::admit"),
     ("busy polling (its turns, the CPU offered to other threads)", r"redlease_sidecar::server::busy_poll"),
-    ("HTTP server (hyper)", r"hyper::proto|hyper::server|redlease_sidecar::server"),
+    ("HTTP server (hyper, the fast lane)", r"hyper::proto|hyper::server|redlease_sidecar::server"),
     ("routing and middleware (axum, tower)", r"^axum|^tower|tower_http|matchit"),
     ("HTTP client (reqwest, hyper client)", r"reqwest|hyper_util::client|hyper::client|redlease_client::|redlease_testkit::http"),
     ("load tester", r"redlease::loadtest|hdrhistogram"),
