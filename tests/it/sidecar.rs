@@ -21,6 +21,16 @@ fn lease_id(lease: &Value) -> String {
     lease["lease_id"].as_str().unwrap().to_string()
 }
 
+/// Blocking acquisitions in progress, as `/metrics` says (`lock_waiting_acquisitions`).
+async fn waiting(sidecar: &TestSidecar) -> u64 {
+    let (_, text) = sidecar.get("/metrics").await;
+    let text = text.as_str().unwrap_or_default().to_string();
+    let line = text
+        .lines()
+        .find_map(|line| line.strip_prefix("lock_waiting_acquisitions "));
+    line.map_or(0, |n| n.trim().parse().unwrap())
+}
+
 /// Acquires `resource` with `body`, insists on a grant, and returns the lease id.
 async fn held(sidecar: &TestSidecar, resource: &str, body: Value) -> String {
     let (status, lease) = sidecar.acquire(resource, body).await;

@@ -17,7 +17,6 @@ mod connection;
 mod fast_lane;
 mod listener;
 mod rare;
-mod rewind;
 
 use std::future::Future;
 use std::sync::Arc;

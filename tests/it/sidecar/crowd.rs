@@ -32,16 +32,6 @@ async fn fresh(sidecar: &TestSidecar, bytes: &[u8]) -> Answer {
     Conn::new(stream).exchange(bytes).await
 }
 
-/// Blocking acquisitions in progress, as `/metrics` says (`lock_waiting_acquisitions`).
-async fn waiting(sidecar: &TestSidecar) -> u64 {
-    let (_, text) = sidecar.get("/metrics").await;
-    let text = text.as_str().unwrap_or_default().to_string();
-    let line = text
-        .lines()
-        .find_map(|line| line.strip_prefix("lock_waiting_acquisitions "));
-    line.map_or(0, |n| n.trim().parse().unwrap())
-}
-
 /// The soft open-file limit raised to the hard one: both ends of every connection live in this
 /// process.
 fn enough_open_files() {

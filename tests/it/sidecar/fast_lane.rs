@@ -119,16 +119,6 @@ async fn a_waiter_that_hangs_up_stops_waiting() {
     );
 }
 
-/// Blocking acquisitions in progress, as `/metrics` says (`lock_waiting_acquisitions`).
-async fn waiting(sidecar: &TestSidecar) -> u64 {
-    let (_, text) = sidecar.get("/metrics").await;
-    let text = text.as_str().unwrap_or_default().to_string();
-    let line = text
-        .lines()
-        .find_map(|line| line.strip_prefix("lock_waiting_acquisitions "));
-    line.map_or(0, |n| n.trim().parse().unwrap())
-}
-
 /// Requests sent in one write are answered in order, the lane's and then hyper's (from the
 /// first it does not take); a request whose head or body comes in pieces is answered too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,9 @@
-//! A connection's socket as hyper sees it. It closes a connection whose client is too slow or
-//! silent — a request head not complete [`Deadlines::head`] after its first byte, no request
-//! for [`Deadlines::idle`] with none in flight, a client that reads nothing of its answer for
-//! `idle` — and otherwise passes reads and writes (vectored ones included) through untouched:
-//! it never looks at the bytes. When an event stream asks for it, it tells the stream which
+//! A connection's socket as the fast lane and hyper see it. It closes a connection whose
+//! client is too slow or silent — a request head not complete [`Deadlines::head`] after its
+//! first byte, no request for [`Deadlines::idle`] with none in flight, a client that reads
+//! nothing of its answer for `idle` — and otherwise passes reads and writes (vectored ones
+//! included) through untouched, its reads first replaying what the fast lane read of a request
+//! it leaves to hyper: it never looks at the bytes. When an event stream asks for it, it tells the stream which
 //! socket it is on (at its next write: ordinary requests cost no system call for it).
 
 use std::future::Future;
@@ -101,6 +102,10 @@ pub(super) struct GuardedIo<T> {
     armed: Instant,
     /// Whether the socket was told to the service (once asked for).
     identified: bool,
+    /// Bytes read already, read again before the socket's (see [`GuardedIo::replay`]).
+    replay: Vec<u8>,
+    /// How much of `replay` was read again.
+    replayed: usize,
 }
 
 impl<T> GuardedIo<T> {
@@ -119,6 +124,8 @@ impl<T> GuardedIo<T> {
             timer: Box::pin(tokio::time::sleep_until(armed)),
             armed,
             identified: false,
+            replay: Vec::new(),
+            replayed: 0,
         }
     }
 
@@ -126,6 +133,14 @@ impl<T> GuardedIo<T> {
     fn request_in_flight(&mut self) -> bool {
         self.sync();
         self.seen_dispatched != self.seen_finished
+    }
+
+    /// Has the next reads return `bytes`, read from this socket already, before the socket's
+    /// own: what the fast lane read of a request it leaves to hyper. They were counted as read
+    /// when they came (a head begun), and are not counted again.
+    pub(super) fn replay(&mut self, bytes: Vec<u8>) {
+        self.replay = bytes;
+        self.replayed = 0;
     }
 
     pub(super) fn get_mut(&mut self) -> &mut T {
@@ -229,6 +244,17 @@ impl<T: AsyncRead + Unpin> AsyncRead for GuardedIo<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        let left = &this.replay[this.replayed..];
+        if !left.is_empty() {
+            let n = left.len().min(buf.remaining());
+            buf.put_slice(&left[..n]);
+            this.replayed += n;
+            if this.replayed == this.replay.len() {
+                // Read again whole: its memory is not kept for the connection's life.
+                this.replay(Vec::new());
+            }
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -299,6 +325,26 @@ impl<T: AsyncWrite + Identify + Unpin> AsyncWrite for GuardedIo<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Replayed bytes come first, across reads shorter than them, then the socket's.
+    #[tokio::test]
+    async fn replayed_bytes_are_read_before_the_socket_s() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let deadlines = Deadlines {
+            head: Duration::from_secs(1),
+            idle: Duration::from_secs(10),
+        };
+        let (mut client, server) = tokio::io::duplex(1024);
+        let mut io = GuardedIo::new(server, Arc::new(Activity::default()), deadlines);
+        io.replay(b"GET / HTTP/1.1\r\n".to_vec());
+        client.write_all(b"host: x\r\n\r\n").await.unwrap();
+        let mut first = [0u8; 5];
+        io.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"GET /");
+        let mut rest = [0u8; 22];
+        io.read_exact(&mut rest).await.unwrap();
+        assert_eq!(&rest, b" HTTP/1.1\r\nhost: x\r\n\r\n");
+    }
 
     /// An idle connection times out after `idle`; a request head begun times out after `head`
     /// from its first byte; a request in flight has no read deadline.

@@ -26,7 +26,6 @@ use super::conn_io::{Activity, Deadlines, GuardedIo};
 use super::fast_lane;
 use super::listener::Identify;
 use super::rare::Rare;
-use super::rewind::Rewind;
 use crate::api::error::PROBLEM_JSON;
 use crate::api::events::StreamConn;
 use crate::api::guard::{self, Guard, PARSER_MAX_HEAD_BYTES};
@@ -93,7 +92,7 @@ where
         activity,
         busy_poll: serving.busy_poll,
     };
-    let io = Rewind::new(read, io);
+    io.replay(read);
     let mut conn = builder().serve_connection(TokioIo::new(io), service);
     let mut pinned = Pin::new(&mut conn);
     let result = tokio::select! {
@@ -108,7 +107,7 @@ where
         tracing::debug!(%error, "connection ended");
     }
     let mut io = conn.into_parts().io.into_inner();
-    close(io.inner_mut().get_mut(), None).await;
+    close(io.get_mut(), None).await;
 }
 
 /// HTTP/1.1 only. hyper's limits on a head are the guard's parser limits, above ours, so that

@@ -12,7 +12,7 @@
 //! acquisition's body a JSON object of its shape sent as `application/json`, a release's
 //! empty. Anything else — another route, an encoding, a refusal to word, a body still on its
 //! way — and hyper serves the connection from that request on, reading again what the lane
-//! read (`Rewind`): the lane never answers what it would answer differently.
+//! read (`GuardedIo::replay`): the lane never answers what it would answer differently.
 //!
 //! What hyper does around a request, the lane does the same: the socket's deadlines
 //! (`GuardedIo`), the request's count in and out and busy polling (`Finished`), the request
