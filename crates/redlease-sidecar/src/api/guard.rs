@@ -208,9 +208,8 @@ fn check_host(uri: &Uri, headers: &HeaderMap, allowed: &[String]) -> Result<(), 
 }
 
 /// The host a `Host` header's value names: `None` for no header or an empty one (what a
-/// client sends when there is no host to name: as if absent).
-/// A value that is not visible ASCII names no host that could pass (as
-/// `HeaderValue::to_str` reads it).
+/// client sends when there is no host to name: as if absent). A value that is not visible
+/// ASCII names no host that could pass (as `HeaderValue::to_str` reads it).
 fn named_host(value: Option<&[u8]>) -> Option<&str> {
     value
         .map(|value| visible_text(value).trim())

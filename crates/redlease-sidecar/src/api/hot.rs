@@ -17,6 +17,7 @@ use futures_util::future::Either;
 use futures_util::FutureExt;
 
 use super::body::{decode_plain, plain_json_type, JsonBody};
+use super::error::ApiError;
 use super::requests::AcquireBody;
 use super::{handlers, AppState};
 use crate::LeaseId;
@@ -137,15 +138,10 @@ pub(crate) fn answer_read(
     request: HotRequest,
 ) -> impl Future<Output = Response> + Send {
     match request.0 {
-        Read::Acquire(resource, body) => Either::Left(
-            handlers::acquire(State(state), Ok(Path(resource)), Ok(JsonBody(body)))
-                .map(IntoResponse::into_response),
-        ),
-        Read::Release(id) => Either::Right(async move {
-            handlers::release_lease_or_hold(&state, id)
-                .await
-                .into_response()
-        }),
+        Read::Acquire(resource, body) => {
+            Either::Left(acquired(state, resource, Ok(JsonBody(body))))
+        }
+        Read::Release(id) => Either::Right(released(state, id)),
     }
 }
 
@@ -170,17 +166,27 @@ fn answer(
                 let body = JsonBody::from_request(request, &state).await;
                 (state, body)
             };
-            Either::Left(read.then(|(state, body)| {
-                handlers::acquire(State(state), Ok(Path(resource)), body)
-                    .map(IntoResponse::into_response)
-            }))
+            Either::Left(read.then(|(state, body)| acquired(state, resource, body)))
         }
-        HotRoute::Release(id) => Either::Right(async move {
-            handlers::release_lease_or_hold(&state, id)
-                .await
-                .into_response()
-        }),
+        HotRoute::Release(id) => Either::Right(released(state, id)),
     }
+}
+
+/// The acquisition of `resource` with `body` (read, or refused), answered by its handler:
+/// what both the router's path and the fast lane answer with.
+fn acquired(
+    state: AppState,
+    resource: String,
+    body: Result<JsonBody<AcquireBody>, ApiError>,
+) -> impl Future<Output = Response> + Send {
+    handlers::acquire(State(state), Ok(Path(resource)), body).map(IntoResponse::into_response)
+}
+
+/// The release of lease (or hold) `id`, answered by its handler.
+async fn released(state: AppState, id: LeaseId) -> Response {
+    handlers::release_lease_or_hold(&state, id)
+        .await
+        .into_response()
 }
 
 #[cfg(test)]
