@@ -6,11 +6,13 @@
 //!
 //! The lane takes only a request it can answer exactly as hyper and the router would: whole
 //! in what was read (head and body), HTTP/1.1, an origin-form path of plain characters (no
-//! `%`, no query), a head of at most [`MAX_HEAD`] bytes with no fields but `Host`,
-//! `Content-Type`, `Content-Length`, `Authorization`, `User-Agent`, `Accept` and
-//! `Connection: keep-alive`, each at most once, and passing every check of the guard; an
+//! `%`, no query), a head of at most [`MAX_HEAD`] bytes and [`MAX_FIELDS`] fields, `Host`,
+//! `Content-Type`, `Content-Length` and `Authorization` at most once each, `Connection` only
+//! `keep-alive`, none of the fields that change how hyper or the guard takes a request
+//! (encodings, `Expect`, `Upgrade`, …), and passing every check of the guard; an
 //! acquisition's body a JSON object of its shape sent as `application/json`, a release's
-//! empty. Anything else — another route, an encoding, a refusal to word, a body still on its
+//! empty. Fields nothing reads (`Accept`, `User-Agent`, `Accept-Encoding`, trace context)
+//! are passed over, as hyper and the router pass them over. Anything else — another route, an encoding, a refusal to word, a body still on its
 //! way — and hyper serves the connection from that request on, reading again what the lane
 //! read (`GuardedIo::replay`): the lane never answers what it would answer differently.
 //!
@@ -42,7 +44,7 @@ use crate::api::{answer_read, hot_route_of, AppState, HotRequest, MAX_BODY_BYTES
 /// Longest head (request line and fields) the lane reads; a longer one is hyper's.
 const MAX_HEAD: usize = 4096;
 /// Most header fields the lane reads; a request with more is hyper's.
-const MAX_FIELDS: usize = 16;
+const MAX_FIELDS: usize = 24;
 /// Room a connection's read buffer starts with.
 pub(super) const READ_BUFFER: usize = 8 * 1024;
 
@@ -81,18 +83,22 @@ pub(super) fn read_front(buffer: &[u8], guard: &Guard) -> Front {
     for field in head.headers.iter() {
         let (name, value) = (field.name, field.value);
         let is = |known: &str| name.eq_ignore_ascii_case(known);
-        // Told apart by length first: one comparison per field.
+        // Told apart by length first: one comparison for most fields.
         let slot = match name.len() {
             4 if is("host") => &mut host,
             14 if is("content-length") => &mut length,
             12 if is("content-type") => &mut content_type,
             13 if is("authorization") => &mut authorization,
-            10 if is("user-agent") => continue,
-            6 if is("accept") => continue,
-            10 if is("connection") && value.trim_ascii().eq_ignore_ascii_case(b"keep-alive") => {
-                continue
+            10 if is("connection") => {
+                if value.trim_ascii().eq_ignore_ascii_case(b"keep-alive") {
+                    continue;
+                }
+                return Front::Other;
             }
-            _ => return Front::Other,
+            _ if hyper_or_guard_reads(name) => return Front::Other,
+            // Read by neither hyper nor the sidecar (`Accept`, `User-Agent`,
+            // `Accept-Encoding`, trace context, …): as if absent.
+            _ => continue,
         };
         if slot.replace(value).is_some() {
             return Front::Other;
@@ -114,6 +120,25 @@ pub(super) fn read_front(buffer: &[u8], guard: &Guard) -> Front {
         Some(request) => Front::Hot { request, len: end },
         None => Front::Other,
     }
+}
+
+/// Whether a field of this name (other than those [`read_front`] reads itself) changes what
+/// hyper or the guard does with a request: how its body is framed or encoded, an expectation,
+/// an upgrade, or how the connection goes on. Such a request is hyper's; a field of any other
+/// name is read by neither, nor by the handlers of the lane's routes, and the lane passes it
+/// over.
+fn hyper_or_guard_reads(name: &str) -> bool {
+    const READ: [&str; 8] = [
+        "transfer-encoding",
+        "content-encoding",
+        "expect",
+        "upgrade",
+        "te",
+        "trailer",
+        "keep-alive",
+        "proxy-connection",
+    ];
+    READ.iter().any(|read| name.eq_ignore_ascii_case(read))
 }
 
 /// Bytes a path the lane takes may hold: letters, digits, `-._~!$&'()*+,;=:@` and `/`, all of
@@ -377,6 +402,15 @@ mod tests {
             "{}",
         );
         assert_eq!(hot(&curl, &guard), Some(curl.len()));
+        // As Go's net/http, Node's fetch and Python's requests send it: fields nothing reads.
+        let others = acquire(
+            "Host: localhost\r\nUser-Agent: Go-http-client/1.1\r\nAccept-Encoding: gzip\r\n\
+             accept-language: *\r\nsec-fetch-mode: cors\r\nX-Request-Id: 1\r\nX-Request-Id: 2\r\n\
+             traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\
+             Content-Type: application/json\r\nContent-Length: 2\r\n",
+            "{}",
+        );
+        assert_eq!(hot(&others, &guard), Some(others.len()));
         let bare = format!("DELETE /v1/leases/{ID} HTTP/1.1\r\n\r\n");
         assert_eq!(hot(&bare, &guard), Some(bare.len()));
         let token = token_guard();
@@ -446,10 +480,20 @@ mod tests {
                 plain_acquire().replacen("/v1", "http://localhost/v1", 1),
             ),
             ("a space", plain_acquire().replacen("job-1", "job\"1", 1)),
-            ("an unknown field", with("x-request-id: 1\r\n")),
             ("expect", with("expect: 100-continue\r\n")),
             ("chunked", with("transfer-encoding: chunked\r\n")),
             ("gzip", with("content-encoding: gzip\r\n")),
+            ("identity", with("Content-Encoding: identity\r\n")),
+            ("an upgrade", with("upgrade: h2c\r\n")),
+            ("te", with("TE: trailers\r\n")),
+            ("a trailer", with("trailer: x-sum\r\n")),
+            ("keep-alive", with("keep-alive: timeout=5\r\n")),
+            ("proxy-connection", with("proxy-connection: keep-alive\r\n")),
+            ("upgrading", with("connection: upgrade\r\n")),
+            (
+                "two authorizations",
+                with("authorization: a\r\nauthorization: b\r\n"),
+            ),
             ("two lengths", with("content-length: 2\r\n")),
             ("two hosts", with("host: a\r\nhost: b\r\n")),
             ("two types", with("content-type: application/json\r\n")),
