@@ -302,6 +302,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         self.try_send(bytes).await.unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// Ends the sending side (a TCP half-close): the peer reads the end of the stream, and
+    /// can still answer.
+    pub async fn finish_sending(&mut self) {
+        let shutdown = self.stream.shutdown();
+        shutdown
+            .await
+            .unwrap_or_else(|e| panic!("shutdown failed: {e}"));
+    }
+
     /// Sends `request` and reads its answer (panics as [`Conn::answer`] does).
     pub async fn exchange(&mut self, request: &[u8]) -> Answer {
         self.send(request).await;

@@ -1,5 +1,5 @@
-//! The connection's own path for the two requests of a lock's cycle (`server::fast_lane`)
-//! against hyper's: the same answers, a client that hangs up mid-request no longer waited
+//! The connection's own path for the requests of a lock's cycle and of a lease held without
+//! an event stream (`server::fast_lane`) against hyper's: the same answers, a client that hangs up mid-request no longer waited
 //! for, pipelined and split requests answered in order, and hyper taking over mid-connection.
 
 use redlease_testkit::http::{exchange, request, Answer, Conn};
@@ -79,6 +79,11 @@ async fn the_lane_answers_as_hyper_does() {
             .await;
         let id = lease_id(&granted.json());
         seen.push(granted);
+        // What an app without an event stream sends while it holds the lease.
+        let keepalive = |id: &str| request("POST", &format!("/v1/leases/{id}/keepalive"), "");
+        let read = |id: &str| request("GET", &format!("/v1/leases/{id}"), "");
+        seen.push(conn.exchange(&keepalive(&id)).await);
+        seen.push(conn.exchange(&read(&id)).await);
         seen.push(conn.exchange(&acquire(r#"{"owner":"b"}"#)).await);
         seen.push(conn.exchange(&acquire(r#"{"owner":""}"#)).await);
         seen.push(conn.exchange(&acquire(r#"{"owner":"b","ttl_ms":1}"#)).await);
@@ -87,9 +92,13 @@ async fn the_lane_answers_as_hyper_does() {
             conn.exchange(&request("DELETE", &format!("/v1/leases/{unknown}"), ""))
                 .await,
         );
+        seen.push(conn.exchange(&keepalive(unknown)).await);
+        seen.push(conn.exchange(&read(unknown)).await);
         let release = request("DELETE", &format!("/v1/leases/{id}"), "");
         seen.push(conn.exchange(&release).await);
         seen.push(conn.exchange(&release).await);
+        seen.push(conn.exchange(&keepalive(&id)).await);
+        seen.push(conn.exchange(&read(&id)).await);
         // With the fields other clients send, which nothing reads.
         let other_client = with_fields(
             acquire(r#"{"owner":"c"}"#),
@@ -107,7 +116,10 @@ async fn the_lane_answers_as_hyper_does() {
         answers.push(seen.iter().map(comparable).collect::<Vec<_>>());
     }
     let statuses: Vec<u16> = answers[0].iter().map(|answer| answer.0).collect();
-    assert_eq!(statuses, [200, 409, 400, 400, 404, 200, 200, 200, 200]);
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 409, 400, 400, 404, 404, 404, 200, 200, 410, 200, 200, 200]
+    );
     assert_eq!(answers[0], answers[1]);
 }
 
@@ -159,19 +171,51 @@ async fn pipelined_and_split_requests_are_answered_in_order() {
     assert_eq!(statuses, [Ok(200), Ok(409), Ok(200), Ok(409)]);
     let whole = request("POST", "/v1/locks/split/acquire", r#"{"owner":"s"}"#);
     let head_end = whole.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    for cut in [10, head_end] {
+    // A body written right after its head (as httpx writes it) is waited for on the lane;
+    // one later than that is hyper's.
+    let cuts = [
+        (10, 50),
+        (head_end, 0),
+        (whole.len() - 1, 0),
+        (head_end, 50),
+    ];
+    for (number, (cut, pause_ms)) in cuts.into_iter().enumerate() {
         let mut conn = conn(&sidecar, false).await;
         conn.send(&whole[..cut]).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(pause_ms)).await;
         conn.send(&whole[cut..]).await;
         let answer = conn.answer().await;
-        assert_eq!(
-            answer.status,
-            if cut == 10 { 200 } else { 409 },
-            "cut at {cut}"
-        );
+        let expected = if number == 0 { 200 } else { 409 };
+        assert_eq!(answer.status, expected, "cut at {cut}, {pause_ms} ms");
         let again = request("POST", "/v1/locks/split/acquire", r#"{"owner":"t"}"#);
         let again = conn.exchange(&again).await;
-        assert_eq!(again.status, 409, "cut at {cut}, then whole");
+        assert_eq!(again.status, 409, "cut at {cut}, {pause_ms} ms, then whole");
     }
+}
+
+/// A client that stops sending before its body is whole gets from the lane what it gets
+/// from hyper: the lane, having waited for the body, leaves the request to hyper, which reads
+/// the end of the stream again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_cut_short_is_answered_as_hyper_answers_it() {
+    let fleet = TestFleet::start(3);
+    let sidecar = TestSidecar::start(&fleet, &[]).await;
+    let whole = request("POST", "/v1/locks/short/acquire", r#"{"owner":"s"}"#);
+    let mut seen = Vec::new();
+    for to_hyper in [false, true] {
+        let mut conn = conn(&sidecar, to_hyper).await;
+        conn.send(&whole[..whole.len() - 3]).await;
+        conn.finish_sending().await;
+        let closed = conn.closed_within(Duration::from_secs(5)).await;
+        let bytes = closed.expect("the connection was closed").bytes;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        // The date aside.
+        let text = text
+            .lines()
+            .filter(|line| !line.starts_with("date: "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        seen.push(text);
+    }
+    assert_eq!(seen[0], seen[1]);
 }

@@ -141,10 +141,12 @@ pub(super) async fn get_lease(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let view = state
-        .manager
-        .get(lease_id(id)?)
-        .ok_or_else(ApiError::unknown_lease)?;
+    lease_of(&state, lease_id(id)?)
+}
+
+/// Lease `id`, as [`get_lease`] answers it.
+pub(super) fn lease_of(state: &AppState, id: LeaseId) -> Result<Response, ApiError> {
+    let view = state.manager.get(id).ok_or_else(ApiError::unknown_lease)?;
     Ok(lease_answer(&view))
 }
 
@@ -186,7 +188,12 @@ pub(super) async fn keepalive(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    match state.manager.keepalive(lease_id(id)?) {
+    kept_alive(&state, lease_id(id)?)
+}
+
+/// The keepalive of lease `id`, as [`keepalive`] answers it.
+pub(super) fn kept_alive(state: &AppState, id: LeaseId) -> Result<Response, ApiError> {
+    match state.manager.keepalive(id) {
         Ok(view) => Ok(lease_answer(&view)),
         Err(error) => Err(renew_error(error)),
     }

@@ -1,9 +1,10 @@
 //! The two requests of every lock's cycle, `POST /v1/locks/{resource}/acquire` and
-//! `DELETE /v1/leases/{id}`, handed to their handlers without the router: no route matching,
-//! no path parameters stored in the request and decoded again, no boxed route service per
-//! request. Every other request, and these two with a `%` in their segment (which the
-//! router percent-decodes), goes through the router, which routes these two to the same
-//! handlers.
+//! `DELETE /v1/leases/{id}`, and those an app sends while it holds a lease without an event
+//! stream, `POST /v1/leases/{id}/keepalive` and `GET /v1/leases/{id}`, handed to their
+//! handlers without the router: no route matching, no path parameters stored in the request
+//! and decoded again, no boxed route service per request. Every other request, and these with
+//! a `%` in their segment (which the router percent-decodes) or an id that is not one, goes
+//! through the router, which routes these to the same handlers.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -13,11 +14,12 @@ use axum::extract::{FromRequest, Path, State};
 use axum::http::Request;
 use axum::response::{IntoResponse, Response};
 use axum::{BoxError, Router};
-use futures_util::future::Either;
+use futures_util::future::{ready, Either, Ready};
 use futures_util::FutureExt;
 
 use super::body::{decode_plain, plain_json_type, JsonBody};
 use super::error::ApiError;
+use super::handlers::{kept_alive, lease_of};
 use super::requests::AcquireBody;
 use super::{handlers, AppState};
 use crate::LeaseId;
@@ -31,7 +33,7 @@ pub(crate) struct Api {
 }
 
 impl Api {
-    /// The API's router ([`super::app`]) with its two hot routes taken straight.
+    /// The API's router ([`super::app`]) with its hot routes taken straight.
     pub(crate) fn new(state: AppState) -> Self {
         Self {
             router: super::app(state.clone()),
@@ -82,6 +84,10 @@ impl Api {
 pub(crate) enum HotRoute {
     Acquire(String),
     Release(LeaseId),
+    /// `POST /v1/leases/{id}/keepalive`.
+    Keepalive(LeaseId),
+    /// `GET /v1/leases/{id}`.
+    Lease(LeaseId),
 }
 
 /// The hot route `request` takes, if any.
@@ -95,12 +101,14 @@ fn hot_route<B>(request: &Request<B>) -> Option<HotRoute> {
 pub(crate) fn hot_route_of(method: &str, path: &str) -> Option<HotRoute> {
     let plain = |segment: &&str| !segment.bytes().any(|byte| byte == b'/' || byte == b'%');
     let segment = |prefix: &str, suffix: &str| segment_between(path, prefix, suffix).filter(plain);
+    let lease = |suffix: &str| segment("/v1/leases/", suffix)?.parse::<LeaseId>().ok();
     match method {
-        "POST" => segment("/v1/locks/", "/acquire").map(|r| HotRoute::Acquire(r.into())),
-        "DELETE" => segment("/v1/leases/", "")?
-            .parse()
-            .ok()
-            .map(HotRoute::Release),
+        "POST" => match segment("/v1/locks/", "/acquire") {
+            Some(resource) => Some(HotRoute::Acquire(resource.into())),
+            None => lease("/keepalive").map(HotRoute::Keepalive),
+        },
+        "DELETE" => lease("").map(HotRoute::Release),
+        "GET" => lease("").map(HotRoute::Lease),
         _ => None,
     }
 }
@@ -112,13 +120,16 @@ pub(crate) struct HotRequest(Read);
 enum Read {
     Acquire(String, AcquireBody),
     Release(LeaseId),
+    Keepalive(LeaseId),
+    Lease(LeaseId),
 }
 
 impl HotRequest {
     /// `route`'s request with `body`, sent with the `Content-Type` `content_type`: an
-    /// acquisition's a JSON object sent as `application/json` exactly, a release's empty.
+    /// acquisition's a JSON object sent as `application/json` exactly, any other's empty.
     /// `None` for any other, whose refusal (if any) the router's path words.
     pub(crate) fn read(route: HotRoute, content_type: Option<&[u8]>, body: &[u8]) -> Option<Self> {
+        let bodiless = |read: Read| body.is_empty().then_some(Self(read));
         match route {
             HotRoute::Acquire(resource) => {
                 if !content_type.is_some_and(plain_json_type) {
@@ -127,7 +138,9 @@ impl HotRequest {
                 let body = decode_plain::<AcquireBody>(body)?;
                 Some(Self(Read::Acquire(resource, body)))
             }
-            HotRoute::Release(id) => body.is_empty().then_some(Self(Read::Release(id))),
+            HotRoute::Release(id) => bodiless(Read::Release(id)),
+            HotRoute::Keepalive(id) => bodiless(Read::Keepalive(id)),
+            HotRoute::Lease(id) => bodiless(Read::Lease(id)),
         }
     }
 }
@@ -141,8 +154,15 @@ pub(crate) fn answer_read(
         Read::Acquire(resource, body) => {
             Either::Left(acquired(state, resource, Ok(JsonBody(body))))
         }
-        Read::Release(id) => Either::Right(released(state, id)),
+        Read::Release(id) => Either::Right(Either::Left(released(state, id))),
+        Read::Keepalive(id) => Either::Right(Either::Right(answered_now(kept_alive(&state, id)))),
+        Read::Lease(id) => Either::Right(Either::Right(answered_now(lease_of(&state, id)))),
     }
+}
+
+/// An answer made without waiting (a keepalive, a lease read), as a future.
+fn answered_now(answer: Result<Response, ApiError>) -> Ready<Response> {
+    ready(answer.into_response())
 }
 
 /// What `path` holds between `prefix` and `suffix`, when that is not empty.
@@ -168,7 +188,11 @@ fn answer(
             };
             Either::Left(read.then(|(state, body)| acquired(state, resource, body)))
         }
-        HotRoute::Release(id) => Either::Right(released(state, id)),
+        HotRoute::Release(id) => Either::Right(Either::Left(released(state, id))),
+        HotRoute::Keepalive(id) => {
+            Either::Right(Either::Right(answered_now(kept_alive(&state, id))))
+        }
+        HotRoute::Lease(id) => Either::Right(Either::Right(answered_now(lease_of(&state, id)))),
     }
 }
 
@@ -194,7 +218,7 @@ mod tests {
     use super::*;
     use axum::http::Method;
 
-    /// Only the two routes, by their method, with a plain segment, are hot.
+    /// Only the four routes, by their method, with a plain segment, are hot.
     #[test]
     fn hot_routes_are_the_two_of_a_cycle_with_plain_segments() {
         let route = |method: Method, path: &str| {
@@ -219,6 +243,14 @@ mod tests {
         let id = "00112233445566778899aabbccddeeff";
         let path = format!("/v1/leases/{id}");
         assert_eq!(route(Method::DELETE, &path), release(id));
+        let lease_id = id.parse().unwrap();
+        assert_eq!(route(Method::GET, &path), Some(HotRoute::Lease(lease_id)));
+        let keepalive = format!("{path}/keepalive");
+        assert_eq!(
+            route(Method::POST, &keepalive),
+            Some(HotRoute::Keepalive(lease_id))
+        );
+        let other = |suffix: &str| format!("{path}{suffix}");
         for (method, path) in [
             (Method::GET, "/v1/locks/job-1/acquire"),
             (Method::POST, "/v1/locks//acquire"),
@@ -232,8 +264,22 @@ mod tests {
             (Method::DELETE, "/v1/leases/00ff/renew"),
             (Method::DELETE, "/v1/leases/0%30"),
             (Method::DELETE, "/v1/leases/nothex"),
+            (Method::GET, "/v1/leases/nothex/keepalive"),
+            (Method::POST, "/v1/leases/00ff/keepalive"),
         ] {
             assert_eq!(route(method.clone(), path), None, "{method} {path}");
+        }
+        for (method, path) in [
+            (Method::GET, other("/keepalive")),
+            (Method::POST, other("")),
+            (Method::POST, other("/renew")),
+            (Method::POST, other("/keepalive/")),
+            (Method::GET, other("/")),
+            (Method::GET, other("/events")),
+            (Method::HEAD, other("")),
+            (Method::PUT, other("/keepalive")),
+        ] {
+            assert_eq!(route(method.clone(), &path), None, "{method} {path}");
         }
     }
 }

@@ -143,6 +143,14 @@ impl<T> GuardedIo<T> {
         self.replayed = 0;
     }
 
+    /// When the request head being read must be whole (then the connection is closed), if a
+    /// head is being read.
+    pub(super) fn head_deadline(&mut self) -> Option<Instant> {
+        self.sync();
+        self.head_started
+            .map(|started| started + self.deadlines.head)
+    }
+
     pub(super) fn get_mut(&mut self) -> &mut T {
         &mut self.inner
     }

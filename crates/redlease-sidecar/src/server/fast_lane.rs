@@ -2,19 +2,22 @@
 //! `DELETE /v1/leases/{id}`, read, answered and written by the connection itself, without
 //! hyper: its head and body parsing into a request, its body channel, its dispatcher and its
 //! answer encoding cost the sidecar's one thread more per cycle than the rest of the HTTP
-//! path (`bench/README.md`).
+//! path (`bench/README.md`). So are the keepalive and the lease's `GET`, which an app without
+//! an event stream sends while it holds a lease: hyper would keep its connection from then
+//! on.
 //!
 //! The lane takes only a request it can answer exactly as hyper and the router would: whole
-//! in what was read (head and body), HTTP/1.1, an origin-form path of plain characters (no
-//! `%`, no query), a head of at most [`MAX_HEAD`] bytes and [`MAX_FIELDS`] fields, `Host`,
-//! `Content-Type`, `Content-Length` and `Authorization` at most once each, `Connection` only
-//! `keep-alive`, none of the fields that change how hyper or the guard takes a request
-//! (encodings, `Expect`, `Upgrade`, …), and passing every check of the guard; an
-//! acquisition's body a JSON object of its shape sent as `application/json`, a release's
-//! empty. Fields nothing reads (`Accept`, `User-Agent`, `Accept-Encoding`, trace context)
-//! are passed over, as hyper and the router pass them over. Anything else — another route, an encoding, a refusal to word, a body still on its
-//! way — and hyper serves the connection from that request on, reading again what the lane
-//! read (`GuardedIo::replay`): the lane never answers what it would answer differently.
+//! (its body read at most [`BODY_GRACE`] after its head), HTTP/1.1, an origin-form path of
+//! plain characters (no `%`, no query), a head of at most [`MAX_HEAD`] bytes and
+//! [`MAX_FIELDS`] fields, `Host`, `Content-Type`, `Content-Length` and `Authorization` at most
+//! once each, `Connection` only `keep-alive`, none of the fields that change how hyper or the
+//! guard takes a request (encodings, `Expect`, `Upgrade`, …), and passing every check of the
+//! guard; an acquisition's body a JSON object of its shape sent as `application/json`, any
+//! other's empty. Fields nothing reads (`Accept`, `User-Agent`, `Accept-Encoding`, trace
+//! context) are passed over, as hyper and the router pass them over. Anything else — another
+//! route, an encoding, a refusal to word, a body later than that or cut short — and hyper
+//! serves the connection from that request on, reading again what the lane read
+//! (`GuardedIo::replay`): the lane never answers what it would answer differently.
 //!
 //! What hyper does around a request, the lane does the same: the socket's deadlines
 //! (`GuardedIo`), the request's count in and out and busy polling (`Finished`), the request
@@ -26,13 +29,14 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
 use axum::response::IntoResponse;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 
 use super::conn_io::{Activity, GuardedIo};
 use super::connection::{typed, Finished, Serving};
@@ -45,6 +49,11 @@ use crate::api::{answer_read, hot_route_of, AppState, HotRequest, MAX_BODY_BYTES
 const MAX_HEAD: usize = 4096;
 /// Most header fields the lane reads; a request with more is hyper's.
 const MAX_FIELDS: usize = 24;
+/// How long the lane waits for the rest of a body after its head: a client that writes a
+/// body apart from its head (Python's `httpx`) sends it microseconds later. A body later than
+/// this goes to hyper, whose body deadline (`http.header_read_timeout_ms`) then starts, this
+/// much later than had hyper read the head.
+const BODY_GRACE: Duration = Duration::from_millis(1);
 /// Room a connection's read buffer starts with.
 pub(super) const READ_BUFFER: usize = 8 * 1024;
 
@@ -54,6 +63,8 @@ pub(super) enum Front {
     Partial,
     /// A hot request, whole, of `len` bytes.
     Hot { request: HotRequest, len: usize },
+    /// The head of a request the lane may take, its body not all read yet.
+    BodyComing,
     /// A request the lane does not take, or bytes that are no request: hyper's.
     Other,
 }
@@ -114,7 +125,7 @@ pub(super) fn read_front(buffer: &[u8], guard: &Guard) -> Front {
     }
     let end = head_len + length;
     let Some(body) = buffer.get(head_len..end) else {
-        return Front::Other;
+        return Front::BodyComing;
     };
     match HotRequest::read(route, content_type, body) {
         Some(request) => Front::Hot { request, len: end },
@@ -186,10 +197,22 @@ where
     D: Future<Output = ()>,
 {
     let mut out = Vec::new();
+    // When the lane stops waiting for the rest of the body of the request at the front.
+    let mut body_due = None;
     loop {
         let (request, len) = match read_front(buffer, &serving.guard) {
             Front::Other => return Ended::ToHyper,
             Front::Hot { request, len } => (request, len),
+            Front::BodyComing => {
+                let due = *body_due.get_or_insert_with(|| body_due_at(io));
+                match tokio::time::timeout_at(due, io.read_buf(buffer)).await {
+                    Ok(Ok(n)) if n > 0 => continue,
+                    // Late, or the client stopped sending (hyper reads the end again, and
+                    // answers as it does): the request is hyper's, its body deadline too.
+                    Ok(Ok(_)) | Err(_) => return Ended::ToHyper,
+                    Ok(Err(_)) => return Ended::Closed,
+                }
+            }
             Front::Partial => {
                 // Between requests, a drain ends the connection; a head begun is read on.
                 let read = if buffer.is_empty() {
@@ -208,6 +231,7 @@ where
             }
         };
         buffer.drain(..len);
+        body_due = None;
         let finished = Finished::dispatched(activity, serving.busy_poll.as_ref());
         let limit = serving.guard.request_limit();
         // Boxed where it is made: the handler's future is kilobytes, moved at each step on
@@ -234,6 +258,17 @@ where
             return Ended::Closed;
         }
     }
+}
+
+/// When the lane stops waiting for a body whose head it read: [`BODY_GRACE`] from now, or
+/// earlier, before the head's own deadline (`GuardedIo` would close the connection there, where
+/// hyper, having taken the head, would wait for the body under its own deadline).
+fn body_due_at<T>(io: &mut GuardedIo<T>) -> Instant {
+    let soon = Instant::now() + BODY_GRACE;
+    let head_due = io
+        .head_deadline()
+        .map(|due| due.checked_sub(BODY_GRACE).unwrap_or(due));
+    head_due.map_or(soon, |head_due| head_due.min(soon))
 }
 
 /// `answer`, or `None` when the client hangs up first. As hyper does while a request is in
@@ -374,6 +409,10 @@ mod tests {
         format!("DELETE /v1/leases/{ID} HTTP/1.1\r\nhost: localhost\r\ncontent-length: 0\r\n\r\n")
     }
 
+    fn keepalive() -> String {
+        format!("POST /v1/leases/{ID}/keepalive HTTP/1.1\r\nhost: localhost\r\n\r\n")
+    }
+
     /// The length of the hot request at the front, `None` when it is not one.
     fn hot(request: &str, guard: &Guard) -> Option<usize> {
         match read_front(request.as_bytes(), guard) {
@@ -413,6 +452,9 @@ mod tests {
         assert_eq!(hot(&others, &guard), Some(others.len()));
         let bare = format!("DELETE /v1/leases/{ID} HTTP/1.1\r\n\r\n");
         assert_eq!(hot(&bare, &guard), Some(bare.len()));
+        assert_eq!(hot(&keepalive(), &guard), Some(keepalive().len()));
+        let read = format!("GET /v1/leases/{ID} HTTP/1.1\r\naccept: */*\r\n\r\n");
+        assert_eq!(hot(&read, &guard), Some(read.len()));
         let token = token_guard();
         let with_token = acquire(
             "authorization: bearer   t0ken\r\ncontent-type: application/json\r\n\
@@ -423,10 +465,10 @@ mod tests {
         assert!(is_other(&plain_acquire(), &token), "no token");
     }
 
-    /// A head not all read yet is waited for; a body not all read yet is hyper's (whose
-    /// body deadline answers 408), as is a head over the lane's limit.
+    /// A head not all read yet is waited for, and so is a body (for a while: `serve`); a head
+    /// over the lane's limit is hyper's.
     #[test]
-    fn a_head_begun_is_read_on_and_a_body_begun_is_hyper_s() {
+    fn a_head_or_body_begun_is_read_on() {
         let guard = open_guard();
         let whole = plain_acquire();
         let head_end = whole.find("\r\n\r\n").unwrap() + 4;
@@ -435,7 +477,8 @@ mod tests {
             assert!(matches!(front, Front::Partial), "cut at {cut}");
         }
         for cut in [head_end, whole.len() - 1] {
-            assert!(is_other(&whole[..cut], &guard), "cut at {cut}");
+            let front = read_front(&whole.as_bytes()[..cut], &guard);
+            assert!(matches!(front, Front::BodyComing), "cut at {cut}");
         }
         let long = format!(
             "POST /v1/locks/job/acquire HTTP/1.1\r\nuser-agent: {}",
@@ -537,6 +580,17 @@ mod tests {
                 release().replacen("content-length: 0", "content-length: 2", 1) + "{}",
             ),
             ("a release's bad id", release().replacen(ID, "nothex", 1)),
+            (
+                "a keepalive's body",
+                keepalive().replacen("\r\n\r\n", "\r\ncontent-length: 2\r\n\r\n{}", 1),
+            ),
+            ("a renewal", keepalive().replacen("keepalive", "renew", 1)),
+            (
+                "a lease's stream",
+                keepalive()
+                    .replacen("POST", "GET", 1)
+                    .replacen("keepalive", "events", 1),
+            ),
             (
                 "a release's id with a slash",
                 release().replacen(ID, &format!("{ID}/x"), 1),
