@@ -90,6 +90,18 @@ pub(crate) enum HotRoute {
     Lease(LeaseId),
 }
 
+impl HotRoute {
+    /// Whether a request of this route sent with the `Content-Type` `content_type` and a body
+    /// of `length` bytes may be one [`HotRequest::read`] takes, once its body is there: an
+    /// acquisition sent as `application/json` exactly, any other with no body.
+    pub(crate) fn may_read(&self, content_type: Option<&[u8]>, length: usize) -> bool {
+        match self {
+            HotRoute::Acquire(_) => content_type.is_some_and(plain_json_type),
+            HotRoute::Release(_) | HotRoute::Keepalive(_) | HotRoute::Lease(_) => length == 0,
+        }
+    }
+}
+
 /// The hot route `request` takes, if any.
 fn hot_route<B>(request: &Request<B>) -> Option<HotRoute> {
     hot_route_of(request.method().as_str(), request.uri().path())

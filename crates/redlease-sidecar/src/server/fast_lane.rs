@@ -120,7 +120,7 @@ pub(super) fn read_front(buffer: &[u8], guard: &Guard) -> Front {
         Some(Some(length)) if length <= MAX_BODY_BYTES => length,
         Some(_) => return Front::Other,
     };
-    if !guard.admits_read(path, host, authorization) {
+    if !route.may_read(content_type, length) || !guard.admits_read(path, host, authorization) {
         return Front::Other;
     }
     let end = head_len + length;
@@ -480,6 +480,11 @@ mod tests {
             let front = read_front(&whole.as_bytes()[..cut], &guard);
             assert!(matches!(front, Front::BodyComing), "cut at {cut}");
         }
+        // Not waited for: a body the lane would not take once there.
+        let text = whole.replacen("application/json", "text/plain", 1);
+        assert!(is_other(&text[..head_end + 1], &guard), "a text body");
+        let release_with_body = release().replacen("content-length: 0", "content-length: 2", 1);
+        assert!(is_other(&release_with_body, &guard), "a release's body");
         let long = format!(
             "POST /v1/locks/job/acquire HTTP/1.1\r\nuser-agent: {}",
             "a".repeat(5000)
