@@ -8,13 +8,14 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::task::Context;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{FromRequest, Path, State};
 use axum::http::Request;
 use axum::response::{IntoResponse, Response};
 use axum::{BoxError, Router};
-use futures_util::future::{ready, Either, Ready};
+use futures_util::future::{lazy, Either, Lazy};
 use futures_util::FutureExt;
 
 use super::body::{decode_plain, plain_json_type, JsonBody};
@@ -167,14 +168,20 @@ pub(crate) fn answer_read(
             Either::Left(acquired(state, resource, Ok(JsonBody(body))))
         }
         Read::Release(id) => Either::Right(Either::Left(released(state, id))),
-        Read::Keepalive(id) => Either::Right(Either::Right(answered_now(kept_alive(&state, id)))),
-        Read::Lease(id) => Either::Right(Either::Right(answered_now(lease_of(&state, id)))),
+        Read::Keepalive(id) => Either::Right(Either::Right(on_poll(state, id, kept_alive))),
+        Read::Lease(id) => Either::Right(Either::Right(on_poll(state, id, lease_of))),
     }
 }
 
-/// An answer made without waiting (a keepalive, a lease read), as a future.
-fn answered_now(answer: Result<Response, ApiError>) -> Ready<Response> {
-    ready(answer.into_response())
+/// The answer of `handler` (a keepalive, a lease read: made without waiting) to a request
+/// on lease `id`, made when first polled, as a handler's future is: a request dropped before
+/// (its client hung up) changes nothing.
+fn on_poll(
+    state: AppState,
+    id: LeaseId,
+    handler: fn(&AppState, LeaseId) -> Result<Response, ApiError>,
+) -> Lazy<impl FnOnce(&mut Context<'_>) -> Response> {
+    lazy(move |_| handler(&state, id).into_response())
 }
 
 /// What `path` holds between `prefix` and `suffix`, when that is not empty.
@@ -201,10 +208,8 @@ fn answer(
             Either::Left(read.then(|(state, body)| acquired(state, resource, body)))
         }
         HotRoute::Release(id) => Either::Right(Either::Left(released(state, id))),
-        HotRoute::Keepalive(id) => {
-            Either::Right(Either::Right(answered_now(kept_alive(&state, id))))
-        }
-        HotRoute::Lease(id) => Either::Right(Either::Right(answered_now(lease_of(&state, id)))),
+        HotRoute::Keepalive(id) => Either::Right(Either::Right(on_poll(state, id, kept_alive))),
+        HotRoute::Lease(id) => Either::Right(Either::Right(on_poll(state, id, lease_of))),
     }
 }
 

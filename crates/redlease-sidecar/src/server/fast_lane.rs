@@ -205,12 +205,16 @@ where
             Front::Hot { request, len } => (request, len),
             Front::BodyComing => {
                 let due = *body_due.get_or_insert_with(|| body_due_at(io));
+                if due <= Instant::now() {
+                    return Ended::ToHyper;
+                }
                 match tokio::time::timeout_at(due, io.read_buf(buffer)).await {
                     Ok(Ok(n)) if n > 0 => continue,
                     // Late, or the client stopped sending (hyper reads the end again, and
-                    // answers as it does): the request is hyper's, its body deadline too.
-                    Ok(Ok(_)) | Err(_) => return Ended::ToHyper,
-                    Ok(Err(_)) => return Ended::Closed,
+                    // answers as it does), or the read failed (the head's deadline, which
+                    // hyper, having the head whole, no longer enforces; or the socket's, which
+                    // hyper meets again): the request is hyper's, its body deadline too.
+                    _ => return Ended::ToHyper,
                 }
             }
             Front::Partial => {
@@ -274,7 +278,9 @@ fn body_due_at<T>(io: &mut GuardedIo<T>) -> Instant {
 /// `answer`, or `None` when the client hangs up first. As hyper does while a request is in
 /// flight, the socket is read only to notice the client leaving (a read of nothing, or one
 /// that fails), and not at all once bytes of a next request wait in `buffer` (they stay
-/// there for their turn).
+/// there for their turn). As hyper does, it is read before the answer is first polled: a
+/// request whose client hung up as it sent it is dropped before its handler runs, however
+/// soon its answer would be ready (a keepalive, a refusal).
 async fn unless_hung_up<T, F>(
     io: &mut GuardedIo<T>,
     buffer: &mut Vec<u8>,
@@ -288,12 +294,12 @@ where
     while buffer.is_empty() {
         tokio::select! {
             biased;
-            answered = &mut answer => return Some(answered),
             read = io.read_buf(buffer) => {
                 if !matches!(read, Ok(n) if n > 0) {
                     return None;
                 }
             }
+            answered = &mut answer => return Some(answered),
         }
     }
     Some(answer.await)
