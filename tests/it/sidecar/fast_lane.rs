@@ -1,6 +1,7 @@
 //! The connection's own path for the requests of a lock's cycle and of a lease held without
-//! an event stream (`server::fast_lane`) against hyper's: the same answers, a client that hangs up mid-request no longer waited
-//! for, pipelined and split requests answered in order, and hyper taking over mid-connection.
+//! an event stream (`server::fast_lane`) against hyper's: the same answers, a client that
+//! hangs up mid-request no longer waited for, one that stops sending answered as hyper answers
+//! it, pipelined and split requests answered in order, and hyper taking over mid-connection.
 
 use redlease_testkit::http::{exchange, request, Answer, Conn};
 use tokio::net::TcpStream;

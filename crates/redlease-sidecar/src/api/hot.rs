@@ -237,7 +237,7 @@ mod tests {
 
     /// Only the four routes, by their method, with a plain segment, are hot.
     #[test]
-    fn hot_routes_are_the_two_of_a_cycle_with_plain_segments() {
+    fn hot_routes_are_four_with_plain_segments() {
         let route = |method: Method, path: &str| {
             hot_route(
                 &Request::builder()
