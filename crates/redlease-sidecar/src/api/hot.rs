@@ -84,11 +84,19 @@ impl Api {
 #[derive(Debug, PartialEq)]
 pub(crate) enum HotRoute {
     Acquire(String),
+    /// A request on a lease, with no body to read.
+    Lease(LeaseRoute),
+}
+
+/// A hot route on lease (or hold) `id`, whose request has no body.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum LeaseRoute {
+    /// `DELETE /v1/leases/{id}`.
     Release(LeaseId),
     /// `POST /v1/leases/{id}/keepalive`.
     Keepalive(LeaseId),
     /// `GET /v1/leases/{id}`.
-    Lease(LeaseId),
+    Read(LeaseId),
 }
 
 impl HotRoute {
@@ -98,7 +106,7 @@ impl HotRoute {
     pub(crate) fn may_read(&self, content_type: Option<&[u8]>, length: usize) -> bool {
         match self {
             HotRoute::Acquire(_) => content_type.is_some_and(plain_json_type),
-            HotRoute::Release(_) | HotRoute::Keepalive(_) | HotRoute::Lease(_) => length == 0,
+            HotRoute::Lease(_) => length == 0,
         }
     }
 }
@@ -114,27 +122,28 @@ fn hot_route<B>(request: &Request<B>) -> Option<HotRoute> {
 pub(crate) fn hot_route_of(method: &str, path: &str) -> Option<HotRoute> {
     let plain = |segment: &&str| !segment.bytes().any(|byte| byte == b'/' || byte == b'%');
     let segment = |prefix: &str, suffix: &str| segment_between(path, prefix, suffix).filter(plain);
-    let lease = |suffix: &str| segment("/v1/leases/", suffix)?.parse::<LeaseId>().ok();
+    let lease = |suffix: &str, route: fn(LeaseId) -> LeaseRoute| {
+        let id = segment("/v1/leases/", suffix)?.parse::<LeaseId>().ok()?;
+        Some(HotRoute::Lease(route(id)))
+    };
     match method {
         "POST" => match segment("/v1/locks/", "/acquire") {
             Some(resource) => Some(HotRoute::Acquire(resource.into())),
-            None => lease("/keepalive").map(HotRoute::Keepalive),
+            None => lease("/keepalive", LeaseRoute::Keepalive),
         },
-        "DELETE" => lease("").map(HotRoute::Release),
-        "GET" => lease("").map(HotRoute::Lease),
+        "DELETE" => lease("", LeaseRoute::Release),
+        "GET" => lease("", LeaseRoute::Read),
         _ => None,
     }
 }
 
 /// A hot route's request read whole by the server itself (`server::fast_lane`): the
-/// acquisition's body decoded, the release's empty.
+/// acquisition's body decoded, any other's empty.
 pub(crate) struct HotRequest(Read);
 
 enum Read {
     Acquire(String, AcquireBody),
-    Release(LeaseId),
-    Keepalive(LeaseId),
-    Lease(LeaseId),
+    Lease(LeaseRoute),
 }
 
 impl HotRequest {
@@ -142,7 +151,6 @@ impl HotRequest {
     /// acquisition's a JSON object sent as `application/json` exactly, any other's empty.
     /// `None` for any other, whose refusal (if any) the router's path words.
     pub(crate) fn read(route: HotRoute, content_type: Option<&[u8]>, body: &[u8]) -> Option<Self> {
-        let bodiless = |read: Read| body.is_empty().then_some(Self(read));
         match route {
             HotRoute::Acquire(resource) => {
                 if !content_type.is_some_and(plain_json_type) {
@@ -151,9 +159,7 @@ impl HotRequest {
                 let body = decode_plain::<AcquireBody>(body)?;
                 Some(Self(Read::Acquire(resource, body)))
             }
-            HotRoute::Release(id) => bodiless(Read::Release(id)),
-            HotRoute::Keepalive(id) => bodiless(Read::Keepalive(id)),
-            HotRoute::Lease(id) => bodiless(Read::Lease(id)),
+            HotRoute::Lease(route) => body.is_empty().then_some(Self(Read::Lease(route))),
         }
     }
 }
@@ -167,9 +173,17 @@ pub(crate) fn answer_read(
         Read::Acquire(resource, body) => {
             Either::Left(acquired(state, resource, Ok(JsonBody(body))))
         }
-        Read::Release(id) => Either::Right(Either::Left(released(state, id))),
-        Read::Keepalive(id) => Either::Right(Either::Right(on_poll(state, id, kept_alive))),
-        Read::Lease(id) => Either::Right(Either::Right(on_poll(state, id, lease_of))),
+        Read::Lease(route) => Either::Right(lease_answered(state, route)),
+    }
+}
+
+/// The answer to a request on a lease, from the handler its route has: what both the
+/// router's path and the fast lane answer with.
+fn lease_answered(state: AppState, route: LeaseRoute) -> impl Future<Output = Response> + Send {
+    match route {
+        LeaseRoute::Release(id) => Either::Left(released(state, id)),
+        LeaseRoute::Keepalive(id) => Either::Right(on_poll(state, id, kept_alive)),
+        LeaseRoute::Read(id) => Either::Right(on_poll(state, id, lease_of)),
     }
 }
 
@@ -207,9 +221,7 @@ fn answer(
             };
             Either::Left(read.then(|(state, body)| acquired(state, resource, body)))
         }
-        HotRoute::Release(id) => Either::Right(Either::Left(released(state, id))),
-        HotRoute::Keepalive(id) => Either::Right(Either::Right(on_poll(state, id, kept_alive))),
-        HotRoute::Lease(id) => Either::Right(Either::Right(on_poll(state, id, lease_of))),
+        HotRoute::Lease(route) => Either::Right(lease_answered(state, route)),
     }
 }
 
@@ -248,7 +260,7 @@ mod tests {
             )
         };
         let acquire = |resource: &str| Some(HotRoute::Acquire(resource.into()));
-        let release = |id: &str| Some(HotRoute::Release(id.parse().unwrap()));
+        let release = |id: &str| Some(HotRoute::Lease(LeaseRoute::Release(id.parse().unwrap())));
         assert_eq!(
             route(Method::POST, "/v1/locks/job-1/acquire"),
             acquire("job-1")
@@ -261,11 +273,12 @@ mod tests {
         let path = format!("/v1/leases/{id}");
         assert_eq!(route(Method::DELETE, &path), release(id));
         let lease_id = id.parse().unwrap();
-        assert_eq!(route(Method::GET, &path), Some(HotRoute::Lease(lease_id)));
+        let on_lease = |route: fn(LeaseId) -> LeaseRoute| Some(HotRoute::Lease(route(lease_id)));
+        assert_eq!(route(Method::GET, &path), on_lease(LeaseRoute::Read));
         let keepalive = format!("{path}/keepalive");
         assert_eq!(
             route(Method::POST, &keepalive),
-            Some(HotRoute::Keepalive(lease_id))
+            on_lease(LeaseRoute::Keepalive)
         );
         let other = |suffix: &str| format!("{path}{suffix}");
         for (method, path) in [
