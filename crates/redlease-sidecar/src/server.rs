@@ -4,9 +4,9 @@
 //!
 //! The HTTP server is our own accept loop over hyper's HTTP/1.1 connections (`accept`,
 //! `connection`): connection cap and deadlines on slow or idle clients (`conn_io`). The two
-//! requests of a lock's cycle, when they come whole and plain, are read and answered by the
-//! connection itself (`fast_lane`); hyper parses every other request, and every one after it
-//! on its connection. [`Listener`] binds TCP or a Unix socket. An optional second listener
+//! requests of a lock's cycle and a lease's keepalive and read, when they come whole and
+//! plain, are read and answered by the connection itself (`fast_lane`); hyper parses every
+//! other request, and every one after it on its connection. [`Listener`] binds TCP or a Unix socket. An optional second listener
 //! (`metrics.listen`, [`Sidecar::with_metrics_listener`]) serves only `GET /metrics`, behind
 //! its own token, until the API's server has drained.
 

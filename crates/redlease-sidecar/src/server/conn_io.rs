@@ -3,8 +3,9 @@
 //! first byte, no request for [`Deadlines::idle`] with none in flight, a client that reads
 //! nothing of its answer for `idle` — and otherwise passes reads and writes (vectored ones
 //! included) through untouched, its reads first replaying what the fast lane read of a request
-//! it leaves to hyper: it never looks at the bytes. When an event stream asks for it, it tells the stream which
-//! socket it is on (at its next write: ordinary requests cost no system call for it).
+//! it leaves to hyper: it never looks at the bytes. When an event stream asks for it, it tells
+//! the stream which socket it is on (at its next write: ordinary requests cost no system call
+//! for it).
 
 use std::future::Future;
 use std::io::{self, IoSlice};
