@@ -1,8 +1,9 @@
 //! One HTTP/1.1 connection: the fast lane (`fast_lane`) answers the requests it takes (a lock's
-//! cycle, a lease's keepalive and read), then hyper serves the guard and the API (`Api`) on the guarded socket from the first
-//! request the lane does not take, and answers by itself what it cannot parse (an empty 400
-//! or 431). Then the connection closes gently: its write side first, then what the client
-//! still sends is read and dropped for a moment, so the last answer is not lost to a reset.
+//! cycle, a lease's keepalive and read), then hyper serves the guard and the API (`Api`) on the
+//! guarded socket from the first request the lane does not take, and answers by itself what it
+//! cannot parse (an empty 400 or 431). Then the connection closes gently: its write side
+//! first, then what the client still sends is read and dropped for a moment, so the last
+//! answer is not lost to a reset.
 
 use std::convert::Infallible;
 use std::future::Future;
